@@ -1,0 +1,78 @@
+"""Pure analysis of a results table: scaling efficiency, cost, and the recommended size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """speedup and efficiency of each completed row against the smallest completed size N₀:
+    efficiency = thr(N)·N₀ / (thr(N₀)·N) on tokens/s (per-rank batch fixed: weak scaling;
+    global batch fixed: strong scaling — the `scaling` column says which)."""
+    df = df.copy()
+    df["speedup"] = float("nan")
+    df["efficiency"] = float("nan")
+    done = df[(df["status"] == "completed") & df["tokens_per_s"].notna()]
+    if done.empty:
+        return df
+    base = done.loc[done["world_size"].idxmin()]
+    n0, thr0 = base["world_size"], base["tokens_per_s"]
+    df.loc[done.index, "speedup"] = done["tokens_per_s"] / thr0
+    df.loc[done.index, "efficiency"] = done["tokens_per_s"] * n0 / (thr0 * done["world_size"])
+    return df
+
+
+def add_cost(df: pd.DataFrame, usd_per_device_hour: float | None) -> pd.DataFrame:
+    """$ per 1M tokens = price × devices ÷ (tokens/s × 3600) × 1e6; null without a price."""
+    df = df.copy()
+    if usd_per_device_hour is None:
+        df["usd_per_1m_tokens"] = float("nan")
+    else:
+        df["usd_per_1m_tokens"] = usd_per_device_hour * df["world_size"] / (df["tokens_per_s"] * 3600) * 1e6
+    return df
+
+
+@dataclass(kw_only=True, frozen=True)
+class Recommendation:
+    world_size: int | None
+    """The recommended size; None when nothing completed."""
+    reason: str
+    """One sentence saying why."""
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def recommend(df: pd.DataFrame, threshold: float) -> Recommendation:
+    """The largest size whose efficiency is ≥ threshold, with the evidence for and against."""
+    done = df[(df["status"] == "completed") & df["efficiency"].notna()].sort_values("world_size")
+    if done.empty:
+        return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
+    scaling = done["scaling"].iloc[0] if "scaling" in done else "weak"
+    n0 = int(done["world_size"].iloc[0])
+    good = done[done["efficiency"] >= threshold]
+    if len(done) == 1:
+        return Recommendation(world_size=n0, reason=f"{_ranks(n0)}: the only size that completed")
+    if good.empty:  # only possible if the baseline itself is below threshold — it is 1.0 by definition
+        return Recommendation(world_size=n0, reason=f"{_ranks(n0)}: no larger size kept efficiency ≥ {threshold:.2f}")
+    pick = good.iloc[-1]
+    n = int(pick["world_size"])
+    if n == n0:
+        reason = f"{_ranks(n)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
+    else:
+        reason = (
+            f"{_ranks(n)}: largest size with {scaling}-scaling efficiency ≥ {threshold:.2f} "
+            f"({pick['efficiency']:.2f}, {pick['speedup']:.2f}× the throughput of {_ranks(n0)})"
+        )
+    bigger = done[done["world_size"] > n]
+    if not bigger.empty:
+        nxt = bigger.iloc[0]
+        m = int(nxt["world_size"])
+        reason += (
+            f"; {_ranks(m)} reach only {nxt['efficiency']:.2f} "
+            f"({nxt['tokens_per_s'] / pick['tokens_per_s']:.2f}× the speed for {m / n:.2f}× the devices)"
+        )
+    return Recommendation(world_size=n, reason=reason)

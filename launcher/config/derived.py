@@ -1,0 +1,55 @@
+"""Values derived from the config, computed once here and nowhere else."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .schema import BatchConfig, OptimConfig
+
+
+@dataclass(kw_only=True, frozen=True)
+class BatchMath:
+    micro: int
+    """Samples per rank per micro-step."""
+    accum: int
+    """Micro-steps per optimizer step."""
+    dp: int
+    """Data-parallel degree."""
+    global_batch: int
+    """Samples per optimizer step: micro × accum × dp."""
+
+
+def batch_math(batch: BatchConfig, dp: int) -> BatchMath:
+    """Global batch = micro × accum × dp.
+
+    Without batch.global the per-rank batch is fixed (weak scaling). With batch.global the
+    global batch is fixed (strong scaling): accum left at 1 is derived as
+    global ÷ (micro × dp); an explicit accum must agree with it.
+    """
+    per_step = batch.micro * dp
+    if batch.global_batch is None:
+        return BatchMath(micro=batch.micro, accum=batch.accum, dp=dp, global_batch=per_step * batch.accum)
+    if batch.global_batch % per_step:
+        raise ConfigError(
+            f"batch.global={batch.global_batch} is not divisible by batch.micro({batch.micro}) × dp({dp}) = "
+            f"{per_step}; choose a multiple of {per_step} or another batch.micro"
+        )
+    accum = batch.global_batch // per_step
+    if batch.accum not in (1, accum):
+        raise ConfigError(
+            f"batch.global={batch.global_batch} ≠ batch.micro({batch.micro}) × batch.accum({batch.accum}) × "
+            f"dp({dp}) = {per_step * batch.accum}; set batch.accum={accum} or leave it at 1 to derive it"
+        )
+    return BatchMath(micro=batch.micro, accum=accum, dp=dp, global_batch=batch.global_batch)
+
+
+def scaled_lr(optim: OptimConfig, global_batch: int) -> float:
+    """lr at `global_batch` under the configured scaling rule relative to base_global_batch."""
+    ratio = global_batch / optim.base_global_batch
+    if optim.lr_scaling == "linear":
+        return optim.lr * ratio
+    if optim.lr_scaling == "sqrt":
+        return optim.lr * math.sqrt(ratio)
+    return optim.lr

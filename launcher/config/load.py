@@ -1,0 +1,58 @@
+"""Composed config (plain dict) → typed dataclasses, and back."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Mapping
+
+from .schema import LauncherConfig
+from .store import config_key, fields_of
+
+
+def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a mapping keyed by config keys; unknown keys are errors."""
+    from .errors import ConfigError
+
+    known = {config_key(f) for f, _, _ in fields_of(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = prefix.rstrip(".") or "the top level"
+        raise ConfigError(
+            f"unknown config key '{prefix}{unknown[0]}'; {where} has: {', '.join(sorted(known))}"
+        )
+    kwargs = {}
+    for f, tp, _ in fields_of(cls):
+        key = config_key(f)
+        if key not in data:
+            continue
+        value = data[key]
+        if dataclasses.is_dataclass(tp):
+            value = from_dict(tp, value, prefix=f"{prefix}{key}.")
+        elif typing.get_origin(tp) in (list, typing.List):
+            value = _as_int_list(f"{prefix}{key}", value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _as_int_list(key: str, value: Any) -> list[int]:
+    """A list of ints; a bare int (`sweep.world_sizes=4`) means a one-element list."""
+    from .errors import ConfigError
+
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise ConfigError(f"{key}={value!r} must be a list of integers; e.g. {key}=[1,2]")
+    return list(items)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Dataclass → mapping keyed by config keys (inverse of from_dict)."""
+    out: dict[str, Any] = {}
+    for f, _, _ in fields_of(type(obj)):
+        value = getattr(obj, f.name)
+        out[config_key(f)] = to_dict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def load_config(data: Mapping[str, Any]) -> LauncherConfig:
+    return from_dict(LauncherConfig, data)

@@ -1,0 +1,154 @@
+"""Typed configs: keyword-only dataclasses, one docstring per field.
+
+These classes are the single source of the config's shape. `store.py` derives the
+Hydra/OmegaConf schema from them (so composition rejects unknown keys and wrong types),
+and `load.py` turns a composed config back into these objects.
+
+A field whose config key differs from its Python name (``batch.global`` — ``global`` is a
+Python keyword) says so with ``metadata={"key": ...}``. A string field with a closed set of
+values lists them in ``metadata={"choices": ...}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass(kw_only=True, frozen=True)
+class ModelConfig:
+    name: str = "tiny_gpt"
+    """Recipe name, recorded with every trial."""
+    arch: str = field(default="gpt", metadata={"choices": ("gpt", "mlp")})
+    """`gpt`: decoder-only transformer. `mlp`: per-token MLP stack (no attention)."""
+    vocab_size: int = 256
+    """Token vocabulary size."""
+    seq_len: int = 64
+    """Tokens per sample (T)."""
+    d_model: int = 128
+    """Hidden width."""
+    n_layers: int = 2
+    """Transformer blocks (gpt) or hidden MLP layers (mlp)."""
+    n_heads: int = 4
+    """Attention heads (gpt only); d_model must be divisible by it."""
+    ffn_mult: int = 4
+    """Feed-forward width as a multiple of d_model."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ParallelConfig:
+    layout: str = field(default="ddp", metadata={"choices": ("ddp",)})
+    """Parallel layout. Data parallel (DDP) only for now; more layouts build on this."""
+    backend: str = field(default="auto", metadata={"choices": ("auto", "gloo", "nccl")})
+    """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class BatchConfig:
+    micro: int = 8
+    """Samples per rank per forward/backward (micro-batch)."""
+    accum: int = 1
+    """Micro-steps per optimizer step (gradient accumulation)."""
+    global_batch: Optional[int] = field(default=None, metadata={"key": "global"})
+    """Optional global batch (config key `batch.global`); fixing it makes a sweep strong-scaling.
+    Per trial, accum left at 1 is derived as global ÷ (micro × dp); any other accum must agree."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class OptimConfig:
+    name: str = field(default="adamw", metadata={"choices": ("adamw",)})
+    """Optimizer."""
+    lr: float = 1e-3
+    """Learning rate at `base_global_batch`; scaled by `lr_scaling` for other global batches."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    warmup_steps: int = 0
+    """Linear LR warm-up steps (optimizer steps)."""
+    lr_scaling: str = field(default="none", metadata={"choices": ("none", "linear", "sqrt")})
+    """How lr follows the global batch: none, linear (lr·G/G₀) or sqrt (lr·√(G/G₀))."""
+    base_global_batch: int = 8
+    """G₀: the global batch at which `lr` was tuned."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class DataConfig:
+    kind: str = field(default="synthetic", metadata={"choices": ("synthetic", "file")})
+    """`synthetic`: seeded learnable token sequences. `file`: a flat binary token file."""
+    path: Optional[str] = None
+    """Token file for kind=file (little-endian integers of `dtype`)."""
+    dtype: str = field(default="uint16", metadata={"choices": ("uint16", "int32", "int64")})
+    """Element type of the token file."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ClusterConfig:
+    name: str = "local"
+    """Cluster preset name, recorded with every trial."""
+    kind: str = field(default="local", metadata={"choices": ("local",)})
+    """Executor: `local` runs a trial's ranks as processes on this machine."""
+    device: str = field(default="auto", metadata={"choices": ("auto", "cpu", "cuda")})
+    """Device per rank; `auto` is CUDA when available, else CPU."""
+    device_name: str = "cpu"
+    """Human name of the device (recorded; e.g. A100-80GB)."""
+    peak_flops_per_device: Optional[float] = None
+    """Peak FLOP/s of one device at the training precision. Unknown (null) → MFU is null."""
+    usd_per_device_hour: Optional[float] = None
+    """Price of one device-hour; null → cost columns are null."""
+    threads_per_rank: int = 1
+    """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS)."""
+    trial_timeout_s: float = 600.0
+    """A trial still running after this many seconds is killed and recorded as failed."""
+    pg_timeout_s: float = 120.0
+    """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class SweepConfig:
+    world_sizes: List[int] = field(default_factory=lambda: [1, 2])
+    """World sizes (ranks) to measure; each becomes one trial."""
+    steps: int = 30
+    """Optimizer steps per trial, warm-up included."""
+    warmup_steps: int = 5
+    """Leading steps excluded from throughput."""
+    threshold: float = 0.8
+    """Recommend the largest size whose scaling efficiency is at least this."""
+    results_dir: str = "results"
+    """Folder that receives `<sweep-id>/`."""
+    name: Optional[str] = None
+    """Sweep id; default is `<timestamp>-<model>-<layout>`."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class RunConfig:
+    world_size: int = 1
+    """Ranks of a single `launcher run`."""
+    steps: int = 100
+    """Optimizer steps of a single run."""
+    warmup_steps: int = 5
+    """Leading steps excluded from the run's throughput."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class LauncherConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """What is trained."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """How ranks split the work."""
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    """Micro-batch, accumulation, optional global batch."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and LR rule."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training tokens."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where trials run and what a device costs."""
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    """Which sizes a sweep measures and how it judges them."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """A single `launcher run`."""
+    seed: int = 0
+    """Seed for weights and synthetic data."""

@@ -1,0 +1,149 @@
+"""Checks on a whole config that hold for every trial. Per-trial checks live in plan.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .schema import LauncherConfig
+from .store import config_key, fields_of
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _at_least(key: str, value: Any, minimum: int, example: Any) -> None:
+    if value < minimum:
+        what = "a positive integer" if minimum == 1 else f"at least {minimum}"
+        raise ConfigError(f"{key}={value} must be {what}; set e.g. {key}={example}")
+
+
+def _positive(key: str, value: float, example: Any) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{key}={value} must be a positive number; set e.g. {key}={example}")
+
+
+def check_choices(obj: Any, prefix: str = "") -> None:
+    """Every string field with declared choices holds one of them."""
+    for f, tp, _ in fields_of(type(obj)):
+        value = getattr(obj, f.name)
+        key = prefix + config_key(f)
+        if dataclasses.is_dataclass(tp):
+            check_choices(value, key + ".")
+        elif "choices" in f.metadata and value not in f.metadata["choices"]:
+            raise ConfigError(
+                f"{key}={value!r} is not one of {', '.join(f.metadata['choices'])}; "
+                f"set e.g. {key}={f.metadata['choices'][0]}"
+            )
+
+
+def validate(cfg: LauncherConfig) -> LauncherConfig:
+    """Raise ConfigError on the first impossible value; return cfg unchanged otherwise."""
+    check_choices(cfg)
+    m = cfg.model
+    _at_least("model.vocab_size", m.vocab_size, 2, 256)
+    for key, value, example in (
+        ("model.seq_len", m.seq_len, 64),
+        ("model.d_model", m.d_model, 128),
+        ("model.n_layers", m.n_layers, 2),
+        ("model.n_heads", m.n_heads, 4),
+        ("model.ffn_mult", m.ffn_mult, 4),
+    ):
+        _at_least(key, value, 1, example)
+    if m.arch == "gpt" and m.d_model % m.n_heads:
+        raise ConfigError(
+            f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
+            f"pick heads that divide the width, e.g. model.n_heads={_divisor_near(m.d_model, m.n_heads)}"
+        )
+
+    b = cfg.batch
+    _at_least("batch.micro", b.micro, 1, 8)
+    _at_least("batch.accum", b.accum, 1, 1)
+    if b.global_batch is not None:
+        _at_least("batch.global", b.global_batch, 1, b.micro * b.accum)
+
+    o = cfg.optim
+    _positive("optim.lr", o.lr, 0.001)
+    if not (math.isfinite(o.weight_decay) and o.weight_decay >= 0):
+        raise ConfigError(f"optim.weight_decay={o.weight_decay} must be ≥ 0; set e.g. optim.weight_decay=0.1")
+    for key, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2)):
+        if not 0 <= beta < 1:
+            raise ConfigError(f"{key}={beta} must be in [0, 1); set e.g. {key}=0.9")
+    _at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
+    _at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
+
+    d = cfg.data
+    if d.kind == "file":
+        if not d.path:
+            raise ConfigError("data.kind=file needs data.path; set data.path=/path/to/tokens.bin")
+        if not Path(d.path).is_file():
+            raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
+        tokens = Path(d.path).stat().st_size // _itemsize(d.dtype)
+        if tokens < m.seq_len + 1:
+            raise ConfigError(
+                f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
+                "use a larger file or a shorter model.seq_len"
+            )
+
+    c = cfg.cluster
+    if c.peak_flops_per_device is not None:
+        _positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
+    if c.usd_per_device_hour is not None and not (
+        math.isfinite(c.usd_per_device_hour) and c.usd_per_device_hour >= 0
+    ):
+        raise ConfigError(
+            f"cluster.usd_per_device_hour={c.usd_per_device_hour} must be ≥ 0; set e.g. cluster.usd_per_device_hour=2.5"
+        )
+    _at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
+    _positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
+    _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
+
+    s = cfg.sweep
+    if not s.world_sizes:
+        raise ConfigError("sweep.world_sizes=[] is empty; list the sizes to measure, e.g. sweep.world_sizes=[1,2]")
+    for n in s.world_sizes:
+        if n < 1:
+            raise ConfigError(
+                f"sweep.world_sizes={list(s.world_sizes)} holds {n}; every size must be a positive integer, "
+                "e.g. sweep.world_sizes=[1,2]"
+            )
+    if len(set(s.world_sizes)) != len(s.world_sizes):
+        unique = ",".join(map(str, sorted(set(s.world_sizes))))
+        raise ConfigError(
+            f"sweep.world_sizes={list(s.world_sizes)} repeats a size; list each once, e.g. sweep.world_sizes=[{unique}]"
+        )
+    _check_steps("sweep", s.steps, s.warmup_steps)
+    if not 0 < s.threshold <= 1:
+        raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
+    if s.name is not None and not _SAFE_NAME.match(s.name):
+        raise ConfigError(
+            f"sweep.name={s.name!r} must be letters, digits, '.', '_' or '-' (≤100, not starting with "
+            "'.' or '-'); set e.g. sweep.name=gpt-ddp-1"
+        )
+
+    r = cfg.run
+    _at_least("run.world_size", r.world_size, 1, 1)
+    _check_steps("run", r.steps, r.warmup_steps)
+    _at_least("seed", cfg.seed, 0, 0)
+    return cfg
+
+
+def _check_steps(group: str, steps: int, warmup: int) -> None:
+    _at_least(f"{group}.steps", steps, 1, 30)
+    _at_least(f"{group}.warmup_steps", warmup, 0, 5)
+    if warmup >= steps:
+        raise ConfigError(
+            f"{group}.warmup_steps={warmup} leaves no measured step of {group}.steps={steps}; "
+            f"set {group}.steps above {warmup}, e.g. {group}.steps={warmup + 20}"
+        )
+
+
+def _divisor_near(width: int, heads: int) -> int:
+    return min((h for h in range(1, width + 1) if width % h == 0), key=lambda h: abs(h - heads))
+
+
+def _itemsize(dtype: str) -> int:
+    return {"uint16": 2, "int32": 4, "int64": 8}[dtype]

@@ -1,0 +1,177 @@
+"""Embedded default executor: a trial's ranks as processes on this machine.
+
+Each rank is `python -m launcher.train` with torchrun-style variables, its output in
+`rank<r>.log` inside the trial folder. If one rank dies, the others are stopped: a peer
+blocked in a collective would otherwise wait for the process-group timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+POLL_S = 0.1
+GRACE_S = 5.0
+
+
+@dataclass(kw_only=True)
+class RankExit:
+    rank: int
+    """Rank number."""
+    returncode: int | None
+    """Exit status; negative = killed by that signal; None = still running when stopped."""
+    stopped_by_launcher: bool = False
+    """True when the launcher stopped it after a peer failed or the trial timed out."""
+
+
+@dataclass(kw_only=True)
+class LocalOutcome:
+    ranks: list[RankExit] = field(default_factory=list)
+    """How each rank ended."""
+    timed_out: bool = False
+    """The trial exceeded cluster.trial_timeout_s."""
+    wall_s: float = 0.0
+    """Seconds from the first spawn to the last exit."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(r.returncode == 0 for r in self.ranks)
+
+    def reason(self) -> str | None:
+        """One line on why the trial failed, naming the first rank that did (None if none did)."""
+        if self.ok:
+            return None
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.0f} s (cluster.trial_timeout_s); all ranks stopped"
+        first = next((r for r in self.ranks if r.returncode not in (0, None) and not r.stopped_by_launcher), None)
+        if first is None:
+            return "ranks were stopped before finishing"
+        stopped = [r.rank for r in self.ranks if r.stopped_by_launcher]
+        tail = f"; ranks {stopped} stopped after it" if stopped else ""
+        return f"rank {first.rank} {describe_exit(first.returncode)}{tail}"
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not finish"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on loopback (rendezvous for one local trial)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def payload_argv(trial_json: Path, record: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "launcher.train", "--trial", str(trial_json), "--record", str(record), *extra]
+
+
+def run_local(
+    trial_dir: Path,
+    *,
+    world_size: int,
+    threads: int,
+    timeout_s: float,
+    extra_args: list[str] | None = None,
+    on_poll: Callable[[], None] | None = None,
+) -> LocalOutcome:
+    """Run the trial in `trial_dir` (holding trial.json) and wait for every rank."""
+    argv = payload_argv(trial_dir / "trial.json", trial_dir / "record.json", extra_args or [])
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    logs = []
+    start = time.monotonic()
+    outcome = LocalOutcome()
+    try:
+        for rank in range(world_size):
+            log = open(trial_dir / f"rank{rank}.log", "wb")
+            logs.append(log)
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env=rank_env(rank, world_size, port, threads),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+        stopped: set[int] = set()
+        failed_at: float | None = None
+        while any(p.poll() is None for p in procs):
+            if on_poll:
+                on_poll()
+            now = time.monotonic()
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = now
+            if now - start > timeout_s:
+                outcome.timed_out = True
+                failed_at = failed_at or now - GRACE_S
+            if failed_at is not None and now - failed_at >= (0 if outcome.timed_out else GRACE_S):
+                stopped |= _stop(procs)
+            time.sleep(POLL_S)
+        outcome.ranks = [
+            RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped) for i, p in enumerate(procs)
+        ]
+    except BaseException:
+        _stop(procs)
+        raise
+    finally:
+        for log in logs:
+            log.close()
+        outcome.wall_s = time.monotonic() - start
+    return outcome
+
+
+def _stop(procs: list[subprocess.Popen]) -> set[int]:
+    """SIGTERM what still runs, SIGKILL after a moment; return the ranks it had to stop."""
+    alive = {i for i, p in enumerate(procs) if p.poll() is None}
+    for i in alive:
+        procs[i].terminate()
+    deadline = time.monotonic() + 3
+    for i in alive:
+        try:
+            procs[i].wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            procs[i].kill()
+            procs[i].wait()
+    return alive
+
+
+def last_lines(path: Path, n: int = 3) -> str:
+    """The last non-empty lines of a log, joined with ' | ' (for a failure reason)."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])

@@ -1,0 +1,109 @@
+"""Pure planning: a validated config → frozen Trial specs. No I/O, no torch.
+
+Every trial of a sweep is planned (and so checked) before any of them runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .config.derived import batch_math, scaled_lr
+from .config.errors import ConfigError
+from .config.load import load_config, to_dict
+from .config.schema import LauncherConfig
+
+
+@dataclass(kw_only=True, frozen=True)
+class Trial:
+    trial_id: str
+    """Folder name of the trial inside the sweep, e.g. `001-ws2`."""
+    index: int
+    """Position in the sweep (0-based)."""
+    world_size: int
+    """Ranks (devices) of the trial."""
+    nodes: int
+    """Nodes the ranks span."""
+    layout: str
+    """Parallel layout name."""
+    dp: int
+    """Data-parallel degree."""
+    tp: int
+    """Tensor-parallel degree."""
+    pp: int
+    """Pipeline-parallel degree."""
+    micro: int
+    """Samples per rank per micro-step."""
+    accum: int
+    """Micro-steps per optimizer step."""
+    global_batch: int
+    """Samples per optimizer step."""
+    lr: float
+    """Learning rate after the scaling rule."""
+    steps: int
+    """Optimizer steps, warm-up included."""
+    warmup_steps: int
+    """Leading steps excluded from throughput."""
+    scaling: str
+    """`weak` (per-rank batch fixed across sizes) or `strong` (global batch fixed)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def scaling_mode(cfg: LauncherConfig) -> str:
+    return "weak" if cfg.batch.global_batch is None else "strong"
+
+
+def plan_trial(cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int) -> Trial:
+    """One trial at `world_size`; ConfigError if this size cannot run this config."""
+    # DDP is the only layout so far: every rank is a data-parallel replica.
+    dp, tp, pp = world_size, 1, 1
+    math_ = batch_math(cfg.batch, dp)
+    return Trial(
+        trial_id=f"{index:03d}-ws{world_size}",
+        index=index,
+        world_size=world_size,
+        nodes=1,
+        layout=cfg.parallel.layout,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        micro=math_.micro,
+        accum=math_.accum,
+        global_batch=math_.global_batch,
+        lr=scaled_lr(cfg.optim, math_.global_batch),
+        steps=steps,
+        warmup_steps=warmup_steps,
+        scaling=scaling_mode(cfg),
+    )
+
+
+def plan_sweep(cfg: LauncherConfig) -> list[Trial]:
+    """All trials of the sweep, smallest size first. The first impossible trial raises,
+    naming its size, before anything has run."""
+    trials = []
+    for index, world_size in enumerate(sorted(cfg.sweep.world_sizes)):
+        try:
+            trials.append(
+                plan_trial(
+                    cfg, index=index, world_size=world_size, steps=cfg.sweep.steps, warmup_steps=cfg.sweep.warmup_steps
+                )
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"world size {world_size}: {exc}") from None
+    return trials
+
+
+def plan_run(cfg: LauncherConfig) -> Trial:
+    return plan_trial(cfg, index=0, world_size=cfg.run.world_size, steps=cfg.run.steps, warmup_steps=cfg.run.warmup_steps)
+
+
+def trial_document(trial: Trial, cfg: LauncherConfig) -> dict[str, Any]:
+    """What the payload reads: the trial spec and the resolved config it belongs to."""
+    return {"trial": trial.to_dict(), "config": to_dict(cfg)}
+
+
+def from_document(doc: dict[str, Any]) -> tuple[Trial, LauncherConfig]:
+    return Trial(**doc["trial"]), load_config(doc["config"])

@@ -1,0 +1,110 @@
+"""What people read: the terminal table, report.md, and a throughput/efficiency plot."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .analysis import Recommendation
+from .io import atomic_write_text
+
+# Short terminal headers; report.md and the CSV keep the real column names.
+SHORT = {
+    "world_size": "ranks", "tokens_per_s": "tokens/s", "tokens_per_s_per_device": "tok/s/dev",
+    "samples_per_s": "samples/s", "step_time_median_s": "step s", "efficiency": "eff", "busbw_gbps": "busbw GB/s",
+    "usd_per_1m_tokens": "$/1M tok",
+}  # fmt: skip
+
+# Columns shown to people (the CSV/parquet keep them all), with their number formats.
+DISPLAY = [
+    ("world_size", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"), ("tokens_per_s_per_device", "{:,.0f}"),
+    ("samples_per_s", "{:,.1f}"), ("step_time_median_s", "{:.4f}"), ("efficiency", "{:.2f}"), ("mfu", "{:.3f}"),
+    ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("usd_per_1m_tokens", "{:.4f}"), ("reason", "{}"),
+]  # fmt: skip
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    try:
+        return fmt.format(int(value) if fmt == "{:d}" else value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    cols = [(c, f) for c, f in DISPLAY if c in df.columns and (c != "reason" or df[c].notna().any())]
+    return [c for c, _ in cols], [[_cell(row[c], f) for c, f in cols] for _, row in df.iterrows()]
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    header, rows = display_rows(df)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def print_table(df: pd.DataFrame, rec: Recommendation, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = display_rows(df)
+    table = Table(title=title)
+    for col in header:
+        table.add_column(SHORT.get(col, col), justify="left" if col in ("status", "reason") else "right",
+                         no_wrap=col != "reason", overflow="fold")  # fmt: skip
+    for row, status in zip(rows, df["status"]):
+        table.add_row(*row, style=None if status == "completed" else "red")
+    console = Console()
+    console.print(table)
+    size = "none" if rec.world_size is None else str(rec.world_size)
+    if df["mfu"].isna().all():
+        console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
+    console.print(f"[bold]Recommended world size: {size}[/bold] — {rec.reason}")
+
+
+def plot(df: pd.DataFrame, threshold: float, path: Path) -> None:
+    """Throughput vs world size with the ideal line, and efficiency with the threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = df[df["status"] == "completed"].sort_values("world_size")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    if not done.empty:
+        n0, t0 = done["world_size"].iloc[0], done["tokens_per_s"].iloc[0]
+        ax1.plot(done["world_size"], done["tokens_per_s"], "o-", label="measured")
+        ax1.plot(done["world_size"], t0 * done["world_size"] / n0, "--", color="gray", label="ideal (linear)")
+        ax2.plot(done["world_size"], done["efficiency"], "o-")
+    ax2.axhline(threshold, color="red", linestyle=":", label=f"threshold {threshold:.2f}")
+    scaling = done["scaling"].iloc[0] if not done.empty else "weak"
+    ax1.set(xlabel="world size (ranks)", ylabel="tokens/s", title="Throughput")
+    ax2.set(xlabel="world size (ranks)", ylabel="efficiency", title=f"{scaling.capitalize()}-scaling efficiency",
+            ylim=(0, 1.1))  # fmt: skip
+    for ax in (ax1, ax2):
+        ax.set_xticks(sorted(df["world_size"].unique()))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
+                 sweep_dir: Path) -> None:  # fmt: skip
+    plot(df, threshold, sweep_dir / "scaling.png")
+    size = "none" if rec.world_size is None else str(rec.world_size)
+    text = "\n".join([
+        f"# Sweep {sweep_id}", "", summary, "",
+        f"**Recommended world size: {size}** — {rec.reason}", "",
+        markdown_table(df), "",
+        "![throughput and efficiency](scaling.png)", "",
+        "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`.", "",
+    ])  # fmt: skip
+    atomic_write_text(sweep_dir / "report.md", text)

@@ -1,0 +1,85 @@
+"""Per-trial files → one table (CSV + parquet), rebuilt from the trial folders every time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .analysis import add_cost, add_scaling
+from .io import atomic_write_text
+
+TABLE_SCHEMA_VERSION = 1
+
+COLUMNS = [
+    "trial_id", "world_size", "nodes", "layout", "dp", "micro", "accum", "global_batch", "status",
+    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
+    "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
+    "speedup", "efficiency", "scaling", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s",
+    "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "lr", "hosts", "reason",
+]  # fmt: skip
+
+_METRIC_COLUMNS = [
+    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
+    "step_time_p90_s", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s", "rank_spread",
+    "loss_first", "loss_last",
+]  # fmt: skip
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dict[str, Any] | None) -> dict[str, Any]:
+    """One table row. The payload's own record decides success; the executor's outcome
+    explains a trial that left no record (or a failed one)."""
+    row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "micro",
+                                                     "accum", "global_batch", "scaling", "lr")}  # fmt: skip
+    row.update({k: None for k in _METRIC_COLUMNS})
+    row.update(peak_memory_mb=None, hosts=None)
+    executor_reason = (outcome or {}).get("reason")
+    if record is None:
+        row["status"] = "failed" if outcome else "pending"
+        row["reason"] = f"no record written: {executor_reason}" if outcome else None
+        return row
+    row["status"] = record["status"]
+    reasons = [r for r in (record.get("reason"), executor_reason) if r]
+    if record["status"] == "completed" and executor_reason:
+        reasons = [f"record complete, but afterwards {executor_reason}"]
+    row["reason"] = "; ".join(reasons) or None
+    m = record.get("metrics") or {}
+    row.update({k: m.get(k) for k in _METRIC_COLUMNS})
+    if m.get("peak_memory_bytes") is not None:
+        row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
+    if record.get("hosts"):
+        row["hosts"] = ",".join(sorted(set(record["hosts"])))
+        row["nodes"] = record.get("nodes", row["nodes"])
+    return row
+
+
+def build_table(sweep_dir: Path, usd_per_device_hour: float | None = None) -> pd.DataFrame:
+    """Read every `trials/*/` folder of a sweep into the results table."""
+    rows = []
+    for tdir in sorted((sweep_dir / "trials").glob("*/")):
+        trial = _load(tdir / "trial.json")
+        if trial is None:
+            continue
+        rows.append(trial_row(trial["trial"], _load(tdir / "record.json"), _load(tdir / "outcome.json")))
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency", "usd_per_1m_tokens")])
+    for col in _METRIC_COLUMNS + ["peak_memory_mb"]:
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = add_cost(add_scaling(df), usd_per_device_hour)
+    return df[COLUMNS].sort_values(["world_size", "trial_id"]).reset_index(drop=True)
+
+
+def write_table(df: pd.DataFrame, sweep_dir: Path) -> None:
+    """results.csv and results.parquet, each replaced atomically."""
+    atomic_write_text(sweep_dir / "results.csv", df.to_csv(index=False))
+    tmp = sweep_dir / ".results.parquet.tmp"
+    df.to_parquet(tmp, index=False)
+    tmp.replace(sweep_dir / "results.parquet")

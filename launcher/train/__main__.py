@@ -1,0 +1,114 @@
+"""`python -m launcher.train --trial trial.json --record record.json`: the job payload.
+
+Rank 0 writes ONE record, atomically, before the process group is torn down, so a rank that
+dies during teardown cannot make a finished trial look lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..io import atomic_write_json, read_json
+from ..plan import from_document
+
+RECORD_SCHEMA_VERSION = 1
+
+
+def versions() -> dict[str, Any]:
+    import torch
+
+    return {
+        "launcher": __version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def make_record(*, status: str, reason: str | None, doc: dict, started: float, **fields: Any) -> dict[str, Any]:
+    return {
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "status": status,
+        "reason": reason,
+        "trial": doc["trial"],
+        "config": doc["config"],
+        "versions": versions(),
+        "started_at": started,
+        "finished_at": time.time(),
+        "wall_s": time.time() - started,
+        **fields,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launcher.train", description=__doc__)
+    parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
+    parser.add_argument("--record", required=True, type=Path, help="where rank 0 writes the record")
+    parser.add_argument("--save-params", type=Path, help="rank 0 saves final parameters here (tests)")
+    args = parser.parse_args(argv)
+
+    started = time.time()
+    doc = read_json(args.trial)
+    trial, cfg = from_document(doc)
+
+    import torch
+    import torch.distributed as dist
+
+    from . import dist as tdist
+    from .loop import train
+
+    torch.set_num_threads(cfg.cluster.threads_per_rank)
+    info = tdist.rank_info()
+    rank0 = info.rank == 0
+    try:
+        if info.world_size != trial.world_size:
+            raise RuntimeError(
+                f"launched with {info.world_size} ranks but the trial wants world_size={trial.world_size}"
+            )
+        device = tdist.pick_device(cfg.cluster.device, info.local_rank)
+        backend = tdist.pick_backend(cfg.parallel.backend, device)
+        tdist.init(info, backend, device, cfg.cluster.pg_timeout_s)
+        out = train(trial, cfg, info, device, save_params=args.save_params)
+        if rank0:
+            atomic_write_json(
+                args.record,
+                make_record(
+                    status="completed",
+                    reason=None,
+                    doc=doc,
+                    started=started,
+                    world_size=info.world_size,
+                    nodes=len(set(out["hosts"])),
+                    device=str(device.type),
+                    device_name=cfg.cluster.device_name,
+                    backend=backend,
+                    **out,
+                ),
+            )
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    except Exception as exc:
+        traceback.print_exc()
+        if rank0 and not args.record.exists():
+            reason = f"rank 0 raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            atomic_write_json(
+                args.record,
+                make_record(status="failed", reason=reason, doc=doc, started=started, world_size=info.world_size),
+            )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
