@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .sweep import run_sweep
 
         plan_sweep(cfg)  # every trial checked before anything is created or started
-        result = run_sweep(cfg, args.overrides, show=not args.quiet)
+        result = run_sweep(cfg, args.overrides, progress_bars=not args.quiet)
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 2

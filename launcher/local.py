@@ -29,6 +29,8 @@ class RankExit:
     """Exit status; negative = killed by that signal; None = still running when stopped."""
     stopped_by_launcher: bool = False
     """True when the launcher stopped it after a peer failed or the trial timed out."""
+    exit_seq: int = 0
+    """Order in which the launcher saw it exit (0 = first): the first failure is the cause."""
 
 
 @dataclass(kw_only=True)
@@ -50,12 +52,23 @@ class LocalOutcome:
             return None
         if self.timed_out:
             return f"timed out after {self.wall_s:.0f} s (cluster.trial_timeout_s); all ranks stopped"
-        first = next((r for r in self.ranks if r.returncode not in (0, None) and not r.stopped_by_launcher), None)
-        if first is None:
+        failed = sorted(
+            (r for r in self.ranks if r.returncode not in (0, None) and not r.stopped_by_launcher),
+            key=lambda r: r.exit_seq,
+        )
+        if not failed:
             return "ranks were stopped before finishing"
+        parts = [f"rank {failed[0].rank} {describe_exit(failed[0].returncode)}"]
+        parts += [f"then rank {r.rank} {describe_exit(r.returncode)}" for r in failed[1:]]
         stopped = [r.rank for r in self.ranks if r.stopped_by_launcher]
-        tail = f"; ranks {stopped} stopped after it" if stopped else ""
-        return f"rank {first.rank} {describe_exit(first.returncode)}{tail}"
+        if stopped:
+            parts.append(f"the launcher stopped rank(s) {', '.join(map(str, stopped))}")
+        return "; ".join(parts)
+
+    def culprit(self) -> int | None:
+        """The rank whose failure came first, if any."""
+        failed = [r for r in self.ranks if r.returncode not in (0, None) and not r.stopped_by_launcher]
+        return min(failed, key=lambda r: r.exit_seq).rank if failed else None
 
 
 def describe_exit(code: int | None) -> str:
@@ -127,8 +140,14 @@ def run_local(
                 )
             )
         stopped: set[int] = set()
+        exit_seq: dict[int, int] = {}
         failed_at: float | None = None
-        while any(p.poll() is None for p in procs):
+        while True:
+            for i, p in enumerate(procs):
+                if i not in exit_seq and p.poll() is not None:
+                    exit_seq[i] = len(exit_seq)
+            if len(exit_seq) == len(procs):
+                break
             if on_poll:
                 on_poll()
             now = time.monotonic()
@@ -141,7 +160,8 @@ def run_local(
                 stopped |= _stop(procs)
             time.sleep(POLL_S)
         outcome.ranks = [
-            RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped) for i, p in enumerate(procs)
+            RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i))
+            for i, p in enumerate(procs)
         ]
     except BaseException:
         _stop(procs)
@@ -168,10 +188,10 @@ def _stop(procs: list[subprocess.Popen]) -> set[int]:
     return alive
 
 
-def last_lines(path: Path, n: int = 3) -> str:
-    """The last non-empty lines of a log, joined with ' | ' (for a failure reason)."""
+def last_lines(path: Path, n: int = 2, width: int = 160) -> str:
+    """The last non-empty lines of a log, each cut to `width`, joined with ' | ' (for a reason)."""
     try:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return " | ".join(lines[-n:])
+    return " | ".join(ln if len(ln) <= width else ln[: width - 1] + "…" for ln in lines[-n:])

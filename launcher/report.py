@@ -49,7 +49,9 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 def print_table(df: pd.DataFrame, rec: Recommendation, title: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     header, rows = display_rows(df)
     table = Table(title=title)
@@ -57,13 +59,14 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str) -> None:
         table.add_column(SHORT.get(col, col), justify="left" if col in ("status", "reason") else "right",
                          no_wrap=col != "reason", overflow="fold")  # fmt: skip
     for row, status in zip(rows, df["status"]):
-        table.add_row(*row, style=None if status == "completed" else "red")
+        # Cells are data (reasons quote logs with [brackets]), never rich markup.
+        table.add_row(*map(Text, row), style=None if status == "completed" else "red")
     console = Console()
     console.print(table)
     size = "none" if rec.world_size is None else str(rec.world_size)
     if df["mfu"].isna().all():
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
-    console.print(f"[bold]Recommended world size: {size}[/bold] — {rec.reason}")
+    console.print(f"[bold]Recommended world size: {size}[/bold] — {escape(rec.reason)}")
 
 
 def plot(df: pd.DataFrame, threshold: float, path: Path) -> None:

@@ -48,7 +48,8 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
         row["reason"] = f"no record written: {executor_reason}" if outcome else None
         return row
     row["status"] = record["status"]
-    reasons = [r for r in (record.get("reason"), executor_reason) if r]
+    # The executor names the rank that failed first (the cause); the payload's own reason follows.
+    reasons = [r for r in (executor_reason, record.get("reason")) if r]
     if record["status"] == "completed" and executor_reason:
         reasons = [f"record complete, but afterwards {executor_reason}"]
     row["reason"] = "; ".join(reasons) or None

@@ -100,10 +100,10 @@ def run_trial(sweep_dir: Path, trial: Trial, cfg: LauncherConfig, on_step=None, 
         on_poll=poll,
     )
     reason = outcome.reason()
-    if reason:
-        tail = next((t for t in (last_lines(tdir / f"rank{r.rank}.log") for r in outcome.ranks
-                                 if r.returncode not in (0, None) and not r.stopped_by_launcher) if t), "")  # fmt: skip
-        reason = f"{reason}; last log lines: {tail}" if tail else reason
+    culprit = outcome.culprit()
+    if culprit is not None:
+        tail = last_lines(tdir / f"rank{culprit}.log")
+        reason = f"{reason}; rank {culprit} log ends: {tail}" if tail else reason
     doc = {
         "executor": "local",
         "reason": reason,
@@ -131,18 +131,19 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
 
 
-def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, show: bool = True) -> SweepResult:
+def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: bool = True) -> SweepResult:
     """Plan and check every trial, then run them in order with progress shown."""
     trials = plan_sweep(cfg)  # raises ConfigError before anything exists on disk
     sweep_dir = create_sweep_dir(cfg, trials, overrides)
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {sweep_dir}")
+    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=not show, transient=False) as progress:
+    with Progress(*columns, console=console, disable=not progress_bars, transient=False) as progress:
         overall = progress.add_task("sweep", total=len(trials))
         for t in trials:
             task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
@@ -151,7 +152,6 @@ def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, show: bool = Tru
             progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
             progress.advance(overall)
     result = finish(sweep_dir, cfg)
-    if show:
-        print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}")
-        Console().print(f"results: {sweep_dir}/results.csv, results.parquet, report.md")
+    print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}")
+    Console().print(f"results: {escape(str(sweep_dir))}/results.csv, results.parquet, report.md")
     return result

@@ -56,8 +56,8 @@ class BatchConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class OptimConfig:
-    name: str = field(default="adamw", metadata={"choices": ("adamw",)})
-    """Optimizer."""
+    name: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
+    """Optimizer: adamw, or sgd (with momentum)."""
     lr: float = 1e-3
     """Learning rate at `base_global_batch`; scaled by `lr_scaling` for other global batches."""
     weight_decay: float = 0.0
@@ -66,6 +66,8 @@ class OptimConfig:
     """AdamW beta1."""
     beta2: float = 0.95
     """AdamW beta2."""
+    momentum: float = 0.9
+    """SGD momentum."""
     warmup_steps: int = 0
     """Linear LR warm-up steps (optimizer steps)."""
     lr_scaling: str = field(default="none", metadata={"choices": ("none", "linear", "sqrt")})

@@ -69,7 +69,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _positive("optim.lr", o.lr, 0.001)
     if not (math.isfinite(o.weight_decay) and o.weight_decay >= 0):
         raise ConfigError(f"optim.weight_decay={o.weight_decay} must be ≥ 0; set e.g. optim.weight_decay=0.1")
-    for key, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2)):
+    for key, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2), ("optim.momentum", o.momentum)):
         if not 0 <= beta < 1:
             raise ConfigError(f"{key}={beta} must be in [0, 1); set e.g. {key}=0.9")
     _at_least("optim.warmup_steps", o.warmup_steps, 0, 0)

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         if rank0 and not args.record.exists():
-            reason = f"rank 0 raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+            reason = f"rank 0 raised {type(exc).__name__}: {first_line}"
             atomic_write_json(
                 args.record,
                 make_record(status="failed", reason=reason, doc=doc, started=started, world_size=info.world_size),

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..config.schema import LauncherConfig
+from ..config.schema import LauncherConfig, OptimConfig
 from ..plan import Trial
 from . import metrics
 from .data import MicroBatches, build_dataset
@@ -35,6 +35,12 @@ def fault_step(spec: str | None, rank: int) -> int | None:
     if kind != "kill":
         raise ValueError(f"LAUNCHER_FAULT={spec!r}: only kill:RANK:STEP is understood")
     return int(step) if int(fault_rank) == rank else None
+
+
+def build_optimizer(o: OptimConfig, params, lr: float) -> torch.optim.Optimizer:
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return torch.optim.AdamW(params, lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
 
 
 def lr_lambda(warmup_steps: int):
@@ -63,11 +69,8 @@ def train(
     model = build_model(cfg.model).to(device)
     n_params, n_non_embedding = param_counts(model)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    o = cfg.optim
-    optimizer = torch.optim.AdamW(
-        ddp.parameters(), lr=trial.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
-    )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps))
+    optimizer = build_optimizer(cfg.optim, ddp.parameters(), trial.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps))
     dataset = build_dataset(cfg.data, cfg.model, num_samples=trial.steps * trial.global_batch, seed=cfg.seed)
     batches = MicroBatches(dataset, trial.micro, trial.dp, info.rank, cfg.seed)
     kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), info.rank)

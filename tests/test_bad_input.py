@@ -1,0 +1,84 @@
+"""Bad input: one clear line on stderr, exit 2, and no sweep folder left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from launcher.cli import main
+
+RECIPES = "recipes"  # messages name the folder; the test substitutes the real path
+
+CASES = [
+    (["batch.micro=0"], "batch.micro=0 must be a positive integer; set e.g. batch.micro=8"),
+    (["batch.micro=abc"], "batch.micro=abc must be an integer; e.g. batch.micro=8"),
+    (["batch.micro=2.5"], "batch.micro=2.5 must be an integer; e.g. batch.micro=8"),
+    (["batch.accum=-1"], "batch.accum=-1 must be a positive integer; set e.g. batch.accum=1"),
+    (["foo=1"], "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, model, optim, parallel, run, seed, sweep"),
+    (["+foo=1"], "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, run, seed, sweep"),
+    (["batch.foo=2"], "unknown config key 'batch.foo' (from 'batch.foo=2'); batch has: accum, global, micro"),
+    (["model=nope"], "model=nope is not a recipe in {recipes}/model; available: gpt_125m, gpt_1_3b, gpt_350m, mlp, tiny_gpt"),
+    (["batch.micro=["], "cannot parse override 'batch.micro=['; write key=value, lists as key=[a,b], and quote values with special characters"),
+    (["sweep.world_sizes=[1,x]"], "sweep.world_sizes=[1,x] must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
+    (["sweep.world_sizes=abc"], "sweep.world_sizes='abc' must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
+    (["sweep.world_sizes=[]"], "sweep.world_sizes=[] is empty; list the sizes to measure, e.g. sweep.world_sizes=[1,2]"),
+    (["sweep.world_sizes=[0,2]"], "sweep.world_sizes=[0, 2] holds 0; every size must be a positive integer, e.g. sweep.world_sizes=[1,2]"),
+    (["sweep.world_sizes=[2,2]"], "sweep.world_sizes=[2, 2] repeats a size; list each once, e.g. sweep.world_sizes=[2]"),
+    (["sweep.threshold=abc"], "sweep.threshold=abc must be a number; e.g. sweep.threshold=0.8"),
+    (["sweep.threshold=1.5"], "sweep.threshold=1.5 must be in (0, 1]; set e.g. sweep.threshold=0.8"),
+    (["sweep.warmup_steps=30"], "sweep.warmup_steps=30 leaves no measured step of sweep.steps=30; set sweep.steps above 30, e.g. sweep.steps=50"),
+    (["sweep.steps=0"], "sweep.steps=0 must be a positive integer; set e.g. sweep.steps=30"),
+    (["sweep.name=a b"], "sweep.name='a b' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1"),
+    (["sweep.name=../x"], "sweep.name='../x' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1"),
+    (["model.n_heads=5"], "model.d_model=128 is not divisible by model.n_heads=5; pick heads that divide the width, e.g. model.n_heads=4"),
+    (["model.arch=cnn"], "model.arch='cnn' is not one of gpt, mlp; set e.g. model.arch=gpt"),
+    (["model.seq_len=1.5"], "model.seq_len=1.5 must be an integer; e.g. model.seq_len=64"),
+    (["model.vocab_size=1"], "model.vocab_size=1 must be at least 2; set e.g. model.vocab_size=256"),
+    (["optim.lr=-1"], "optim.lr=-1.0 must be a positive number; set e.g. optim.lr=0.001"),
+    (["optim.lr_scaling=cubic"], "optim.lr_scaling='cubic' is not one of none, linear, sqrt; set e.g. optim.lr_scaling=none"),
+    (["optim.beta2=1.0"], "optim.beta2=1.0 must be in [0, 1); set e.g. optim.beta2=0.9"),
+    (["parallel=ddp,fsdp"], "'parallel=ddp,fsdp': comma-separated values are not a single value; write a list as key=[a,b]"),
+    (["parallel.layout=zero9"], "parallel.layout='zero9' is not one of ddp; set e.g. parallel.layout=ddp"),
+    (["cluster.device_name=[1]"], "cluster.device_name=[1] must be a string; e.g. cluster.device_name=cpu"),
+    (["cluster.peak_flops_per_device=0"], "cluster.peak_flops_per_device=0.0 must be a positive number; set e.g. cluster.peak_flops_per_device=312000000000000.0"),
+    (["data=file"], "data.kind=file needs data.path; set data.path=/path/to/tokens.bin"),
+    (["data=file", "data.path=/nonexistent/tokens.bin"], "data.path='/nonexistent/tokens.bin' is not a readable file; point it at a token file"),
+    (["batch.global=24"], "world size 2: batch.global=24 is not divisible by batch.micro(8) × dp(2) = 16; choose a multiple of 16 or another batch.micro"),
+    (["batch.global=16", "batch.accum=4", "sweep.world_sizes=[1]"], "world size 1: batch.global=16 ≠ batch.micro(8) × batch.accum(4) × dp(1) = 32; set batch.accum=2 or leave it at 1 to derive it"),
+    (["run.world_size=0"], "run.world_size=0 must be a positive integer; set e.g. run.world_size=1"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_one_line_exit_2_nothing_created(overrides, message, tmp_path, capsys):
+    from launcher.config.compose import PACKAGED_RECIPES
+
+    results = tmp_path / "results"
+    assert main(["sweep", *overrides, f"sweep.results_dir={results}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"launcher: error: {message.format(recipes=PACKAGED_RECIPES)}\n"
+    assert not results.exists()
+
+
+def test_bad_input_through_the_console_script(tmp_path):
+    """The installed entry point, not just main(): exit status 2, one line, no folder."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "sweep", "batch.micro=0", f"sweep.results_dir={tmp_path / 'r'}"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["launcher: error: batch.micro=0 must be a positive integer; set e.g. batch.micro=8"]
+    assert proc.stdout == ""
+    assert not (tmp_path / "r").exists()
+
+
+def test_existing_sweep_name_is_refused_and_kept(tmp_path, capsys):
+    kept = tmp_path / "taken" / "results.csv"
+    kept.parent.mkdir()
+    kept.write_text("precious\n")
+    assert main(["sweep", "sweep.name=taken", f"sweep.results_dir={tmp_path}"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert kept.read_text() == "precious\n"

@@ -1,0 +1,69 @@
+"""Batch arithmetic and LR scaling: tables of hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from launcher.config.derived import batch_math, scaled_lr
+from launcher.config.errors import ConfigError
+from launcher.config.schema import BatchConfig, OptimConfig
+from launcher.config.compose import compose_config
+from launcher.plan import plan_sweep
+
+
+@pytest.mark.parametrize(
+    "micro, accum, global_, dp, want_accum, want_global",
+    [
+        (8, 1, None, 1, 1, 8),
+        (8, 1, None, 4, 1, 32),
+        (4, 4, None, 2, 4, 32),
+        (16, 2, None, 8, 2, 256),
+        (8, 1, 64, 1, 8, 64),  # strong scaling: accum derived
+        (8, 1, 64, 2, 4, 64),
+        (8, 1, 64, 8, 1, 64),
+        (8, 4, 64, 2, 4, 64),  # explicit accum that agrees
+    ],
+)
+def test_global_batch_is_micro_times_accum_times_dp(micro, accum, global_, dp, want_accum, want_global):
+    m = batch_math(BatchConfig(micro=micro, accum=accum, global_batch=global_), dp)
+    assert (m.micro, m.accum, m.dp, m.global_batch) == (micro, want_accum, dp, want_global)
+    assert m.global_batch == m.micro * m.accum * m.dp
+
+
+@pytest.mark.parametrize(
+    "micro, accum, global_, dp, message",
+    [
+        (8, 1, 100, 4, "batch.global=100 is not divisible by batch.micro(8) × dp(4) = 32; choose a multiple of 32 or another batch.micro"),
+        (8, 1, 32, 8, "batch.global=32 is not divisible by batch.micro(8) × dp(8) = 64; choose a multiple of 64 or another batch.micro"),
+        (8, 2, 64, 2, "batch.global=64 ≠ batch.micro(8) × batch.accum(2) × dp(2) = 32; set batch.accum=4 or leave it at 1 to derive it"),
+    ],
+)
+def test_impossible_batches_carry_the_numbers(micro, accum, global_, dp, message):
+    with pytest.raises(ConfigError) as info:
+        batch_math(BatchConfig(micro=micro, accum=accum, global_batch=global_), dp)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "rule, global_batch, want",
+    [("none", 64, 1e-3), ("linear", 64, 8e-3), ("linear", 4, 5e-4), ("sqrt", 32, 2e-3), ("sqrt", 8, 1e-3)],
+)
+def test_lr_scaling_rules(rule, global_batch, want):
+    assert math.isclose(scaled_lr(OptimConfig(lr=1e-3, lr_scaling=rule, base_global_batch=8), global_batch), want)
+
+
+def test_sweep_plan_weak_and_strong():
+    weak = plan_sweep(compose_config(["sweep.world_sizes=[4,1,2]", "optim.lr_scaling=linear"]))
+    assert [(t.trial_id, t.world_size, t.global_batch, t.accum, t.lr, t.scaling) for t in weak] == [
+        ("000-ws1", 1, 8, 1, 1e-3, "weak"),
+        ("001-ws2", 2, 16, 1, 2e-3, "weak"),
+        ("002-ws4", 4, 32, 1, 4e-3, "weak"),
+    ]
+    strong = plan_sweep(compose_config(["sweep.world_sizes=[1,2,4]", "batch.global=32"]))
+    assert [(t.world_size, t.global_batch, t.accum, t.scaling) for t in strong] == [
+        (1, 32, 4, "strong"),
+        (2, 32, 2, "strong"),
+        (4, 32, 1, "strong"),
+    ]
