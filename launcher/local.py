@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-POLL_S = 0.1
+# The launcher shares the cores with the ranks it measures: poll gently.
+POLL_S = 0.25
 GRACE_S = 5.0
 
 

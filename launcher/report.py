@@ -47,8 +47,16 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def print_table(df: pd.DataFrame, rec: Recommendation, title: str) -> None:
+def stdout_console():
+    """rich console for stdout; piped or redirected output gets wide lines instead of rich's
+    80-column guess, which would cut table cells."""
     from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str = "") -> None:
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -61,12 +69,14 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str) -> None:
     for row, status in zip(rows, df["status"]):
         # Cells are data (reasons quote logs with [brackets]), never rich markup.
         table.add_row(*map(Text, row), style=None if status == "completed" else "red")
-    console = Console()
+    console = stdout_console()
     console.print(table)
     size = "none" if rec.world_size is None else str(rec.world_size)
     if df["mfu"].isna().all():
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
     console.print(f"[bold]Recommended world size: {size}[/bold] — {escape(rec.reason)}")
+    if footer:
+        console.print(footer, markup=False)
 
 
 def plot(df: pd.DataFrame, threshold: float, path: Path) -> None:

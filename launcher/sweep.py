@@ -143,7 +143,7 @@ def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: b
     console = Console(stderr=True)
     console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=not progress_bars, transient=False) as progress:
+    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
         overall = progress.add_task("sweep", total=len(trials))
         for t in trials:
             task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
@@ -152,6 +152,6 @@ def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: b
             progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
             progress.advance(overall)
     result = finish(sweep_dir, cfg)
-    print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}")
-    Console().print(f"results: {escape(str(sweep_dir))}/results.csv, results.parquet, report.md")
+    print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}",
+                footer=f"results: {sweep_dir}/results.csv, results.parquet, report.md")  # fmt: skip
     return result
