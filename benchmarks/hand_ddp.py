@@ -7,7 +7,6 @@ prints one JSON line: {"tokens_per_s": ..., "step_time_median_s": ...}.
 """
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -42,7 +41,7 @@ def main(micro: int, steps: int, warmup: int) -> None:
         times.append(time.perf_counter() - start)
     everyone = [None] * world
     dist.all_gather_object(everyone, times[warmup:])
-    measured = [max(ts) for ts in zip(*everyone)]  # a step ends when its slowest rank does
+    measured = [max(ts) for ts in zip(*everyone, strict=True)]  # a step ends when its slowest rank does
     median = statistics.median(measured)
     if rank == 0:
         print(json.dumps({"tokens_per_s": micro * world * cfg.seq_len / median, "step_time_median_s": median}))

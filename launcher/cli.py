@@ -62,16 +62,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = _run_as_sweep(cfg)
             if args.dry_run:
                 return _dry_run(cfg)
-        from .plan import plan_sweep
         from .sweep import run_sweep
 
-        plan_sweep(cfg)  # every trial checked before anything is created or started
         result = run_sweep(cfg, args.overrides, progress_bars=not args.quiet)
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("launcher: interrupted; finished trials are kept in their sweep folder", file=sys.stderr)
+        print("launcher: interrupted; finished trials and their table are kept in the sweep folder", file=sys.stderr)
         return 130
     return 0 if (result.table["status"] == "completed").any() else 1
 

@@ -66,7 +66,7 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str =
     for col in header:
         table.add_column(SHORT.get(col, col), justify="left" if col in ("status", "reason") else "right",
                          no_wrap=col != "reason", overflow="fold")  # fmt: skip
-    for row, status in zip(rows, df["status"]):
+    for row, status in zip(rows, df["status"], strict=True):
         # Cells are data (reasons quote logs with [brackets]), never rich markup.
         table.add_row(*map(Text, row), style=None if status == "completed" else "red")
     console = stdout_console()

@@ -91,14 +91,18 @@ def run_trial(sweep_dir: Path, trial: Trial, cfg: LauncherConfig, on_step=None, 
             if hits:
                 on_step(int(hits[-1][0]))
 
-    outcome = run_local(
-        tdir,
-        world_size=trial.world_size,
-        threads=cfg.cluster.threads_per_rank,
-        timeout_s=cfg.cluster.trial_timeout_s,
-        extra_args=extra_args,
-        on_poll=poll,
-    )
+    try:
+        outcome = run_local(
+            tdir,
+            world_size=trial.world_size,
+            threads=cfg.cluster.threads_per_rank,
+            timeout_s=cfg.cluster.trial_timeout_s,
+            extra_args=extra_args,
+            on_poll=poll,
+        )
+    except KeyboardInterrupt:
+        atomic_write_json(tdir / "outcome.json", {"executor": "local", "reason": "interrupted (Ctrl-C); ranks stopped"})
+        raise
     reason = outcome.reason()
     culprit = outcome.culprit()
     if culprit is not None:
@@ -143,14 +147,18 @@ def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: b
     console = Console(stderr=True)
     console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
-        overall = progress.add_task("sweep", total=len(trials))
-        for t in trials:
-            task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-            outcome = run_trial(sweep_dir, t, cfg, on_step=lambda k, task=task: progress.update(task, completed=k))
-            status = "done" if outcome["reason"] is None else "[red]failed[/red]"
-            progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
-            progress.advance(overall)
+    try:
+        with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
+            overall = progress.add_task("sweep", total=len(trials))
+            for t in trials:
+                task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
+                outcome = run_trial(sweep_dir, t, cfg, on_step=lambda k, task=task: progress.update(task, completed=k))
+                status = "done" if outcome["reason"] is None else "[red]failed[/red]"
+                progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
+                progress.advance(overall)
+    except KeyboardInterrupt:
+        finish(sweep_dir, cfg)  # the table of what finished; unrun trials show as pending
+        raise
     result = finish(sweep_dir, cfg)
     print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}",
                 footer=f"results: {sweep_dir}/results.csv, results.parquet, report.md")  # fmt: skip

@@ -140,12 +140,13 @@ def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
 
     if name == "OverrideParseException":
         from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import OverrideParseException
 
         parser = OverridesParser.create()
         for ov in overrides:
             try:
                 parser.parse_overrides([ov])
-            except Exception:
+            except OverrideParseException:
                 return (
                     f"cannot parse override {ov!r}; write key=value, lists as key=[a,b], "
                     "and quote values with special characters"

@@ -125,7 +125,7 @@ def train(
     dist.all_gather_object(everyone, mine)
 
     # A step ends when its slowest rank ends it.
-    measured = [max(ts) for ts in zip(*(r["step_times"] for r in everyone))]
+    measured = [max(ts) for ts in zip(*(r["step_times"] for r in everyone), strict=True)]
     stats = metrics.step_stats(measured)
     thr = metrics.throughput(
         global_batch=trial.global_batch,
