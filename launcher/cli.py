@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import shlex
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from . import __version__
@@ -18,8 +19,10 @@ from .config.errors import ConfigError
 EXAMPLES = """examples:
   launcher sweep
   launcher sweep model=mlp sweep.world_sizes=[1,2] batch.micro=16 batch.accum=2 optim.lr_scaling=linear
-  launcher run run.world_size=2 run.steps=50
-  launcher run run.world_size=2 --dry-run
+  launcher cluster up && launcher sweep cluster=devcluster sweep.nodes=[1,2,4]
+  launcher sweep cluster=devcluster sweep.nodes=[1,2] --detach; launcher collect results/<sweep-id>
+  launcher sweep --resume results/<sweep-id>
+  launcher run cluster=devcluster cluster.nodes=2 --dry-run
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as [a,b]."""
 
 
@@ -32,58 +35,158 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"launcher {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+
     for name, help_ in (
-        ("sweep", "run the recipe at every sweep.world_sizes and recommend a size"),
-        ("run", "run the recipe once at run.world_size"),
+        ("sweep", "run the recipe at every size and recommend one"),
+        ("run", "run the recipe once (run.world_size locally, cluster.nodes on Slurm)"),
     ):
-        sp = sub.add_parser(name, help=help_, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp = add(name, help_)
         sp.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=mlp batch.micro=16")
         sp.add_argument("--recipes", help="recipes folder (default: $LAUNCHER_RECIPES or the bundled recipes/)")
-        sp.add_argument("--quiet", action="store_true", help="no progress bars")
+        sp.add_argument("--quiet", action="store_true", help="no progress display")
         if name == "run":
-            sp.add_argument("--dry-run", action="store_true", help="print what would run; run nothing")
+            sp.add_argument("--dry-run", action="store_true", help="print (and write) what would run; start nothing")
+        else:
+            sp.add_argument("--detach", action="store_true", help="Slurm: return after submitting")
+            sp.add_argument("--resume", metavar="SWEEP_DIR", help="carry on a sweep from its folder (no overrides)")
+    for name, help_ in (("status", "where each trial of a sweep stands, and the source"),
+                        ("collect", "ask the scheduler, rebuild and print a sweep's table")):  # fmt: skip
+        add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
+    cl = add("cluster", "a real Slurm dev cluster on this machine (needs root)")
+    cl.add_argument("action", choices=("up", "down", "status"))
+    cl.add_argument("--nodes", type=int, default=4, help="compute nodes for `up` (default 4)")
     return p
 
 
 def _run_as_sweep(cfg):
     """A single run is a one-trial sweep: same folder layout, record and table."""
     r = cfg.run
-    sweep = dataclasses.replace(cfg.sweep, world_sizes=[r.world_size], steps=r.steps, warmup_steps=r.warmup_steps)
+    sizes = {"nodes": [cfg.cluster.nodes]} if cfg.cluster.kind == "slurm" else {"world_sizes": [r.world_size]}
+    sweep = dataclasses.replace(cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False)
     return dataclasses.replace(cfg, sweep=sweep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        from .config.compose import compose_config
-
-        cfg = compose_config(args.overrides, args.recipes)
-        if args.command == "run":
-            cfg = _run_as_sweep(cfg)
-            if args.dry_run:
-                return _dry_run(cfg)
-        from .sweep import run_sweep
-
-        result = run_sweep(cfg, args.overrides, progress_bars=not args.quiet)
+        return _dispatch(args)
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("launcher: interrupted; finished trials and their table are kept in the sweep folder", file=sys.stderr)
         return 130
+
+
+def _dispatch(args) -> int:
+    from . import sweep as sw
+
+    if args.command == "cluster":
+        return _cluster(args)
+    if args.command == "status":
+        return _status(args.sweep_dir)
+    if args.command == "collect":
+        result = sw.collect(args.sweep_dir)
+        sw.show(result)
+        return 0
+    if args.command == "sweep" and args.resume:
+        if args.overrides:
+            raise ConfigError(f"--resume takes no overrides (got {' '.join(args.overrides)}); the sweep folder holds its config")
+        result = sw.resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach)
+    else:
+        from .config.compose import compose_config
+
+        cfg = compose_config(args.overrides, args.recipes)
+        if args.command == "run":
+            cfg = _run_as_sweep(cfg)
+            if args.dry_run:
+                return _dry_run(cfg, args.overrides)
+        detach = getattr(args, "detach", False)
+        if detach and cfg.cluster.kind != "slurm":
+            raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
+        result = sw.run_sweep(cfg, args.overrides, progress_bars=not args.quiet, detach=detach)
+    if result is None:
+        return 0
+    sw.show(result)
     return 0 if (result.table["status"] == "completed").any() else 1
 
 
-def _dry_run(cfg) -> int:
-    from .local import payload_argv, rank_env
+def _status(sweep_dir: str) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from .report import stdout_console
+    from .sweep import load_sweep
+
+    path, cfg, trials = load_sweep(sweep_dir)
+    outcomes = {}
+    if cfg.cluster.kind == "slurm":
+        from .submit import refresh
+
+        outcomes = refresh(path, cfg)
+    table = Table(title=f"sweep {path.name} ({cfg.cluster.kind})")
+    for col in ("trial", "nodes", "ranks", "job", "state", "source", "reason"):
+        table.add_column(col)
+    for t in trials:
+        tdir = path / "trials" / t.trial_id
+        doc = outcomes.get(t.trial_id)
+        record = (tdir / "record.json").exists()
+        if doc is None and (tdir / "outcome.json").exists():
+            from .io import read_json
+
+            doc = read_json(tdir / "outcome.json")
+        if doc is None:
+            state, source, job, reason = ("completed" if record else "not started"), ("record" if record else "—"), "—", ""
+        else:
+            state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
+            source, job, reason = doc.get("source", doc.get("executor", "")), doc.get("job", "—"), doc.get("reason") or ""
+        table.add_row(*map(Text, (t.trial_id, str(t.nodes), str(t.world_size), job, state, source, reason)))
+    stdout_console().print(table)
+    return 0
+
+
+def _cluster(args) -> int:
+    from . import devcluster
+
+    try:
+        if args.action == "up":
+            c = devcluster.up(nodes=args.nodes)
+            print(devcluster.status(c.root))
+        elif args.action == "down":
+            devcluster.down()
+        else:
+            print(devcluster.status())
+    except devcluster.DevClusterError as exc:
+        print(f"launcher: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _dry_run(cfg, overrides) -> int:
     from .plan import plan_sweep
 
     (trial,) = plan_sweep(cfg)
+    if cfg.cluster.kind == "slurm":
+        from .submit import plan_jobs, write_scripts
+        from .sweep import create_sweep_dir
+
+        sweep_dir = create_sweep_dir(cfg, [trial], overrides)
+        (job,) = plan_jobs(cfg, sweep_dir, [trial])
+        write_scripts(sweep_dir, [job])
+        script = sweep_dir / "jobs" / f"{job.name}.sbatch"
+        print(job.script, end="")
+        print(f"# written to {script}; submit with: sbatch {shlex.quote(str(script))}", file=sys.stderr)
+        return 0
+    from .local import payload_argv, rank_env
+
     print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
     for rank in range(trial.world_size):
         env = rank_env(rank, trial.world_size, 0, cfg.cluster.threads_per_rank)
         keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
-        argv = payload_argv("<trial-dir>/trial.json", "<trial-dir>/record.json", [])
+        argv = payload_argv(Path("<trial-dir>/trial.json"), Path("<trial-dir>/record.json"), [])
         print(" ".join([*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]))
     return 0
 

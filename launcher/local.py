@@ -8,6 +8,7 @@ blocked in a collective would otherwise wait for the process-group timeout.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from .io import atomic_write_json
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
@@ -196,3 +199,42 @@ def last_lines(path: Path, n: int = 2, width: int = 160) -> str:
     except OSError:
         return ""
     return " | ".join(ln if len(ln) <= width else ln[: width - 1] + "…" for ln in lines[-n:])
+
+
+_STEP = re.compile(rb"step (\d+)/(\d+)")
+
+
+def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float,
+                  on_step: Callable[[int], None] | None = None, extra_args: list[str] | None = None) -> dict:  # fmt: skip
+    """Run the trial in `tdir` locally; write and return its outcome.json."""
+    log0 = tdir / "rank0.log"
+
+    def poll() -> None:
+        if on_step and log0.exists():
+            hits = _STEP.findall(log0.read_bytes()[-4096:])
+            if hits:
+                on_step(int(hits[-1][0]))
+
+    try:
+        outcome = run_local(tdir, world_size=world_size, threads=threads, timeout_s=timeout_s,
+                            extra_args=extra_args, on_poll=poll)  # fmt: skip
+    except KeyboardInterrupt:
+        atomic_write_json(tdir / "outcome.json", {"executor": "local", "final": False,
+                                                  "reason": "interrupted (Ctrl-C); ranks stopped"})  # fmt: skip
+        raise
+    reason = outcome.reason()
+    culprit = outcome.culprit()
+    if culprit is not None:
+        tail = last_lines(tdir / f"rank{culprit}.log")
+        reason = f"{reason}; rank {culprit} log ends: {tail}" if tail else reason
+    doc = {
+        "executor": "local",
+        "final": True,
+        "reason": reason,
+        "timed_out": outcome.timed_out,
+        "wall_s": outcome.wall_s,
+        "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher}
+                  for r in outcome.ranks],  # fmt: skip
+    }
+    atomic_write_json(tdir / "outcome.json", doc)
+    return doc

@@ -12,7 +12,7 @@ from typing import Any
 from .config.derived import batch_math, scaled_lr
 from .config.errors import ConfigError
 from .config.load import load_config, to_dict
-from .config.schema import LauncherConfig
+from .config.schema import ClusterConfig, LauncherConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -47,6 +47,8 @@ class Trial:
     """Leading steps excluded from throughput."""
     scaling: str
     """`weak` (per-rank batch fixed across sizes) or `strong` (global batch fixed)."""
+    repeat: int = 0
+    """Which repeat of this size (sweep.repeats > 1 measures each size several times)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -56,16 +58,23 @@ def scaling_mode(cfg: LauncherConfig) -> str:
     return "weak" if cfg.batch.global_batch is None else "strong"
 
 
-def plan_trial(cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int) -> Trial:
+def ranks_per_node(cluster: ClusterConfig) -> int:
+    """Ranks on one node: tasks_per_node, else one per GPU, else 1."""
+    return cluster.tasks_per_node or cluster.gpus_per_node or 1
+
+
+def plan_trial(
+    cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0
+) -> Trial:
     """One trial at `world_size`; ConfigError if this size cannot run this config."""
     # DDP is the only layout so far: every rank is a data-parallel replica.
     dp, tp, pp = world_size, 1, 1
     math_ = batch_math(cfg.batch, dp)
     return Trial(
-        trial_id=f"{index:03d}-ws{world_size}",
+        trial_id=f"{index:03d}-ws{world_size}" + (f"-r{repeat}" if repeat or cfg.sweep.repeats > 1 else ""),
         index=index,
         world_size=world_size,
-        nodes=1,
+        nodes=nodes,
         layout=cfg.parallel.layout,
         dp=dp,
         tp=tp,
@@ -77,27 +86,42 @@ def plan_trial(cfg: LauncherConfig, *, index: int, world_size: int, steps: int, 
         steps=steps,
         warmup_steps=warmup_steps,
         scaling=scaling_mode(cfg),
+        repeat=repeat,
     )
 
 
-def plan_sweep(cfg: LauncherConfig) -> list[Trial]:
-    """All trials of the sweep, smallest size first. The first impossible trial raises,
-    naming its size, before anything has run."""
-    trials = []
-    for index, world_size in enumerate(sorted(cfg.sweep.world_sizes)):
-        try:
-            trials.append(
-                plan_trial(
-                    cfg, index=index, world_size=world_size, steps=cfg.sweep.steps, warmup_steps=cfg.sweep.warmup_steps
-                )
+def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:
+    """(nodes, world size) per size, smallest first."""
+    if cfg.cluster.kind != "slurm":
+        return [(1, w) for w in sorted(cfg.sweep.world_sizes)]
+    rpn = ranks_per_node(cfg.cluster)
+    if cfg.sweep.nodes is not None:
+        return [(n, n * rpn) for n in sorted(cfg.sweep.nodes)]
+    sizes = []
+    for w in sorted(cfg.sweep.world_sizes):
+        if w % rpn:
+            raise ConfigError(
+                f"sweep.world_sizes holds {w}, not a multiple of {rpn} ranks per node; "
+                f"use sweep.nodes=[...] or sizes that are multiples of {rpn}"
             )
-        except ConfigError as exc:
-            raise ConfigError(f"world size {world_size}: {exc}") from None
+        sizes.append((w // rpn, w))
+    return sizes
+
+
+def plan_sweep(cfg: LauncherConfig) -> list[Trial]:
+    """All trials of the sweep, smallest size first, `sweep.repeats` of each. The first
+    impossible trial raises, naming its size, before anything has run."""
+    trials: list[Trial] = []
+    for nodes, world_size in sweep_sizes(cfg):
+        for repeat in range(cfg.sweep.repeats):
+            try:
+                trials.append(
+                    plan_trial(cfg, index=len(trials), world_size=world_size, steps=cfg.sweep.steps,
+                               warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat)  # fmt: skip
+                )
+            except ConfigError as exc:
+                raise ConfigError(f"world size {world_size}: {exc}") from None
     return trials
-
-
-def plan_run(cfg: LauncherConfig) -> Trial:
-    return plan_trial(cfg, index=0, world_size=cfg.run.world_size, steps=cfg.run.steps, warmup_steps=cfg.run.warmup_steps)
 
 
 def trial_document(trial: Trial, cfg: LauncherConfig) -> dict[str, Any]:

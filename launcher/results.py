@@ -44,8 +44,18 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row.update(peak_memory_mb=None, hosts=None)
     executor_reason = (outcome or {}).get("reason")
     if record is None:
-        row["status"] = "failed" if outcome else "pending"
-        row["reason"] = f"no record written: {executor_reason}" if outcome else None
+        if outcome is None:
+            row["status"], row["reason"] = "pending", None
+        elif outcome.get("executor") == "slurm":
+            # Slurm's state is the story: cancelled, timeout, node_fail, running, … A job that
+            # COMPLETED without a record still failed: the record is the proof of a finished trial.
+            status = outcome.get("status", "unknown")
+            row["status"] = "failed" if status == "completed" else status
+            row["reason"] = executor_reason or (
+                f"job {outcome.get('job')} completed but the payload wrote no record" if status == "completed" else None
+            )
+        else:
+            row["status"], row["reason"] = "failed", f"no record written: {executor_reason}"
         return row
     row["status"] = record["status"]
     # The executor names the rank that failed first (the cause); the payload's own reason follows.

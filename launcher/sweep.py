@@ -1,15 +1,18 @@
-"""A sweep: plan every trial (all validated first), run them one by one, build the table.
+"""A sweep: plan every trial (all validated first), run or submit them, build the table.
 
 Folder layout, written as the sweep goes so nothing is lost if the launcher dies:
     results/<sweep-id>/sweep.json               spec: overrides, resolved config, trial list
-    results/<sweep-id>/trials/<trial-id>/       trial.json, rank<r>.log, record.json, outcome.json
+    results/<sweep-id>/jobs/                    rendered sbatch scripts and batch logs (slurm)
+    results/<sweep-id>/trials/<trial-id>/       trial.json, rank logs, submission.json (slurm),
+                                                record.json (payload), outcome.json (executor)
     results/<sweep-id>/results.{csv,parquet}    the table, rebuilt from trials/
     results/<sweep-id>/report.md, scaling.png   what people read
+
+Any later command (`status`, `collect`, `sweep --resume`) works from the folder alone.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +23,13 @@ import pandas as pd
 from . import __version__
 from .analysis import Recommendation, recommend
 from .config.errors import ConfigError
-from .config.load import to_dict
+from .config.load import load_config, to_dict
 from .config.schema import LauncherConfig
-from .io import atomic_write_json
-from .local import last_lines, run_local
+from .io import atomic_write_json, read_json
+from .local import run_trial_dir
 from .plan import Trial, plan_sweep, trial_document
 from .report import print_table, write_report
 from .results import TABLE_SCHEMA_VERSION, build_table, write_table
-
-_STEP = re.compile(rb"step (\d+)/(\d+)")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -80,44 +81,23 @@ def create_sweep_dir(cfg: LauncherConfig, trials: Sequence[Trial], overrides: Se
     return sweep_dir
 
 
-def run_trial(sweep_dir: Path, trial: Trial, cfg: LauncherConfig, on_step=None, extra_args=None) -> dict:
-    """Run one trial with the configured executor; write and return its outcome.json."""
+def load_sweep(sweep_dir: str | Path) -> tuple[Path, LauncherConfig, list[Trial]]:
+    """A sweep folder → (folder, config, trials); ConfigError if it is not one."""
+    sweep_dir = Path(sweep_dir)
+    spec = sweep_dir / "sweep.json"
+    if not spec.is_file():
+        raise ConfigError(f"{str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
+    doc = read_json(spec)
+    return sweep_dir, load_config(doc["config"]), [Trial(**t) for t in doc["trials"]]
+
+
+def is_done(sweep_dir: Path, trial: Trial) -> bool:
+    """Finished for good: the payload wrote a record, or the executor saw a final end."""
     tdir = sweep_dir / "trials" / trial.trial_id
-    log0 = tdir / "rank0.log"
-
-    def poll() -> None:
-        if on_step and log0.exists():
-            hits = _STEP.findall(log0.read_bytes()[-4096:])
-            if hits:
-                on_step(int(hits[-1][0]))
-
-    try:
-        outcome = run_local(
-            tdir,
-            world_size=trial.world_size,
-            threads=cfg.cluster.threads_per_rank,
-            timeout_s=cfg.cluster.trial_timeout_s,
-            extra_args=extra_args,
-            on_poll=poll,
-        )
-    except KeyboardInterrupt:
-        atomic_write_json(tdir / "outcome.json", {"executor": "local", "reason": "interrupted (Ctrl-C); ranks stopped"})
-        raise
-    reason = outcome.reason()
-    culprit = outcome.culprit()
-    if culprit is not None:
-        tail = last_lines(tdir / f"rank{culprit}.log")
-        reason = f"{reason}; rank {culprit} log ends: {tail}" if tail else reason
-    doc = {
-        "executor": "local",
-        "reason": reason,
-        "timed_out": outcome.timed_out,
-        "wall_s": outcome.wall_s,
-        "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher}
-                  for r in outcome.ranks],  # fmt: skip
-    }
-    atomic_write_json(tdir / "outcome.json", doc)
-    return doc
+    if (tdir / "record.json").exists():
+        return True
+    outcome = tdir / "outcome.json"
+    return outcome.exists() and bool(read_json(outcome).get("final"))
 
 
 def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
@@ -125,41 +105,109 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     df = build_table(sweep_dir, cfg.cluster.usd_per_device_hour)
     write_table(df, sweep_dir)
     rec = recommend(df, cfg.sweep.threshold)
+    scaling = df["scaling"].iloc[0] if len(df) else "n/a"
     summary = (
         f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`, cluster `{cfg.cluster.name}`; "
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
-        f"first {cfg.sweep.warmup_steps} excluded; scaling: {df['scaling'].iloc[0] if len(df) else 'n/a'}, "
-        f"efficiency against the smallest completed size."
+        f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
     write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir)
     return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
 
 
-def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: bool = True) -> SweepResult:
-    """Plan and check every trial, then run them in order with progress shown."""
-    trials = plan_sweep(cfg)  # raises ConfigError before anything exists on disk
-    sweep_dir = create_sweep_dir(cfg, trials, overrides)
+def show(result: SweepResult) -> None:
+    d = result.sweep_dir
+    print_table(result.table, result.recommendation, title=f"sweep {d.name}",
+                footer=f"results: {d}/results.csv, results.parquet, report.md")  # fmt: skip
 
+
+def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progress_bars: bool) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
+        overall = progress.add_task("sweep", total=len(trials))
+        for t in trials:
+            task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
+            outcome = run_trial_dir(
+                sweep_dir / "trials" / t.trial_id,
+                world_size=t.world_size,
+                threads=cfg.cluster.threads_per_rank,
+                timeout_s=cfg.cluster.trial_timeout_s,
+                on_step=lambda k, task=task: progress.update(task, completed=k),
+            )
+            status = "done" if outcome["reason"] is None else "[red]failed[/red]"
+            progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
+            progress.advance(overall)
+
+
+def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
+    from rich.console import Console
+
+    from .submit import env_for, plan_jobs, submit_jobs, write_scripts
+
+    done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
+    jobs = plan_jobs(cfg, sweep_dir, trials, first_index=len(done))
+    write_scripts(sweep_dir, jobs)
+    console = Console(stderr=True)
+    submit_jobs(sweep_dir, jobs, env_for(cfg),
+                on_submit=lambda job, job_id: console.print(f"submitted {job.name} as job {job_id}: "
+                                                            f"{', '.join(t.trial_id for t in job.trials)}"))  # fmt: skip
+
+
+def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
+            detach: bool = False) -> SweepResult | None:  # fmt: skip
+    """Run (local) or submit and track (slurm) the trials not yet done; then build the table.
+    With detach (slurm), return None right after submission."""
+    pending = [t for t in trials if not is_done(sweep_dir, t)]
     try:
-        with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
-            overall = progress.add_task("sweep", total=len(trials))
-            for t in trials:
-                task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-                outcome = run_trial(sweep_dir, t, cfg, on_step=lambda k, task=task: progress.update(task, completed=k))
-                status = "done" if outcome["reason"] is None else "[red]failed[/red]"
-                progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
-                progress.advance(overall)
+        if cfg.cluster.kind == "local":
+            _run_local(sweep_dir, cfg, pending, progress_bars)
+        else:
+            from .submit import submissions, track
+
+            submitted = submissions(sweep_dir)
+            _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
+            if detach:
+                print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
+                return None
+            track(sweep_dir, cfg, pending, progress_bars=progress_bars)
     except KeyboardInterrupt:
-        finish(sweep_dir, cfg)  # the table of what finished; unrun trials show as pending
+        finish(sweep_dir, cfg)  # the table of what finished; the rest show as pending
         raise
-    result = finish(sweep_dir, cfg)
-    print_table(result.table, result.recommendation, title=f"sweep {sweep_dir.name}",
-                footer=f"results: {sweep_dir}/results.csv, results.parquet, report.md")  # fmt: skip
-    return result
+    return finish(sweep_dir, cfg)
+
+
+def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: bool = True,
+              detach: bool = False) -> SweepResult | None:  # fmt: skip
+    """Plan and check every trial, create the folder, then execute."""
+    trials = plan_sweep(cfg)  # raises ConfigError before anything exists on disk
+    if cfg.cluster.kind == "slurm":
+        from .submit import plan_jobs
+
+        # Render every job script before the folder exists: a bad value stops here, not mid-submission.
+        plan_jobs(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
+    sweep_dir = create_sweep_dir(cfg, trials, overrides)
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
+    return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
+
+
+def resume_sweep(sweep_dir: str | Path, *, progress_bars: bool = True, detach: bool = False) -> SweepResult | None:
+    """Carry on a sweep from its folder: finished trials are kept, the rest run (or are tracked)."""
+    path, cfg, trials = load_sweep(sweep_dir)
+    return execute(path, cfg, trials, progress_bars=progress_bars, detach=detach)
+
+
+def collect(sweep_dir: str | Path) -> SweepResult:
+    """Ask the scheduler once, then rebuild the table from the folder."""
+    path, cfg, _ = load_sweep(sweep_dir)
+    if cfg.cluster.kind == "slurm":
+        from .submit import refresh
+
+        refresh(path, cfg)
+    return finish(path, cfg)

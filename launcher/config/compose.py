@@ -107,7 +107,7 @@ def _example(key: str) -> str:
         return f"{key}=<value>"
     f, tp = hit
     if typing_origin_is_list(tp):
-        return f"{key}=[1,2]"
+        return f"{key}=[1,2]" if tp.__args__[0] is int else f"{key}=['a','b']"
     default = None if f.default is dataclasses.MISSING else f.default
     if default is None:
         default = {int: 1, float: 1.0, str: "name", bool: True}.get(tp, "<value>")
@@ -128,7 +128,7 @@ def _type_words(key: str) -> str:
         return "of another type"
     tp = hit[1]
     if typing_origin_is_list(tp):
-        return "a list of integers"
+        return "a list of integers" if tp.__args__[0] is int else "a list of strings"
     return _TYPE_WORDS.get(tp, f"of type {getattr(tp, '__name__', tp)}")
 
 

@@ -22,26 +22,30 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
             f"unknown config key '{prefix}{unknown[0]}'; {where} has: {', '.join(sorted(known))}"
         )
     kwargs = {}
-    for f, tp, _ in fields_of(cls):
+    for f, tp, optional in fields_of(cls):
         key = config_key(f)
         if key not in data:
             continue
         value = data[key]
-        if dataclasses.is_dataclass(tp):
+        if value is None and optional:
+            pass
+        elif dataclasses.is_dataclass(tp):
             value = from_dict(tp, value, prefix=f"{prefix}{key}.")
         elif typing.get_origin(tp) in (list, typing.List):
-            value = _as_int_list(f"{prefix}{key}", value)
+            value = _as_list(f"{prefix}{key}", value, typing.get_args(tp)[0])
         kwargs[f.name] = value
     return cls(**kwargs)
 
 
-def _as_int_list(key: str, value: Any) -> list[int]:
-    """A list of ints; a bare int (`sweep.world_sizes=4`) means a one-element list."""
+def _as_list(key: str, value: Any, elem: type) -> list[Any]:
+    """A list of `elem`; a bare value (`sweep.world_sizes=4`) means a one-element list."""
     from .errors import ConfigError
 
     items = value if isinstance(value, (list, tuple)) else [value]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise ConfigError(f"{key}={value!r} must be a list of integers; e.g. {key}=[1,2]")
+    if not all(isinstance(v, elem) and not isinstance(v, bool) for v in items):
+        what = {int: "integers", str: "strings"}.get(elem, elem.__name__)
+        example = "[1,2]" if elem is int else "['a','b']"
+        raise ConfigError(f"{key}={value!r} must be a list of {what}; e.g. {key}={example}")
     return list(items)
 
 

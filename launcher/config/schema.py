@@ -90,8 +90,8 @@ class DataConfig:
 class ClusterConfig:
     name: str = "local"
     """Cluster preset name, recorded with every trial."""
-    kind: str = field(default="local", metadata={"choices": ("local",)})
-    """Executor: `local` runs a trial's ranks as processes on this machine."""
+    kind: str = field(default="local", metadata={"choices": ("local", "slurm")})
+    """Executor: `local` runs a trial's ranks as processes here; `slurm` submits sbatch jobs."""
     device: str = field(default="auto", metadata={"choices": ("auto", "cpu", "cuda")})
     """Device per rank; `auto` is CUDA when available, else CPU."""
     device_name: str = "cpu"
@@ -99,19 +99,62 @@ class ClusterConfig:
     peak_flops_per_device: Optional[float] = None
     """Peak FLOP/s of one device at the training precision. Unknown (null) → MFU is null."""
     usd_per_device_hour: Optional[float] = None
-    """Price of one device-hour; null → cost columns are null."""
+    """Price of one device-hour (one GPU-hour on GPU clusters); null → cost columns are null."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS)."""
     trial_timeout_s: float = 600.0
-    """A trial still running after this many seconds is killed and recorded as failed."""
+    """local: a trial still running after this many seconds is killed and recorded as failed."""
     pg_timeout_s: float = 120.0
     """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
+    # --- slurm only ---------------------------------------------------------------------
+    partition: Optional[str] = None
+    """`--partition`; null → the cluster's default partition."""
+    account: Optional[str] = None
+    """`--account` to charge."""
+    qos: Optional[str] = None
+    """`--qos`."""
+    time_limit: str = "00:30:00"
+    """`--time` per job ([D-]HH:MM:SS or minutes)."""
+    nodes: int = 1
+    """Nodes of a single `launcher run`."""
+    gpus_per_node: int = 0
+    """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU."""
+    tasks_per_node: Optional[int] = None
+    """Ranks per node; null → gpus_per_node, or 1 without GPUs."""
+    cpus_per_task: int = 1
+    """`--cpus-per-task` for each rank."""
+    mem: Optional[str] = None
+    """`--mem` per node, e.g. 64G; null → the partition's default."""
+    constraint: Optional[str] = None
+    """`--constraint` (node features), e.g. a100&ib."""
+    exclusive: bool = False
+    """`--exclusive`: no other job shares the nodes (clean measurements)."""
+    sbatch_extra: List[str] = field(default_factory=list)
+    """Extra `#SBATCH` options, one per item, e.g. ["--mail-type=END"]."""
+    setup: List[str] = field(default_factory=list)
+    """Shell lines run before training (module load, venv activation): the user's own code, verbatim."""
+    launch: str = field(default="srun", metadata={"choices": ("srun", "torchrun")})
+    """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
+    python: Optional[str] = None
+    """Python that runs the payload on the nodes; null → the launcher's own interpreter."""
+    signal_warning_s: int = 120
+    """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
+    slurm_conf: Optional[str] = None
+    """SLURM_CONF for the Slurm client commands (the dev cluster's); null → Slurm's own default."""
+    serialize_trials: bool = False
+    """Run a sweep's jobs one at a time (`--dependency=singleton`): needed where nodes share cores."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class SweepConfig:
     world_sizes: List[int] = field(default_factory=lambda: [1, 2])
-    """World sizes (ranks) to measure; each becomes one trial."""
+    """World sizes (ranks) to measure; each becomes one trial (local; slurm when `nodes` is null)."""
+    nodes: Optional[List[int]] = None
+    """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
+    repeats: int = 1
+    """Trials per size (a Slurm job array); the table judges each size by its median throughput."""
+    pack: bool = False
+    """slurm: one allocation of the largest size; every trial runs inside it as a job step."""
     steps: int = 30
     """Optimizer steps per trial, warm-up included."""
     warmup_steps: int = 5

@@ -62,7 +62,7 @@ def schema_node(cls: type) -> DictConfig:
             content[config_key(f)] = schema_node(tp)
         elif typing.get_origin(tp) in (list, typing.List):
             (elem,) = typing.get_args(tp)
-            content[config_key(f)] = ListConfig(_default(f), element_type=elem)
+            content[config_key(f)] = ListConfig(_default(f), element_type=elem, is_optional=optional)
         else:
             content[config_key(f)] = _SCALAR_NODES[tp](_default(f), is_optional=optional)
     node = OmegaConf.create(content)

@@ -53,6 +53,12 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         ("model.ffn_mult", m.ffn_mult, 4),
     ):
         _at_least(key, value, 1, example)
+    for key, value in (("model.name", m.name), ("cluster.name", cfg.cluster.name)):
+        if not _SAFE_NAME.match(value):
+            raise ConfigError(
+                f"{key}={value!r} names folders and jobs: use letters, digits, '.', '_' or '-' (≤100); "
+                f"set e.g. {key}=mine"
+            )
     if m.arch == "gpt" and m.d_model % m.n_heads:
         raise ConfigError(
             f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
@@ -102,19 +108,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
 
     s = cfg.sweep
-    if not s.world_sizes:
-        raise ConfigError("sweep.world_sizes=[] is empty; list the sizes to measure, e.g. sweep.world_sizes=[1,2]")
-    for n in s.world_sizes:
-        if n < 1:
-            raise ConfigError(
-                f"sweep.world_sizes={list(s.world_sizes)} holds {n}; every size must be a positive integer, "
-                "e.g. sweep.world_sizes=[1,2]"
-            )
-    if len(set(s.world_sizes)) != len(s.world_sizes):
-        unique = ",".join(map(str, sorted(set(s.world_sizes))))
-        raise ConfigError(
-            f"sweep.world_sizes={list(s.world_sizes)} repeats a size; list each once, e.g. sweep.world_sizes=[{unique}]"
-        )
+    _check_sizes("sweep.world_sizes", s.world_sizes)
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
@@ -124,11 +118,83 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
             "'.' or '-'); set e.g. sweep.name=gpt-ddp-1"
         )
 
+    if s.nodes is not None:
+        _check_sizes("sweep.nodes", s.nodes)
+        if c.kind != "slurm":
+            raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
+    _at_least("sweep.repeats", s.repeats, 1, 1)
+    if s.pack and c.kind != "slurm":
+        raise ConfigError("sweep.pack=true runs trials as steps of one Slurm allocation; use cluster=slurm")
+    _check_slurm(c)
+
     r = cfg.run
     _at_least("run.world_size", r.world_size, 1, 1)
     _check_steps("run", r.steps, r.warmup_steps)
     _at_least("seed", cfg.seed, 0, 0)
     return cfg
+
+
+def _check_sizes(key: str, sizes: list[int]) -> None:
+    if not sizes:
+        raise ConfigError(f"{key}=[] is empty; list the sizes to measure, e.g. {key}=[1,2]")
+    for n in sizes:
+        if n < 1:
+            raise ConfigError(
+                f"{key}={list(sizes)} holds {n}; every size must be a positive integer, e.g. {key}=[1,2]"
+            )
+    if len(set(sizes)) != len(sizes):
+        unique = ",".join(map(str, sorted(set(sizes))))
+        raise ConfigError(f"{key}={list(sizes)} repeats a size; list each once, e.g. {key}=[{unique}]")
+
+
+# Values that land on #SBATCH lines, which sbatch tokenises itself (no shell quoting there):
+# only characters Slurm's own names and expressions use are accepted.
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,()\[\]*:!-]{1,200}$")
+_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_SLURM_MEM = re.compile(r"^\d+[KMGT]?$")
+_SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
+
+
+def _check_slurm(c) -> None:
+    for key, value, example in (
+        ("cluster.partition", c.partition, "gpu"),
+        ("cluster.account", c.account, "myproject"),
+        ("cluster.qos", c.qos, "normal"),
+    ):
+        if value is not None and not _SLURM_NAME.match(value):
+            raise ConfigError(
+                f"{key}={value!r} is not a Slurm name (letters, digits, '_', '.', '+', '-'; ≤64); set e.g. {key}={example}"
+            )
+    if c.constraint is not None and not _SLURM_CONSTRAINT.match(c.constraint):
+        raise ConfigError(
+            f"cluster.constraint={c.constraint!r} is not a Slurm feature expression (features joined by & | , "
+            "with [ ] ( ) * :); set e.g. cluster.constraint=a100"
+        )
+    if not _SLURM_TIME.match(c.time_limit):
+        raise ConfigError(
+            f"cluster.time_limit={c.time_limit!r} is not a Slurm time ([D-]HH:MM:SS, HH:MM or minutes); "
+            "set e.g. cluster.time_limit=01:00:00"
+        )
+    if c.mem is not None and not _SLURM_MEM.match(c.mem):
+        raise ConfigError(f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G")
+    for opt in c.sbatch_extra:
+        if not _SBATCH_OPTION.match(opt):
+            raise ConfigError(
+                f"cluster.sbatch_extra holds {opt!r}, not one --option[=value] without spaces, quotes or shell "
+                "characters; write e.g. cluster.sbatch_extra=['--mail-type=END']"
+            )
+    for line in c.setup:
+        if "\x00" in line:
+            raise ConfigError("cluster.setup holds a NUL character; setup lines are shell code, one line per item")
+    _at_least("cluster.nodes", c.nodes, 1, 1)
+    _at_least("cluster.gpus_per_node", c.gpus_per_node, 0, 8)
+    if c.tasks_per_node is not None:
+        _at_least("cluster.tasks_per_node", c.tasks_per_node, 1, 1)
+    _at_least("cluster.cpus_per_task", c.cpus_per_task, 1, 1)
+    _at_least("cluster.signal_warning_s", c.signal_warning_s, 0, 120)
+    if c.python is not None and ("\n" in c.python or not c.python.strip()):
+        raise ConfigError(f"cluster.python={c.python!r} must be one interpreter path; set e.g. cluster.python=/opt/venv/bin/python")
 
 
 def _check_steps(group: str, steps: int, warmup: int) -> None:

@@ -1,0 +1,164 @@
+"""Pure rendering: a typed job request → sbatch script text. No I/O beyond reading templates.
+
+Values on `#SBATCH` lines were checked against Slurm's own character sets by config
+validation (sbatch tokenises those lines itself, without a shell); every value in the script
+body is shell-quoted with shlex.quote. Only `cluster.setup` lines run verbatim: they are the
+user's own shell code.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from . import __version__
+from .config.errors import ConfigError
+from .config.schema import ClusterConfig
+from .plan import Trial, ranks_per_node
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "sbatch_templates"
+# Paths that appear on #SBATCH lines (the batch log): sbatch does not shell-parse them.
+_SBATCH_PATH = re.compile(r"^[A-Za-z0-9_./+=,@%-]+$")
+
+
+@dataclass(kw_only=True, frozen=True)
+class TrialStep:
+    dir: str
+    """Absolute trial folder (holds trial.json; receives logs and record.json)."""
+    nodes: int
+    """Nodes this trial's step spans."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class JobRequest:
+    description: str
+    """One line saying what the job is (a comment in the script)."""
+    job_name: str
+    """`--job-name`; a sweep's jobs share it so `singleton` can serialise them."""
+    nodes: int
+    """Nodes allocated."""
+    ntasks_per_node: int
+    """Ranks per node (srun launch) — torchrun launch spawns this many per node itself."""
+    cpus_per_task: int
+    """CPUs per rank."""
+    gpus_per_node: int
+    """GPUs per node; 0 → no --gres line."""
+    partition: str | None = None
+    """`--partition`."""
+    account: str | None = None
+    """`--account`."""
+    qos: str | None = None
+    """`--qos`."""
+    time_limit: str
+    """`--time`."""
+    mem: str | None = None
+    """`--mem`."""
+    constraint: str | None = None
+    """`--constraint`."""
+    exclusive: bool = False
+    """`--exclusive`."""
+    sbatch_extra: tuple[str, ...] = ()
+    """Extra #SBATCH options."""
+    setup: tuple[str, ...] = ()
+    """User's shell lines, verbatim."""
+    launch: str = "srun"
+    """srun | torchrun."""
+    python: str
+    """Interpreter on the nodes."""
+    threads_per_rank: int = 1
+    """OMP/MKL threads per rank."""
+    signal_warning_s: int = 120
+    """USR1 this many seconds before the time limit."""
+    output: str
+    """Batch log path pattern (%j, %A, %a expand)."""
+    trials: tuple[TrialStep, ...]
+    """One trial (plain job), several of one shape (array), or several steps (pack)."""
+    array: bool = False
+    """Job array: task i runs trials[i]."""
+    pack: bool = False
+    """One allocation, trials run one after another as job steps."""
+    singleton: bool = False
+    """`--dependency=singleton`."""
+    payload_args: tuple[str, ...] = field(default_factory=tuple)
+    """Extra arguments for `python -m launcher.train`."""
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # shell, not HTML: quoting is the `q` filter's job
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def render_script(request: JobRequest) -> str:
+    """The sbatch script for `request`: a pure function of it."""
+    return _environment().get_template("trial.sbatch.j2").render(r=request, version=__version__)
+
+
+def check_sbatch_path(path: str, what: str) -> None:
+    if not _SBATCH_PATH.match(path):
+        raise ConfigError(
+            f"{what} {path!r} has characters an #SBATCH line cannot carry (spaces, quotes, shell characters); "
+            "choose sweep.results_dir without them"
+        )
+
+
+def job_request(
+    cluster: ClusterConfig,
+    trials: list[Trial],
+    trial_dirs: list[Path],
+    *,
+    job_name: str,
+    log_dir: Path,
+    python: str,
+    pack: bool = False,
+    payload_args: tuple[str, ...] = (),
+) -> JobRequest:
+    """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation."""
+    if not trials:
+        raise ValueError("a job needs at least one trial")
+    shapes = {(t.nodes, t.world_size) for t in trials}
+    if not pack and len(shapes) > 1:
+        raise ValueError(f"an array job needs trials of one shape, got (nodes, world size) {sorted(shapes)}")
+    output = str(log_dir / ("slurm-%A_%a.out" if len(trials) > 1 and not pack else "slurm-%j.out"))
+    check_sbatch_path(output, "the batch log path")
+    kinds = "pack" if pack else ("array" if len(trials) > 1 else "trial")
+    return JobRequest(
+        description=f"{kinds} of {len(trials)} trial(s): " + ", ".join(t.trial_id for t in trials),
+        job_name=job_name,
+        nodes=max(t.nodes for t in trials),
+        ntasks_per_node=ranks_per_node(cluster),
+        cpus_per_task=cluster.cpus_per_task,
+        gpus_per_node=cluster.gpus_per_node,
+        partition=cluster.partition,
+        account=cluster.account,
+        qos=cluster.qos,
+        time_limit=cluster.time_limit,
+        mem=cluster.mem,
+        constraint=cluster.constraint,
+        exclusive=cluster.exclusive,
+        sbatch_extra=tuple(cluster.sbatch_extra),
+        setup=tuple(cluster.setup),
+        launch=cluster.launch,
+        python=python,
+        threads_per_rank=cluster.threads_per_rank,
+        signal_warning_s=cluster.signal_warning_s,
+        output=output,
+        trials=tuple(TrialStep(dir=str(d), nodes=t.nodes) for t, d in zip(trials, trial_dirs, strict=True)),
+        array=not pack and len(trials) > 1,
+        pack=pack,
+        singleton=cluster.serialize_trials,
+        payload_args=payload_args,
+    )

@@ -1,0 +1,143 @@
+"""Slurm side of a sweep: group trials into jobs, render every script, submit, track.
+
+All scripts are rendered (and so checked) before the first sbatch. After each sbatch the job id
+is written into each of its trials' `submission.json` at once, so a launcher that dies
+mid-submission leaves an exact account of what was submitted.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .config.schema import LauncherConfig
+from .io import atomic_write_json, atomic_write_text, read_json
+from .plan import Trial
+from .render import JobRequest, job_request, render_script
+from .slurm import query, sbatch, slurm_env
+
+POLL_S = 2.0
+
+
+@dataclass(kw_only=True, frozen=True)
+class PlannedJob:
+    name: str
+    """Script file stem, e.g. `job-000`."""
+    trials: tuple[Trial, ...]
+    """Trials the job runs (array task i → trials[i]; pack: steps in order)."""
+    request: JobRequest
+    """The typed request the script is rendered from."""
+    script: str
+    """Rendered sbatch text."""
+
+
+def group_trials(trials: list[Trial], *, pack: bool) -> list[list[Trial]]:
+    """pack: one job for all. Otherwise one job per size; repeats of a size form an array."""
+    if pack:
+        return [list(trials)]
+    groups: dict[tuple[int, int], list[Trial]] = {}
+    for t in trials:
+        groups.setdefault((t.nodes, t.world_size), []).append(t)
+    return list(groups.values())
+
+
+def env_for(cfg: LauncherConfig) -> dict[str, str]:
+    return slurm_env(cfg.cluster.slurm_conf)
+
+
+def plan_jobs(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, first_index: int = 0,
+              payload_args: tuple[str, ...] = ()) -> list[PlannedJob]:  # fmt: skip
+    """Render every job of these trials (pure apart from reading templates)."""
+    sweep_dir = sweep_dir.resolve()
+    python = cfg.cluster.python or sys.executable
+    jobs = []
+    for i, group in enumerate(group_trials(trials, pack=cfg.sweep.pack), start=first_index):
+        request = job_request(
+            cfg.cluster,
+            group,
+            [sweep_dir / "trials" / t.trial_id for t in group],
+            job_name=f"lnch-{sweep_dir.name}"[:64],
+            log_dir=sweep_dir / "jobs",
+            python=python,
+            pack=cfg.sweep.pack,
+            payload_args=payload_args,
+        )
+        jobs.append(PlannedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request)))
+    return jobs
+
+
+def write_scripts(sweep_dir: Path, jobs: list[PlannedJob]) -> None:
+    for job in jobs:
+        atomic_write_text(sweep_dir / "jobs" / f"{job.name}.sbatch", job.script)
+
+
+def submit_jobs(sweep_dir: Path, jobs: list[PlannedJob], env: dict[str, str],
+                on_submit: Callable[[PlannedJob, str], None] | None = None) -> None:  # fmt: skip
+    for job in jobs:
+        job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
+        for i, t in enumerate(job.trials):
+            key = f"{job_id}_{i}" if job.request.array else job_id
+            atomic_write_json(
+                sweep_dir / "trials" / t.trial_id / "submission.json",
+                {"job_id": job_id, "key": key, "script": f"jobs/{job.name}.sbatch", "pack_step": i if job.request.pack
+                 else None, "submitted_at": time.time()},  # fmt: skip
+            )
+        if on_submit:
+            on_submit(job, job_id)
+
+
+def submissions(sweep_dir: Path) -> dict[str, dict]:
+    """trial id → submission.json, for trials that were submitted."""
+    out = {}
+    for path in sorted((sweep_dir / "trials").glob("*/submission.json")):
+        out[path.parent.name] = read_json(path)
+    return out
+
+
+def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
+    """Ask Slurm about every submitted trial; write each trial's outcome.json; return them."""
+    subs = submissions(sweep_dir)
+    states, notes = query(sorted({s["key"] for s in subs.values()}), env_for(cfg))
+    outcomes = {}
+    for trial_id, sub in subs.items():
+        st = states.get(sub["key"])
+        tdir = sweep_dir / "trials" / trial_id
+        if st is None:
+            why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
+            doc = {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
+                   "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
+        else:
+            status = st.status
+            if sub.get("pack_step") is not None and st.status in ("running", "pending") and (tdir / "record.json").exists():
+                status = "completed"  # its step finished inside a job that is still running others
+            doc = {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
+                   "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
+                   "nodelist": st.nodelist, "reason": st.reason(cfg.cluster.time_limit),
+                   "steps": [list(s) for s in st.steps]}  # fmt: skip
+        atomic_write_json(tdir / "outcome.json", doc)
+        outcomes[trial_id] = doc
+    return outcomes
+
+
+def track(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True) -> None:
+    """Poll until every submitted trial has reached a terminal state, showing each one's state."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
+        tasks = {t.trial_id: progress.add_task(f"{t.trial_id} ({t.nodes} nodes, {t.world_size} ranks)") for t in trials}
+        while True:
+            outcomes = refresh(sweep_dir, cfg)
+            for trial_id, doc in outcomes.items():
+                if trial_id in tasks:
+                    label = doc.get("slurm_state") or doc["status"]
+                    progress.update(tasks[trial_id], description=f"{trial_id}: job {doc['job']} {label} "
+                                                                  f"({doc['source']})")  # fmt: skip
+            if all(outcomes.get(t.trial_id, {}).get("final") for t in trials):
+                return
+            time.sleep(POLL_S)
