@@ -101,7 +101,8 @@ def plot(df: pd.DataFrame, threshold: float, path: Path) -> None:
     for ax in (ax1, ax2):
         ax.set_xticks(sorted(df["world_size"].unique()))
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=100)

@@ -1,0 +1,37 @@
+"""Job requests for the golden-file tests and the `sbatch --test-only` tests: each must be
+valid on the dev cluster (partition debug, account dev, qos normal, feature dev, 2 GPUs/node)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.config.compose import compose_config
+from launcher.plan import plan_sweep
+from launcher.render import JobRequest
+from launcher.submit import plan_jobs
+
+SWEEP_DIR = Path("/scratch/results/golden-sweep")
+PY = "cluster.python=/opt/venv/bin/python"
+
+CASES: dict[str, list[str]] = {
+    "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
+    "gpu_torchrun_all_options": [
+        "cluster=slurm", "cluster.partition=debug", "cluster.account=dev", "cluster.qos=normal",
+        "cluster.time_limit=00:20:00", "cluster.gpus_per_node=2", "cluster.cpus_per_task=1", "cluster.mem=1G",
+        "cluster.constraint=dev", "cluster.exclusive=true", "cluster.launch=torchrun",
+        "cluster.sbatch_extra=['--mail-type=END','--comment=scaling']",
+        "cluster.setup=['source $(conda info --base)/etc/profile.d/conda.sh','conda activate train']",
+        "sweep.nodes=[2]", PY,
+    ],
+    "array_three_repeats": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
+    "pack_1_2_4": ["cluster=devcluster", "sweep.nodes=[1,2,4]", "sweep.pack=true", PY],
+    "quoted_payload_args": ["cluster=devcluster", "sweep.nodes=[1]", PY],
+}  # fmt: skip
+
+PAYLOAD_ARGS = {"quoted_payload_args": ("--save-params", "/scratch/it's here/$(params).pt")}
+
+
+def scripts(name: str, sweep_dir: Path = SWEEP_DIR) -> list[tuple[JobRequest, str]]:
+    cfg = compose_config(CASES[name])
+    jobs = plan_jobs(cfg, sweep_dir, plan_sweep(cfg), payload_args=PAYLOAD_ARGS.get(name, ()))
+    return [(j.request, j.script) for j in jobs]
