@@ -7,6 +7,16 @@ from dataclasses import dataclass
 import pandas as pd
 
 
+def by_size(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per world size over its completed trials (repeats → medians), smallest first."""
+    done = df[(df["status"] == "completed") & df["efficiency"].notna()]
+    cols = {"tokens_per_s": "median", "efficiency": "median", "speedup": "median", "trial_id": "count"}
+    out = done.groupby("world_size", as_index=False).agg(cols).rename(columns={"trial_id": "completed"})
+    if "scaling" in done:
+        out["scaling"] = done["scaling"].iloc[0] if len(done) else "weak"
+    return out.sort_values("world_size").reset_index(drop=True)
+
+
 def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     """speedup and efficiency of each completed row against the smallest completed size N₀:
     efficiency = thr(N)·N₀ / (thr(N₀)·N) on tokens/s (per-rank batch fixed: weak scaling;
@@ -17,8 +27,8 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     done = df[(df["status"] == "completed") & df["tokens_per_s"].notna()]
     if done.empty:
         return df
-    base = done.loc[done["world_size"].idxmin()]
-    n0, thr0 = base["world_size"], base["tokens_per_s"]
+    n0 = done["world_size"].min()
+    thr0 = done.loc[done["world_size"] == n0, "tokens_per_s"].median()  # repeats: their median
     df.loc[done.index, "speedup"] = done["tokens_per_s"] / thr0
     df.loc[done.index, "efficiency"] = done["tokens_per_s"] * n0 / (thr0 * done["world_size"])
     return df
@@ -47,8 +57,10 @@ def _ranks(n: int) -> str:
 
 
 def recommend(df: pd.DataFrame, threshold: float) -> Recommendation:
-    """The largest size whose efficiency is ≥ threshold, with the evidence for and against."""
-    done = df[(df["status"] == "completed") & df["efficiency"].notna()].sort_values("world_size")
+    """The largest size whose (median) efficiency is ≥ threshold, with the evidence for and against."""
+    if "trial_id" not in df:
+        df = df.assign(trial_id=range(len(df)))
+    done = by_size(df)
     if done.empty:
         return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
     scaling = done["scaling"].iloc[0] if "scaling" in done else "weak"

@@ -11,10 +11,10 @@ import pandas as pd
 from .analysis import add_cost, add_scaling
 from .io import atomic_write_text
 
-TABLE_SCHEMA_VERSION = 1
+TABLE_SCHEMA_VERSION = 2  # 2: + repeat
 
 COLUMNS = [
-    "trial_id", "world_size", "nodes", "layout", "dp", "micro", "accum", "global_batch", "status",
+    "trial_id", "world_size", "nodes", "repeat", "layout", "dp", "micro", "accum", "global_batch", "status",
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
     "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
     "speedup", "efficiency", "scaling", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s",
@@ -40,6 +40,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     explains a trial that left no record (or a failed one)."""
     row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "micro",
                                                      "accum", "global_batch", "scaling", "lr")}  # fmt: skip
+    row["repeat"] = trial.get("repeat", 0)
     row.update({k: None for k in _METRIC_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
     executor_reason = (outcome or {}).get("reason")

@@ -17,7 +17,7 @@ from .config.schema import LauncherConfig
 from .io import atomic_write_json, atomic_write_text, read_json
 from .plan import Trial
 from .render import JobRequest, job_request, render_script
-from .slurm import query, sbatch, slurm_env
+from .slurm import JobState, query, sbatch, slurm_env
 
 POLL_S = 2.0
 
@@ -97,6 +97,14 @@ def submissions(sweep_dir: Path) -> dict[str, dict]:
     return out
 
 
+def pack_step_state(sub: dict, job: JobState) -> tuple[str, str, int, int] | None:
+    """The sacct step of a packed trial: the i-th srun of the job is step `<job>.<i>`."""
+    if sub.get("pack_step") is None:
+        return None
+    want = f"{sub['job_id']}.{sub['pack_step']}"
+    return next((s for s in job.steps if s[0] == want), None)
+
+
 def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
     """Ask Slurm about every submitted trial; write each trial's outcome.json; return them."""
     subs = submissions(sweep_dir)
@@ -110,13 +118,18 @@ def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
             doc = {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
                    "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
         else:
-            status = st.status
-            if sub.get("pack_step") is not None and st.status in ("running", "pending") and (tdir / "record.json").exists():
-                status = "completed"  # its step finished inside a job that is still running others
+            status, reason = st.status, st.reason(cfg.cluster.time_limit)
+            step = pack_step_state(sub, st)
+            if step is not None:  # a packed trial is one step of a shared job: its own step speaks for it
+                step_id, step_state, code, sig = step
+                if step_state == "COMPLETED":
+                    status, reason = "completed", None
+                elif step_state not in ("RUNNING", "PENDING"):
+                    status = "failed" if step_state == "FAILED" else step_state.lower()
+                    reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
             doc = {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
                    "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
-                   "nodelist": st.nodelist, "reason": st.reason(cfg.cluster.time_limit),
-                   "steps": [list(s) for s in st.steps]}  # fmt: skip
+                   "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps]}  # fmt: skip
         atomic_write_json(tdir / "outcome.json", doc)
         outcomes[trial_id] = doc
     return outcomes

@@ -18,3 +18,11 @@ def default_sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("results")
     assert main(["sweep", f"sweep.results_dir={out}", "sweep.name=e2e", "--quiet"]) == 0
     return out / "e2e"
+
+
+@pytest.fixture(scope="session")
+def devcluster():
+    """The real Slurm dev cluster (`launcher cluster up`; idempotent, instant when already up)."""
+    from launcher import devcluster as dc
+
+    return dc.up(nodes=4, log=lambda line: None)

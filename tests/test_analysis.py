@@ -54,3 +54,13 @@ def test_cost_per_million_tokens():
     # 8 × $2/h = $16/h for 3.6e8 tokens/h → $0.0444 per 1M tokens
     assert df["usd_per_1m_tokens"].iloc[0] == pytest.approx(16 / 360)
     assert add_cost(df, None)["usd_per_1m_tokens"].isna().all()
+
+
+def test_repeats_are_judged_by_their_median():
+    # size 1: 100, 110, 90 → median 100; size 2: 150, 190, 170 → median 170 → 0.85
+    df = table([(1, "completed", 100.0), (1, "completed", 110.0), (1, "completed", 90.0),
+                (2, "completed", 150.0), (2, "completed", 190.0), (2, "completed", 170.0), (2, "failed", None)])
+    assert df["efficiency"].tolist()[3:6] == pytest.approx([0.75, 0.95, 0.85])
+    rec = recommend(df, 0.8)
+    assert rec.world_size == 2
+    assert "(0.85, 1.70× the throughput of 1 rank)" in rec.reason

@@ -71,3 +71,17 @@ def test_array_and_pack_shapes():
     assert [ln.split()[2:] for ln in script.splitlines() if ln.startswith("run_trial ")] == [
         ["1", "0"], ["2", "1"], ["4", "2"],
     ]  # fmt: skip
+
+
+def test_run_dry_run_prints_and_writes_the_script_and_submits_nothing(tmp_path, capsys):
+    from launcher.cli import main
+
+    assert main(["run", "cluster=devcluster", "cluster.nodes=2", f"sweep.results_dir={tmp_path}",
+                 "sweep.name=dry", "--dry-run"]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    script = tmp_path / "dry" / "jobs" / "job-000.sbatch"
+    assert out == script.read_text()
+    assert out.startswith("#!/bin/bash\n") and "#SBATCH --nodes=2\n" in out
+    assert f"submit with: sbatch {script}" in err
+    assert (tmp_path / "dry" / "trials" / "000-ws2" / "trial.json").exists()
+    assert not list(tmp_path.glob("dry/trials/*/submission.json"))

@@ -1,0 +1,13 @@
+"""A real Slurm 22.05 cluster on this machine for development and CI: munged, MariaDB,
+slurmdbd, slurmctld and N compute nodes, each node in its own network namespace with its own
+address and hostname. `launcher cluster up|down|status` calls the functions here.
+
+Modules: conf (pure config text and paths), netns (bridge and namespaces), daemons (start,
+liveness and stop by pid), install (Debian packages), accounting (MariaDB, sacctmgr), state
+(the record of what `up` started), cluster (the life cycle).
+"""
+
+from .cluster import DEFAULT_ROOT, DevCluster, current, down, status, up
+from .errors import DevClusterError
+
+__all__ = ["DEFAULT_ROOT", "DevCluster", "DevClusterError", "current", "down", "status", "up"]

@@ -1,0 +1,74 @@
+"""The cluster folder's record of what `up` started and created (`cluster.json`), and the lock
+that keeps two `up`/`down` calls from interleaving."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .conf import Layout
+from .daemons import Proc
+from .errors import DevClusterError
+
+
+@dataclass(kw_only=True)
+class State:
+    nodes: tuple[str, ...] = ()
+    """Nodes of the last `up`."""
+    procs: dict[str, Proc] = field(default_factory=dict)
+    """Daemons started by `up`, by name."""
+    bridge: bool = False
+    """True if `up` created the bridge."""
+    netns: list[str] = field(default_factory=list)
+    """Nodes whose namespace `up` created."""
+    accounting: bool = False
+    """Cluster, account and user are in the accounting database."""
+
+    def to_json(self) -> dict:
+        return {
+            "nodes": list(self.nodes),
+            "procs": {k: p.to_json() for k, p in self.procs.items()},
+            "bridge": self.bridge,
+            "netns": self.netns,
+            "accounting": self.accounting,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> State:
+        return cls(
+            nodes=tuple(d.get("nodes", ())),
+            procs={k: Proc.from_json(v) for k, v in d.get("procs", {}).items()},
+            bridge=bool(d.get("bridge", False)),
+            netns=list(d.get("netns", [])),
+            accounting=bool(d.get("accounting", False)),
+        )
+
+
+def load(layout: Layout) -> State:
+    try:
+        return State.from_json(json.loads(layout.state_file.read_text()))
+    except FileNotFoundError:
+        return State()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DevClusterError(f"unreadable state file {layout.state_file}: {exc}") from None
+
+
+def save(layout: Layout, st: State) -> None:
+    tmp = layout.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(st.to_json(), indent=1) + "\n")
+    tmp.replace(layout.state_file)
+
+
+@contextmanager
+def locked(layout: Layout) -> Iterator[None]:
+    # Two `up`s at once (parallel test sessions) would start every daemon twice.
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with open(layout.root / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

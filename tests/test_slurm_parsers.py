@@ -1,0 +1,112 @@
+"""Parsers of sbatch/squeue/sacct output, fed literal outputs captured from the dev cluster
+(tests/data/slurm/, see its README for the command behind each file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.slurm import (
+    SlurmError,
+    expand_array_id,
+    parse_sacct,
+    parse_sbatch_parsable,
+    parse_squeue,
+    states_from_sacct,
+    states_from_squeue,
+)
+
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+def sacct(name: str):
+    return states_from_sacct(parse_sacct((DATA / name).read_text()))
+
+
+def test_sbatch_parsable_and_its_error():
+    assert parse_sbatch_parsable((DATA / "sbatch_parsable.txt").read_text()) == "19"
+    assert parse_sbatch_parsable("123;cluster\n") == "123"
+    with pytest.raises(SlurmError, match="not a job id"):
+        parse_sbatch_parsable((DATA / "sbatch_error_partition.txt").read_text())
+
+
+def test_completed_two_node_job_with_batch_extern_and_srun_steps():
+    rows = parse_sacct((DATA / "sacct_completed_2node.txt").read_text())
+    assert [(r.job_id, r.state, r.is_step, r.nodelist) for r in rows] == [
+        ("19", "COMPLETED", False, "n[1-2]"),
+        ("19.batch", "COMPLETED", True, "n1"),
+        ("19.extern", "COMPLETED", True, "n[1-2]"),
+        ("19.0", "COMPLETED", True, "n[1-2]"),
+    ]
+    (job,) = sacct("sacct_completed_2node.txt").values()
+    assert (job.key, job.status, job.source, job.terminal, job.reason()) == ("19", "completed", "sacct", True, None)
+    assert [s[0] for s in job.steps] == ["19.batch", "19.extern", "19.0"]
+
+
+def test_cancelled_by_uid_0():
+    job = sacct("sacct_cancelled.txt")["32"]
+    assert (job.slurm_state, job.detail, job.status) == ("CANCELLED", "by 0", "cancelled")
+    assert job.reason() == "cancelled by uid 0 (scancel)"
+    assert ("32.0", "CANCELLED", 0, 15) in job.steps
+
+
+def test_timeout_failed_and_node_fail():
+    assert sacct("sacct_timeout.txt")["30"].reason("00:01:00") == "hit the job's time limit (cluster.time_limit=00:01:00)"
+    failed = sacct("sacct_failed_exit3.txt")["34"]
+    assert (failed.status, failed.exit_code, failed.reason()) == ("failed", 3, "job FAILED with exit code 3")
+    node = sacct("sacct_node_fail.txt")["55"]
+    assert (node.status, node.nodelist) == ("node_fail", "n4")
+    assert node.reason() == "a node failed (Slurm NODE_FAIL on n4)"
+    assert ("55.0", "CANCELLED", 0, 0) in node.steps  # NODE_FAIL steps carry an empty ExitCode
+
+
+def test_step_killed_while_the_job_completes():
+    job = sacct("sacct_step_killed.txt")["33"]
+    assert job.status == "completed"  # Slurm says COMPLETED: only the payload's record can tell
+    assert ("33.0", "CANCELLED", 0, 9) in job.steps
+
+
+def test_requeued_job_keeps_the_latest_attempt():
+    rows = parse_sacct((DATA / "sacct_requeued.txt").read_text())
+    assert [r.state for r in rows if not r.is_step] == ["REQUEUED", "COMPLETED"]
+    job = sacct("sacct_requeued.txt")["31"]
+    assert (job.slurm_state, job.nodelist) == ("COMPLETED", "n1")
+
+
+def test_array_elements_by_key():
+    states = sacct("sacct_array_done.txt")
+    assert sorted(states) == ["24_2", "24_3", "24_4"]
+    assert {k: (v.status, v.nodelist) for k, v in states.items()} == {
+        "24_2": ("completed", "n1"), "24_3": ("completed", "n1"), "24_4": ("completed", "n2"),
+    }  # fmt: skip
+    raw = {r.job_id: r.job_id_raw for r in parse_sacct((DATA / "sacct_array_done.txt").read_text())}
+    assert (raw["24_2"], raw["24_4"]) == ("28", "24")
+
+
+def test_pending_array_in_squeue_expands_to_its_elements():
+    rows = parse_squeue((DATA / "squeue_array_pending.txt").read_text())
+    assert [(r.job_id, r.state, r.reason, r.nodelist, r.name) for r in rows] == [
+        ("24_[2-4]", "PENDING", "Resources", "", "array"),
+        ("20", "RUNNING", "None", "n[1-4]", "filler"),
+    ]
+    states = states_from_squeue(rows)
+    assert sorted(states) == ["20", "24_2", "24_3", "24_4"]
+    assert (states["24_3"].status, states["24_3"].source, states["24_3"].reason()) == ("pending", "squeue", "pending (Resources)")
+    assert states["20"].reason() == "running"
+
+
+@pytest.mark.parametrize(
+    "job_id, keys",
+    [("123", ["123"]), ("123_4", ["123_4"]), ("123_[2-4]", ["123_2", "123_3", "123_4"]),
+     ("7_[1,3-4]", ["7_1", "7_3", "7_4"]), ("9_[0-5%2]", [f"9_{i}" for i in range(6)])],
+)  # fmt: skip
+def test_expand_array_id(job_id, keys):
+    assert expand_array_id(job_id) == keys
+
+
+def test_malformed_lines_are_errors_not_guesses():
+    with pytest.raises(ValueError, match="expected 9"):
+        parse_sacct("123|COMPLETED\n")
+    with pytest.raises(ValueError, match="expected 5"):
+        parse_squeue("123|RUNNING\n")
