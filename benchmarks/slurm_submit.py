@@ -29,7 +29,7 @@ from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from launcher.plan import plan_sweep  # noqa: E402
 from launcher.render import job_request, render_script  # noqa: E402
-from launcher.submit import PlannedJob, plan_jobs, submit_jobs, write_scripts  # noqa: E402
+from launcher.submit import PlannedJob, plan_jobs, submit_jobs, track, write_scripts  # noqa: E402
 from launcher.sweep import create_sweep_dir  # noqa: E402
 
 GOAL_S = 2.0
@@ -83,7 +83,12 @@ def first_step(work: Path, env: dict) -> dict:
                                text=True).stdout.strip()  # fmt: skip
         time.sleep(0.2)
     started = dt.datetime.fromisoformat(start).timestamp()  # whole seconds: sacct's resolution
+    track(sweep_dir, cfg, trials, progress_bars=False)  # let the job end before its folder goes
     return {"submit_to_first_step_s": t_step - t0, "submit_to_start_s": started - t0, "start_to_first_step_s": t_step - started}
+
+
+def start_words(seconds: float) -> str:
+    return "under 1 s" if seconds < 1 else f"{seconds:.0f} s"
 
 
 def main() -> None:
@@ -126,8 +131,9 @@ def main() -> None:
         f"{'met' if s['total_s'] < GOAL_S else 'NOT met'} |", "",
         f"Single jobs ÷ arrays, total: {s['total_s'] / a['total_s']:.1f}×.", "",
         f"sbatch → first training step of a 1-node trial, median of {args.first_step_runs}: "
-        f"**{first['submit_to_first_step_s']:.1f} s** (sbatch → job start {first['submit_to_start_s']:.1f} s, by sacct's "
-        f"whole-second Start; start → `step 1/` {first['start_to_first_step_s']:.1f} s, mostly Python and torch import).", "",
+        f"**{first['submit_to_first_step_s']:.1f} s**, of which sbatch → job start {start_words(first['submit_to_start_s'])} "
+        "(sacct's Start has whole-second resolution) and the rest is the job script, srun and the payload's "
+        "Python/torch import up to `step 1/`.", "",
         f"Measured {result['measured_at']} on the dev cluster (4 nodes in network namespaces on one 2-core machine). "
         "Jobs of part 1 were submitted with --hold and cancelled, so none ran.", "",
         "Reproduce: `launcher cluster up && .venv/bin/python benchmarks/slurm_submit.py`", "",
