@@ -35,10 +35,26 @@ class ModelConfig:
     """Feed-forward width as a multiple of d_model."""
 
 
+LAYOUTS = ("ddp", "fsdp", "pipeline", "tp", "dp_pp", "fsdp_tp", "fsdp_pp")
+
+
 @dataclass(kw_only=True, frozen=True)
 class ParallelConfig:
-    layout: str = field(default="ddp", metadata={"choices": ("ddp",)})
-    """Parallel layout. Data parallel (DDP) only for now; more layouts build on this."""
+    layout: str = field(default="ddp", metadata={"choices": LAYOUTS})
+    """How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;
+    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D."""
+    tp: Optional[int] = None
+    """Tensor-parallel degree for fsdp_tp (tp layout: the world size)."""
+    pp: Optional[int] = None
+    """Pipeline degree (ranks holding stages) for dp_pp and fsdp_pp (pipeline layout: the world size)."""
+    schedule: str = field(default="1f1b", metadata={"choices": ("gpipe", "1f1b", "interleaved_1f1b")})
+    """Pipeline schedule."""
+    microbatches: int = 4
+    """Pipeline microbatches per micro-step (m); batch.micro must be divisible by it."""
+    virtual_stages: int = 2
+    """Stages per pipeline rank for interleaved_1f1b (v)."""
+    reshard_after_forward: bool = True
+    """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
     backend: str = field(default="auto", metadata={"choices": ("auto", "gloo", "nccl")})
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
 
@@ -197,3 +213,5 @@ class LauncherConfig:
     """A single `launcher run`."""
     seed: int = 0
     """Seed for weights and synthetic data."""
+    precision: str = field(default="fp32", metadata={"choices": ("fp32", "bf16", "fp16")})
+    """Training precision: fp32, or autocast (FSDP: MixedPrecisionPolicy) to bf16/fp16."""

@@ -8,14 +8,11 @@ import signal
 import socket
 import statistics
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config.schema import LauncherConfig, OptimConfig
 from ..plan import Trial
@@ -24,7 +21,7 @@ from .data import MicroBatches, build_dataset
 from .dist import RankInfo, sync
 from .models import build_model, flops_per_token, param_counts
 
-COMM_WARMUP, COMM_ITERS, COMPUTE_ITERS = 2, 5, 3
+COMM_WARMUP, COMM_ITERS = 2, 5
 
 
 def fault_step(spec: str | None, rank: int) -> int | None:
@@ -37,10 +34,11 @@ def fault_step(spec: str | None, rank: int) -> int | None:
     return int(step) if int(fault_rank) == rank else None
 
 
-def build_optimizer(o: OptimConfig, params, lr: float) -> torch.optim.Optimizer:
+def build_optimizer(o: OptimConfig, params, lr: float, foreach: bool = True) -> torch.optim.Optimizer:
+    foreach = None if foreach else False  # None: torch's own choice where foreach is allowed
     if o.name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    return torch.optim.AdamW(params, lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay, foreach=foreach)
+    return torch.optim.AdamW(params, lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, foreach=foreach)
 
 
 def lr_lambda(warmup_steps: int):
@@ -65,62 +63,65 @@ def train(
     log=print,
 ) -> dict[str, Any]:
     """Train `trial.steps` steps and measure; returns the metrics every rank agrees on."""
+    from .engines import build_engine
+    from .engines.base import Topology
+
+    topo = Topology.build(trial, info.rank, device)
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model).to(device)
+    model = build_model(cfg.model).to(device)  # the same full model on every rank; layouts cut it up
     n_params, n_non_embedding = param_counts(model)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = build_optimizer(cfg.optim, ddp.parameters(), trial.lr)
+    engine = build_engine(model, topo, cfg, device)
+    optimizer = build_optimizer(cfg.optim, engine.parameters(), trial.lr, foreach=engine.foreach_optimizer)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps))
     dataset = build_dataset(cfg.data, cfg.model, num_samples=trial.steps * trial.global_batch, seed=cfg.seed)
-    batches = MicroBatches(dataset, trial.micro, trial.dp, info.rank, cfg.seed)
+    batches = MicroBatches(dataset, trial.micro, trial.dp, topo.dp_rank, cfg.seed)
     kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), info.rank)
-    vocab = cfg.model.vocab_size
     log_every = max(1, trial.steps // 10)
-
-    def micro_step(batch: torch.Tensor) -> torch.Tensor:
-        x, y = batch[:, :-1], batch[:, 1:]
-        loss = F.cross_entropy(ddp(x).reshape(-1, vocab), y.reshape(-1)) / trial.accum
-        loss.backward()
-        return loss.detach()
 
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
-    batch = torch.empty(0)
+    has_loss = False
+    micro_batches: list[torch.Tensor] = []
     for step in range(trial.steps):
         if step == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         start = time.perf_counter()
-        loss = torch.zeros((), device=device)
-        for k in range(trial.accum):
-            batch = next(batches).to(device, non_blocking=True)
-            # Gradients are all-reduced only on the last micro-step of the optimizer step.
-            with ddp.no_sync() if k < trial.accum - 1 else nullcontext():
-                loss += micro_step(batch)
+        micro_batches = [next(batches) for _ in range(trial.accum)]
+        loss = engine.forward_backward(micro_batches)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         sync(device)
         step_times.append(time.perf_counter() - start)
-        step_losses.append(loss)
-        if info.rank == 0 and (step % log_every == 0 or step == trial.steps - 1):
+        has_loss = loss is not None
+        step_losses.append(loss if has_loss else torch.zeros((), device=device))
+        if has_loss and topo.dp_rank == 0 and topo.tp_rank == 0 and (step % log_every == 0 or step == trial.steps - 1):
             log(f"step {step + 1}/{trial.steps} loss {loss.item():.4f} time {step_times[-1] * 1e3:.1f} ms", flush=True)
+        elif info.rank == 0 and not has_loss and (step % log_every == 0 or step == trial.steps - 1):
+            log(f"step {step + 1}/{trial.steps} time {step_times[-1] * 1e3:.1f} ms", flush=True)
 
-    if save_params is not None and info.rank == 0:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, save_params)
+    full = engine.full_state_dict()
+    if save_params is not None and full is not None:
+        torch.save(full, save_params)
 
-    # Mean loss of the global batch per step: one collective at the end, not one per step.
-    losses = torch.stack(step_losses)
+    # Mean loss of the global batch per step, over the ranks that compute one (every dp replica's
+    # last pipeline stage; tp ranks hold the same value, so they are counted once each too).
+    losses = torch.stack(step_losses).float()
+    counted = torch.tensor([1.0 if has_loss else 0.0], device=device)
     dist.all_reduce(losses)
-    losses = (losses / info.world_size).cpu().tolist()
+    dist.all_reduce(counted)
+    losses = (losses / counted).cpu().tolist()
 
-    grad_numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    grad_bytes = grad_numel * 4
-    comm_s = time_allreduce(grad_numel, info.world_size, device)
-    compute_s = time_compute(ddp, micro_step, batch, device) * trial.accum
+    comm_numel = engine.comm_numel()
+    comm_s = time_allreduce(comm_numel, engine.comm_group(), device) if comm_numel else 0.0
+    compute = engine.compute_seconds(micro_batches[-1])
+    compute_s = compute * trial.accum if compute is not None else None
     optimizer.zero_grad(set_to_none=True)
+    comm_n = dist.get_world_size(engine.comm_group()) if comm_numel else 1
 
     mem, mem_kind = peak_memory(device)
-    mine = {"host": socket.gethostname(), "step_times": step_times[trial.warmup_steps :], "peak_memory": mem}
+    mine = {"host": socket.gethostname(), "step_times": step_times[trial.warmup_steps :], "peak_memory": mem,
+            "layout": engine.metrics()}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * info.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
 
@@ -152,46 +153,51 @@ def train(
             ),
             "rank_step_time_median_s": rank_medians,
             "rank_spread": metrics.spread(rank_medians),
-            "allreduce_bytes": grad_bytes,
+            "allreduce_bytes": comm_numel * 4,
             "allreduce_time_s": comm_s,
-            **metrics.allreduce_bandwidth(nbytes=grad_bytes, seconds=comm_s, n=info.world_size),
+            **metrics.allreduce_bandwidth(nbytes=comm_numel * 4, seconds=comm_s, n=comm_n),
             "compute_time_s": compute_s,
-            "ccr": metrics.ccr(comm_s=comm_s, compute_s=compute_s),
+            "ccr": metrics.ccr(comm_s=comm_s, compute_s=compute_s) if compute_s is not None else None,
             "peak_memory_bytes": max(r["peak_memory"] for r in everyone),
             "peak_memory_kind": mem_kind,
             "loss_first": losses[0],
             "loss_last": losses[-1],
             "losses": losses,
+            "layout": merge_layout_metrics([r["layout"] for r in everyone]),
         },
     }
 
 
-def time_allreduce(numel: int, world_size: int, device: torch.device) -> float:
-    """Median time of one all-reduce of the gradient's size (what DDP moves per step)."""
-    if world_size < 2:
+def merge_layout_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank layout figures → the record: lists per rank, plus the max of measured bubbles
+    (the pipeline is as idle as its idlest rank) and the theory value."""
+    out: dict[str, Any] = {}
+    for key in sorted({k for r in per_rank for k in r}):
+        values = [r.get(key) for r in per_rank]
+        if key == "bubble_theory":
+            out[key] = next((v for v in values if v is not None), None)
+        else:
+            out[f"{key}_per_rank"] = values
+            numeric = [v for v in values if isinstance(v, (int, float))]
+            if numeric:
+                out[key] = max(numeric)
+    return out
+
+
+def time_allreduce(numel: int, group, device: torch.device) -> float:
+    """Median time of one all-reduce of `numel` float32 elements over `group` (what DDP moves
+    per step when it is the gradient's size); 0 for a group of one."""
+    if dist.get_world_size(group) < 2:
         return 0.0
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     for _ in range(COMM_WARMUP):
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, group=group)
     times = []
     for _ in range(COMM_ITERS):
-        dist.barrier()
+        dist.barrier(group=group)
         sync(device)
         start = time.perf_counter()
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, group=group)
         sync(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def time_compute(ddp: DDP, micro_step, batch: torch.Tensor, device: torch.device) -> float:
-    """Median forward+backward time of one micro-batch with gradient sync off: pure compute."""
-    times = []
-    with ddp.no_sync():
-        for _ in range(COMPUTE_ITERS):
-            sync(device)
-            start = time.perf_counter()
-            micro_step(batch)
-            sync(device)
-            times.append(time.perf_counter() - start)
     return statistics.median(times)

@@ -1,0 +1,101 @@
+"""What every parallel layout provides to the training loop, and the rank topology it runs on.
+
+The loop is layout-agnostic: it feeds each optimizer step's micro-batches to an Engine, steps
+the optimizer on the Engine's parameters, and asks the Engine for full parameters (parity) and
+layout metrics (bubble, collective time). Ranks are laid out dp × pp × tp, tp innermost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from ...config.schema import LauncherConfig
+from ...plan import Trial
+
+
+@dataclass(kw_only=True, frozen=True)
+class Topology:
+    dp: int
+    """Data-parallel degree."""
+    tp: int
+    """Tensor-parallel degree."""
+    pp: int
+    """Pipeline degree."""
+    rank: int
+    """Global rank."""
+    mesh: Any
+    """DeviceMesh of shape (dp, pp, tp), dims named "dp", "pp", "tp"."""
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank // (self.pp * self.tp)
+
+    @property
+    def pp_rank(self) -> int:
+        return (self.rank // self.tp) % self.pp
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @classmethod
+    def build(cls, trial: Trial, rank: int, device: torch.device) -> "Topology":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (trial.dp, trial.pp, trial.tp), mesh_dim_names=("dp", "pp", "tp"))
+        return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh)
+
+
+def autocast(cfg: LauncherConfig, device: torch.device):
+    """Autocast for precision=bf16/fp16; a no-op context for fp32."""
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class Engine(ABC):
+    """One layout's way of running an optimizer step's forward and backward passes."""
+
+    foreach_optimizer: bool = True
+    """False where parameters mix DTensor and plain tensors (a foreach optimizer rejects that)."""
+
+    @abstractmethod
+    def parameters(self) -> Iterable[nn.Parameter]:
+        """This rank's parameters, for the optimizer."""
+
+    @abstractmethod
+    def forward_backward(self, micro_batches: list[torch.Tensor]) -> torch.Tensor | None:
+        """Forward and backward over one optimizer step's micro-batches ([micro, seq_len+1] token
+        rows each, for this rank's dp coordinate), leaving gradients synchronised and ready for
+        optimizer.step(). Gradients are those of the mean loss over the whole global batch.
+        Returns this rank's mean loss over its micro-batches (a detached scalar), or None on
+        ranks that compute no loss (pipeline stages before the last)."""
+
+    @abstractmethod
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """Every parameter, complete, under the reference TokenModel's names, on global rank 0
+        (None elsewhere). Collective: every rank must call it."""
+
+    def compute_seconds(self, batch: torch.Tensor) -> float | None:
+        """Median forward+backward time of one micro-batch with gradient sync off (for CCR); None
+        where a layout cannot separate compute from communication."""
+        return None
+
+    def comm_group(self) -> Any:
+        """Process group whose all-reduce of comm_numel() elements is timed for busbw/CCR."""
+        return None
+
+    def comm_numel(self) -> int:
+        """Elements of the all-reduce timed for busbw/CCR (DDP: the gradient)."""
+        return 0
+
+    def metrics(self) -> dict[str, Any]:
+        """Layout figures for the record: bubble_measured, bubble_theory, collective_time_s, …"""
+        return {}

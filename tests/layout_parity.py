@@ -1,0 +1,51 @@
+"""Shared helper for layout parity tests: run one real trial (the payload, in real processes)
+and return its per-step losses and final full parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, read_json
+from launcher.local import run_local
+from launcher.plan import plan_trial, trial_document
+from launcher.train.models import build_model
+
+STEPS = 5
+# SGD: parameter parity is exact arithmetic up to summation order (see test_parity.py on Adam).
+# 4 layers and 8 heads so that pp=2 × v=2 stages and tp=2 or 4 all divide the model.
+BASE = ["optim=sgd", "optim.lr=0.05", "seed=11", "model.n_layers=4", "model.n_heads=8", "batch.micro=8"]
+
+
+def launch(tmp: Path, name: str, world_size: int, overrides: list[str]) -> tuple[list[float], dict[str, torch.Tensor]]:
+    cfg = compose_config(BASE + overrides)
+    trial = plan_trial(cfg, index=0, world_size=world_size, steps=STEPS, warmup_steps=1)
+    tdir = tmp / name
+    atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
+    out = run_local(tdir, world_size=world_size, threads=1, timeout_s=300,
+                    extra_args=["--save-params", str(tdir / "params.pt")])  # fmt: skip
+    logs = "\n".join((tdir / f"rank{r}.log").read_text()[-2000:] for r in range(world_size))
+    assert out.ok, f"{out.reason()}\n{logs}"
+    record = read_json(tdir / "record.json")
+    assert record["status"] == "completed", record.get("reason")
+    return record["metrics"]["losses"], torch.load(tdir / "params.pt")
+
+
+def reference(tmp: Path, overrides: list[str] | None = None):
+    """1 process, DDP layout, same global batch: what every layout must reproduce."""
+    return launch(tmp, "reference", 1, ["parallel=ddp"] + (overrides or []))
+
+
+def assert_same(run, ref, rtol: float = 1e-6, atol: float = 1e-6) -> None:
+    losses, params = run
+    ref_losses, ref_params = ref
+    np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol)
+    assert sorted(params) == sorted(ref_params)
+    for name in ref_params:
+        torch.testing.assert_close(params[name], ref_params[name], rtol=rtol, atol=atol, msg=name)
+    torch.manual_seed(11)
+    init = build_model(compose_config(BASE).model).state_dict()
+    assert max((ref_params[k] - init[k]).abs().max().item() for k in init) > 1e-3  # both trained
