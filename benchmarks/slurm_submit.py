@@ -42,7 +42,7 @@ def submit_256(work: Path, arrays: bool, env: dict) -> dict:
     cfg = compose_config(HELD + [f"sweep.results_dir={work}"])
     trials = plan_sweep(cfg)
     assert len(trials) == 256
-    sweep_dir = create_sweep_dir(cfg, trials, [])
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
     t0 = time.perf_counter()
     if arrays:
         jobs = plan_jobs(cfg, sweep_dir, trials)
@@ -65,7 +65,7 @@ def first_step(work: Path, env: dict) -> dict:
     cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1]", "sweep.steps=3", "sweep.warmup_steps=1",
                           f"sweep.results_dir={work}"])  # fmt: skip
     trials = plan_sweep(cfg)
-    sweep_dir = create_sweep_dir(cfg, trials, [])
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
     jobs = plan_jobs(cfg, sweep_dir, trials)
     write_scripts(sweep_dir, jobs)
     t0 = time.time()

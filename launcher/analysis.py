@@ -7,14 +7,18 @@ from dataclasses import dataclass
 import pandas as pd
 
 
+def _variant(df: pd.DataFrame) -> pd.Series:
+    return df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
+
+
 def by_size(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per world size over its completed trials (repeats → medians), smallest first."""
-    done = df[(df["status"] == "completed") & df["efficiency"].notna()]
+    """One row per (variant, world size) over its completed trials (repeats → medians)."""
+    done = df[(df["status"] == "completed") & df["efficiency"].notna()].assign(variant=_variant(df))
     cols = {"tokens_per_s": "median", "efficiency": "median", "speedup": "median", "trial_id": "count"}
-    out = done.groupby("world_size", as_index=False).agg(cols).rename(columns={"trial_id": "completed"})
+    out = done.groupby(["variant", "world_size"], as_index=False).agg(cols).rename(columns={"trial_id": "completed"})
     if "scaling" in done:
         out["scaling"] = done["scaling"].iloc[0] if len(done) else "weak"
-    return out.sort_values("world_size").reset_index(drop=True)
+    return out.sort_values(["variant", "world_size"]).reset_index(drop=True)
 
 
 def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
@@ -24,13 +28,13 @@ def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["speedup"] = float("nan")
     df["efficiency"] = float("nan")
-    done = df[(df["status"] == "completed") & df["tokens_per_s"].notna()]
-    if done.empty:
-        return df
-    n0 = done["world_size"].min()
-    thr0 = done.loc[done["world_size"] == n0, "tokens_per_s"].median()  # repeats: their median
-    df.loc[done.index, "speedup"] = done["tokens_per_s"] / thr0
-    df.loc[done.index, "efficiency"] = done["tokens_per_s"] * n0 / (thr0 * done["world_size"])
+    variant = _variant(df)
+    for _, group in df[(df["status"] == "completed") & df["tokens_per_s"].notna()].groupby(variant):
+        # Each combination (layout, accumulation, …) is judged against its own smallest size.
+        n0 = group["world_size"].min()
+        thr0 = group.loc[group["world_size"] == n0, "tokens_per_s"].median()  # repeats: their median
+        df.loc[group.index, "speedup"] = group["tokens_per_s"] / thr0
+        df.loc[group.index, "efficiency"] = group["tokens_per_s"] * n0 / (thr0 * group["world_size"])
     return df
 
 
@@ -57,21 +61,32 @@ def _ranks(n: int) -> str:
 
 
 def recommend(df: pd.DataFrame, threshold: float) -> Recommendation:
-    """The largest size whose (median) efficiency is ≥ threshold, with the evidence for and against."""
+    """The largest size whose (median) efficiency is ≥ threshold, with the evidence for and
+    against. With several combinations: the largest such size over all of them, the fastest
+    combination at that size."""
     if "trial_id" not in df:
         df = df.assign(trial_id=range(len(df)))
-    done = by_size(df)
-    if done.empty:
+    sizes = by_size(df)
+    if sizes.empty:
         return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
+    several = sizes["variant"].nunique() > 1
+    picks = []
+    for variant, done in sizes.groupby("variant"):
+        picks.append((variant, done.reset_index(drop=True)))
+    good = [(v, d, d[d["efficiency"] >= threshold].iloc[-1]) for v, d in picks if (d["efficiency"] >= threshold).any()]
+    variant, done, pick = max(good, key=lambda g: (g[2]["world_size"], g[2]["tokens_per_s"]))
+    rec = _recommend_one(done, pick, threshold)
+    if several:
+        return Recommendation(world_size=rec.world_size, reason=f"{variant}, {rec.reason}")
+    return rec
+
+
+def _recommend_one(done: pd.DataFrame, pick: pd.Series, threshold: float) -> Recommendation:
     scaling = done["scaling"].iloc[0] if "scaling" in done else "weak"
     n0 = int(done["world_size"].iloc[0])
-    good = done[done["efficiency"] >= threshold]
+    n = int(pick["world_size"])
     if len(done) == 1:
         return Recommendation(world_size=n0, reason=f"{_ranks(n0)}: the only size that completed")
-    if good.empty:  # only possible if the baseline itself is below threshold — it is 1.0 by definition
-        return Recommendation(world_size=n0, reason=f"{_ranks(n0)}: no larger size kept efficiency ≥ {threshold:.2f}")
-    pick = good.iloc[-1]
-    n = int(pick["world_size"])
     if n == n0:
         reason = f"{_ranks(n)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
     else:

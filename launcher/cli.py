@@ -19,6 +19,7 @@ from .config.errors import ConfigError
 EXAMPLES = """examples:
   launcher sweep
   launcher sweep model=mlp sweep.world_sizes=[1,2] batch.micro=16 batch.accum=2 optim.lr_scaling=linear
+  launcher sweep sweep.world_sizes=[2,4] parallel=ddp,fsdp,pipeline batch.accum=1,4
   launcher cluster up && launcher sweep cluster=devcluster sweep.nodes=[1,2,4]
   launcher sweep cluster=devcluster sweep.nodes=[1,2] --detach; launcher collect results/<sweep-id>
   launcher sweep --resume results/<sweep-id>
@@ -97,17 +98,20 @@ def _dispatch(args) -> int:
             raise ConfigError(f"--resume takes no overrides (got {' '.join(args.overrides)}); the sweep folder holds its config")
         result = sw.resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach)
     else:
-        from .config.compose import compose_config
-
-        cfg = compose_config(args.overrides, args.recipes)
         if args.command == "run":
-            cfg = _run_as_sweep(cfg)
+            from .config.compose import compose_config
+            from .plan import plan_sweep
+
+            cfg = _run_as_sweep(compose_config(args.overrides, args.recipes))
             if args.dry_run:
                 return _dry_run(cfg, args.overrides)
+            plan = sw.SweepPlan(cfg=cfg, items=[(t, cfg) for t in plan_sweep(cfg)], skipped=[])
+        else:
+            plan = sw.plan_all(args.overrides, args.recipes)
         detach = getattr(args, "detach", False)
-        if detach and cfg.cluster.kind != "slurm":
+        if detach and plan.cfg.cluster.kind != "slurm":
             raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
-        result = sw.run_sweep(cfg, args.overrides, progress_bars=not args.quiet, detach=detach)
+        result = sw.run_sweep(plan, args.overrides, progress_bars=not args.quiet, detach=detach)
     if result is None:
         return 0
     sw.show(result)
@@ -173,7 +177,7 @@ def _dry_run(cfg, overrides) -> int:
         from .submit import plan_jobs, write_scripts
         from .sweep import create_sweep_dir
 
-        sweep_dir = create_sweep_dir(cfg, [trial], overrides)
+        sweep_dir = create_sweep_dir(cfg, [(trial, cfg)], overrides)
         (job,) = plan_jobs(cfg, sweep_dir, [trial])
         write_scripts(sweep_dir, [job])
         script = sweep_dir / "jobs" / f"{job.name}.sbatch"

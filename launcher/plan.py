@@ -49,6 +49,8 @@ class Trial:
     """`weak` (per-rank batch fixed across sizes) or `strong` (global batch fixed)."""
     repeat: int = 0
     """Which repeat of this size (sweep.repeats > 1 measures each size several times)."""
+    variant: str = ""
+    """Label of the swept-override combination this trial belongs to ('' when nothing is swept)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -64,13 +66,15 @@ def ranks_per_node(cluster: ClusterConfig) -> int:
 
 
 def plan_trial(
-    cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0
-) -> Trial:
+    cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0,
+    variant: str = "",
+) -> Trial:  # fmt: skip
     """One trial at `world_size`; ConfigError if this size cannot run this config."""
     dp, tp, pp = layout_degrees(cfg, world_size)
     math_ = batch_math(cfg.batch, dp)
+    name = f"{index:03d}-{variant}-ws{world_size}" if variant else f"{index:03d}-ws{world_size}"
     return Trial(
-        trial_id=f"{index:03d}-ws{world_size}" + (f"-r{repeat}" if repeat or cfg.sweep.repeats > 1 else ""),
+        trial_id=name + (f"-r{repeat}" if repeat or cfg.sweep.repeats > 1 else ""),
         index=index,
         world_size=world_size,
         nodes=nodes,
@@ -86,6 +90,7 @@ def plan_trial(
         warmup_steps=warmup_steps,
         scaling=scaling_mode(cfg),
         repeat=repeat,
+        variant=variant,
     )
 
 
@@ -166,19 +171,27 @@ def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:
     return sizes
 
 
-def plan_sweep(cfg: LauncherConfig) -> list[Trial]:
-    """All trials of the sweep, smallest size first, `sweep.repeats` of each. The first
-    impossible trial raises, naming its size, before anything has run."""
+def plan_sweep(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
+               skipped: list[str] | None = None) -> list[Trial]:  # fmt: skip
+    """All trials of the sweep, smallest size first, `sweep.repeats` of each.
+
+    Strict by default: the first impossible trial raises, naming its size, before anything has
+    run. With `skipped` (a sweep over several combinations), an impossible size is appended
+    there with its reason instead, and the others are kept."""
     trials: list[Trial] = []
     for nodes, world_size in sweep_sizes(cfg):
         for repeat in range(cfg.sweep.repeats):
             try:
                 trials.append(
-                    plan_trial(cfg, index=len(trials), world_size=world_size, steps=cfg.sweep.steps,
-                               warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat)  # fmt: skip
+                    plan_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
+                               warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat, variant=variant)  # fmt: skip
                 )
             except ConfigError as exc:
-                raise ConfigError(f"world size {world_size}: {exc}") from None
+                reason = f"world size {world_size}: {exc}"
+                if skipped is None:
+                    raise ConfigError(reason) from None
+                skipped.append(f"{variant} at {reason}" if variant else reason)
+                break
     return trials
 
 

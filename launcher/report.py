@@ -15,14 +15,15 @@ from .io import atomic_write_text
 SHORT = {
     "world_size": "ranks", "tokens_per_s": "tokens/s", "tokens_per_s_per_device": "tok/s/dev",
     "samples_per_s": "samples/s", "step_time_median_s": "step s", "efficiency": "eff", "busbw_gbps": "busbw GB/s",
-    "usd_per_1m_tokens": "$/1M tok",
+    "usd_per_1m_tokens": "$/1M tok", "bubble_measured": "bubble", "bubble_theory": "theory",
 }  # fmt: skip
 
 # Columns shown to people (the CSV/parquet keep them all), with their number formats.
 DISPLAY = [
-    ("world_size", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"), ("tokens_per_s_per_device", "{:,.0f}"),
+    ("variant", "{}"), ("world_size", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"), ("tokens_per_s_per_device", "{:,.0f}"),
     ("samples_per_s", "{:,.1f}"), ("step_time_median_s", "{:.4f}"), ("efficiency", "{:.2f}"), ("mfu", "{:.3f}"),
-    ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("usd_per_1m_tokens", "{:.4f}"), ("reason", "{}"),
+    ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("bubble_measured", "{:.2f}"), ("bubble_theory", "{:.2f}"),
+    ("usd_per_1m_tokens", "{:.4f}"), ("reason", "{}"),
 ]  # fmt: skip
 
 
@@ -36,7 +37,9 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    cols = [(c, f) for c, f in DISPLAY if c in df.columns and (c != "reason" or df[c].notna().any())]
+    optional = ("reason", "variant", "bubble_measured", "bubble_theory")  # shown only when some row has one
+    cols = [(c, f) for c, f in DISPLAY
+            if c in df.columns and (c not in optional or (df[c].notna() & (df[c] != "")).any())]  # fmt: skip
     return [c for c, _ in cols], [[_cell(row[c], f) for c, f in cols] for _, row in df.iterrows()]
 
 
@@ -86,13 +89,18 @@ def plot(df: pd.DataFrame, threshold: float, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = df[df["status"] == "completed"].sort_values("world_size")
+    from .analysis import by_size
+
+    sizes = by_size(df)
+    done = df[df["status"] == "completed"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    if not done.empty:
-        n0, t0 = done["world_size"].iloc[0], done["tokens_per_s"].iloc[0]
-        ax1.plot(done["world_size"], done["tokens_per_s"], "o-", label="measured")
-        ax1.plot(done["world_size"], t0 * done["world_size"] / n0, "--", color="gray", label="ideal (linear)")
-        ax2.plot(done["world_size"], done["efficiency"], "o-")
+    for variant, g in sizes.groupby("variant"):
+        name = variant or "measured"
+        line = ax1.plot(g["world_size"], g["tokens_per_s"], "o-", label=name)[0]
+        n0, t0 = g["world_size"].iloc[0], g["tokens_per_s"].iloc[0]
+        ideal = "ideal (linear)" if not variant else None
+        ax1.plot(g["world_size"], t0 * g["world_size"] / n0, "--", color=line.get_color(), alpha=0.4, label=ideal)
+        ax2.plot(g["world_size"], g["efficiency"], "o-", color=line.get_color(), label=variant or None)
     ax2.axhline(threshold, color="red", linestyle=":", label=f"threshold {threshold:.2f}")
     scaling = done["scaling"].iloc[0] if not done.empty else "weak"
     ax1.set(xlabel="world size (ranks)", ylabel="tokens/s", title="Throughput")

@@ -11,15 +11,17 @@ import pandas as pd
 from .analysis import add_cost, add_scaling
 from .io import atomic_write_text
 
-TABLE_SCHEMA_VERSION = 2  # 2: + repeat
+TABLE_SCHEMA_VERSION = 3  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time
 
 COLUMNS = [
-    "trial_id", "world_size", "nodes", "repeat", "layout", "dp", "micro", "accum", "global_batch", "status",
-    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
+    "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",
+    "global_batch", "status", "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
     "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
     "speedup", "efficiency", "scaling", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s",
+    "bubble_measured", "bubble_theory", "collective_time_s",
     "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "lr", "hosts", "reason",
 ]  # fmt: skip
+_LAYOUT_COLUMNS = ["bubble_measured", "bubble_theory", "collective_time_s"]
 
 _METRIC_COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
@@ -38,10 +40,11 @@ def _load(path: Path) -> dict[str, Any] | None:
 def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dict[str, Any] | None) -> dict[str, Any]:
     """One table row. The payload's own record decides success; the executor's outcome
     explains a trial that left no record (or a failed one)."""
-    row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "micro",
-                                                     "accum", "global_batch", "scaling", "lr")}  # fmt: skip
+    row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "tp", "pp",
+                                                     "micro", "accum", "global_batch", "scaling", "lr")}  # fmt: skip
     row["repeat"] = trial.get("repeat", 0)
-    row.update({k: None for k in _METRIC_COLUMNS})
+    row["variant"] = trial.get("variant", "")
+    row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
     executor_reason = (outcome or {}).get("reason")
     if record is None:
@@ -66,6 +69,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row["reason"] = "; ".join(reasons) or None
     m = record.get("metrics") or {}
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})
+    row.update({k: (m.get("layout") or {}).get(k) for k in _LAYOUT_COLUMNS})
     if m.get("peak_memory_bytes") is not None:
         row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
     if record.get("hosts"):
@@ -83,10 +87,10 @@ def build_table(sweep_dir: Path, usd_per_device_hour: float | None = None) -> pd
             continue
         rows.append(trial_row(trial["trial"], _load(tdir / "record.json"), _load(tdir / "outcome.json")))
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency", "usd_per_1m_tokens")])
-    for col in _METRIC_COLUMNS + ["peak_memory_mb"]:
+    for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_memory_mb"]:
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = add_cost(add_scaling(df), usd_per_device_hour)
-    return df[COLUMNS].sort_values(["world_size", "trial_id"]).reset_index(drop=True)
+    return df[COLUMNS].sort_values(["trial_id"]).reset_index(drop=True)
 
 
 def write_table(df: pd.DataFrame, sweep_dir: Path) -> None:

@@ -49,7 +49,48 @@ def sweep_id(cfg: LauncherConfig, now: float) -> str:
     return f"{stamp}-{cfg.model.name}-{cfg.parallel.layout}"
 
 
-def create_sweep_dir(cfg: LauncherConfig, trials: Sequence[Trial], overrides: Sequence[str]) -> Path:
+@dataclass(kw_only=True, frozen=True)
+class SweepPlan:
+    cfg: LauncherConfig
+    """The first combination's config: cluster and sweep settings shared by all."""
+    items: list[tuple[Trial, LauncherConfig]]
+    """Every trial with the config it runs."""
+    skipped: list[str]
+    """Impossible combinations, each with its reason (listed before anything runs)."""
+
+
+def plan_all(overrides: Sequence[str], recipes: str | None = None) -> SweepPlan:
+    """Expand swept overrides, compose and plan each combination. One combination: strict (any
+    impossible size is an error). Several: impossible combinations are skipped with a reason;
+    none possible is an error."""
+    from .config.compose import compose_config
+    from .expand import expand
+
+    variants = expand(overrides)
+    if len(variants) == 1:
+        cfg = compose_config(variants[0].overrides, recipes)
+        return SweepPlan(cfg=cfg, items=[(t, cfg) for t in plan_sweep(cfg)], skipped=[])
+    items: list[tuple[Trial, LauncherConfig]] = []
+    skipped: list[str] = []
+    base: LauncherConfig | None = None
+    for v in variants:
+        try:
+            cfg = compose_config(v.overrides, recipes)
+        except ConfigError as exc:
+            skipped.append(f"{v.label}: {exc}")
+            continue
+        if base is not None and cfg.cluster != base.cluster:
+            raise ConfigError(f"{v.label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps")
+        base = base or cfg
+        items += [(t, cfg) for t in plan_sweep(cfg, first_index=len(items), variant=v.label, skipped=skipped)]
+    if not items:
+        raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+    assert base is not None
+    return SweepPlan(cfg=base, items=items, skipped=skipped)
+
+
+def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],
+                     skipped: Sequence[str] = ()) -> Path:  # fmt: skip
     """Make the sweep folder and write its spec and every trial.json. Never reuses a folder."""
     now = time.time()
     root = Path(cfg.sweep.results_dir)
@@ -73,11 +114,12 @@ def create_sweep_dir(cfg: LauncherConfig, trials: Sequence[Trial], overrides: Se
             "table_schema_version": TABLE_SCHEMA_VERSION,
             "overrides": list(overrides),
             "config": to_dict(cfg),
-            "trials": [t.to_dict() for t in trials],
+            "trials": [t.to_dict() for t, _ in items],
+            "skipped": list(skipped),
         },
     )
-    for t in trials:
-        atomic_write_json(sweep_dir / "trials" / t.trial_id / "trial.json", trial_document(t, cfg))
+    for t, tcfg in items:
+        atomic_write_json(sweep_dir / "trials" / t.trial_id / "trial.json", trial_document(t, tcfg))
     return sweep_dir
 
 
@@ -180,20 +222,23 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
     return finish(sweep_dir, cfg)
 
 
-def run_sweep(cfg: LauncherConfig, overrides: Sequence[str], *, progress_bars: bool = True,
+def run_sweep(plan: SweepPlan, overrides: Sequence[str], *, progress_bars: bool = True,
               detach: bool = False) -> SweepResult | None:  # fmt: skip
-    """Plan and check every trial, create the folder, then execute."""
-    trials = plan_sweep(cfg)  # raises ConfigError before anything exists on disk
+    """Every trial is planned and checked (plan_all) before this runs; create the folder, then execute."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    cfg, trials = plan.cfg, [t for t, _ in plan.items]
+    console = Console(stderr=True)
+    for line in plan.skipped:
+        console.print(f"skipped (impossible): {escape(line)}")
     if cfg.cluster.kind == "slurm":
         from .submit import plan_jobs
 
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
         plan_jobs(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
-    sweep_dir = create_sweep_dir(cfg, trials, overrides)
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True).print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
+    sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
+    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 

@@ -56,7 +56,7 @@ def _final_params(tmp_path: Path, overrides: list[str]) -> tuple[dict, dict]:
     """Run one trial through sbatch; return (its record, its final parameters)."""
     cfg = compose_config(DEV + PARITY + overrides + [f"sweep.results_dir={tmp_path}"])
     trials = plan_sweep(cfg)
-    sweep_dir = create_sweep_dir(cfg, trials, overrides)
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], overrides)
     params = sweep_dir / "params.pt"
     jobs = plan_jobs(cfg, sweep_dir, trials, payload_args=("--save-params", str(params)))
     write_scripts(sweep_dir, jobs)

@@ -1,0 +1,61 @@
+"""Pure sweep expansion: command-line overrides with comma values → one override list per
+combination (Hydra's sweep grammar: `parallel=ddp,fsdp batch.accum=1,4`)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .config.errors import ConfigError
+
+
+@dataclass(kw_only=True, frozen=True)
+class Variant:
+    overrides: tuple[str, ...]
+    """The full override list of this combination (fixed ones first, in the user's order)."""
+    swept: tuple[tuple[str, str], ...]
+    """(key, value) of each swept override in this combination; empty when nothing is swept."""
+
+    @property
+    def label(self) -> str:
+        """Short, folder-safe name: the swept values joined, e.g. `fsdp-accum4`."""
+        parts = []
+        for key, value in self.swept:
+            leaf = key.rsplit(".", 1)[-1]
+            parts.append(value if key in ("parallel", "model", "optim", "data", "cluster") else f"{leaf}{value}")
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))[:60]
+
+
+def expand(overrides: Sequence[str]) -> list[Variant]:
+    """Cartesian product of the swept overrides, first key varying slowest."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    fixed: list[str] = []
+    swept: list[tuple[str, list[str]]] = []
+    for ov in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([ov])
+        except OverrideParseException:
+            raise ConfigError(
+                f"cannot parse override {ov!r}; write key=value, lists as key=[a,b], "
+                "and quote values with special characters"
+            ) from None
+        if parsed.is_sweep_override():
+            values = list(parsed.sweep_string_iterator())
+            if len(set(values)) != len(values):
+                raise ConfigError(f"{ov!r} lists a value twice; list each value once")
+            swept.append((parsed.get_key_element(), values))
+        else:
+            fixed.append(ov)
+    if not swept:
+        return [Variant(overrides=tuple(fixed), swept=())]
+    keys = [k for k, _ in swept]
+    return [
+        Variant(overrides=(*fixed, *(f"{k}={v}" for k, v in zip(keys, combo, strict=True))),
+                swept=tuple(zip(keys, combo, strict=True)))  # fmt: skip
+        for combo in itertools.product(*(values for _, values in swept))
+    ]
