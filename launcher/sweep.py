@@ -231,14 +231,14 @@ def run_sweep(plan: SweepPlan, overrides: Sequence[str], *, progress_bars: bool 
     cfg, trials = plan.cfg, [t for t, _ in plan.items]
     console = Console(stderr=True)
     for line in plan.skipped:
-        console.print(f"skipped (impossible): {escape(line)}")
+        console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
     if cfg.cluster.kind == "slurm":
         from .submit import plan_jobs
 
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
         plan_jobs(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
-    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}")
+    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True)
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 

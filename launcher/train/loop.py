@@ -174,8 +174,9 @@ def merge_layout_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in sorted({k for r in per_rank for k in r}):
         values = [r.get(key) for r in per_rank]
-        if key == "bubble_theory":
-            out[key] = next((v for v in values if v is not None), None)
+        present = [v for v in values if v is not None]
+        if key == "bubble_theory" or (present and not isinstance(present[0], float) and len(set(map(str, present))) == 1):
+            out[key] = present[0] if present else None  # the same on every rank (schedule, stages, …)
         else:
             out[f"{key}_per_rank"] = values
             numeric = [v for v in values if isinstance(v, (int, float))]

@@ -10,17 +10,27 @@ from ..config.schema import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):
+    """Separate q, k, v projections (not one fused qkv) so that a column split across tensor-
+    parallel ranks gives each rank whole heads; forward infers the local head count from the
+    projection's width (n_heads // tp under TP, n_heads otherwise)."""
+
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.head_dim = d_model // n_heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).unbind(2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        b, t = x.shape[0], x.shape[1]
+
+        def heads(proj: nn.Linear) -> torch.Tensor:  # [b, t, heads·head_dim] → [b, heads, t, head_dim]
+            return proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+
+        y = F.scaled_dot_product_attention(heads(self.q), heads(self.k), heads(self.v), is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class FeedForward(nn.Sequential):

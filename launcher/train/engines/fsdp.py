@@ -1,0 +1,158 @@
+"""Fully sharded data parallel (FSDP2 `fully_shard`), alone (layout fsdp) or over tensor
+parallel (layout fsdp_tp: TP on the "tp" mesh dim first, then FSDP over the "dp" dim — the 2-D
+pattern of torchtitan).
+
+Each block is one FSDP unit and the root holds the rest (embeddings, final norm, head). Its
+parameters are all-gathered before its forward (and again before its backward when
+parallel.reshard_after_forward is true, ≈ ZeRO-3; false keeps them gathered between forward and
+backward, ≈ ZeRO-2) and its gradients reduce-scattered (averaged over dp) after the last
+micro-step's backward.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
+
+from ...config.schema import LauncherConfig
+from ..dist import sync
+from ..models import TokenModel
+from .base import Engine, Topology
+from .tp import apply_tensor_parallel, local_scalar, mixed_params, tp_collective_seconds
+
+COMM_WARMUP, COMM_ITERS = 1, 3
+PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def local_numel(p: torch.Tensor) -> int:
+    """Elements of `p` on this rank before FSDP sharding (the tp-local piece of a DTensor)."""
+    return p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+
+
+class FSDPEngine(Engine):
+    def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
+        self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
+        self.tensor_parallel = cfg.parallel.layout == "fsdp_tp"
+        self.reshard = bool(cfg.parallel.reshard_after_forward)
+        self.dp_mesh = topo.mesh["dp"]
+        self.group = self.dp_mesh.get_group()
+        self.param_dtype = PARAM_DTYPES[cfg.precision]
+        if self.tensor_parallel:
+            apply_tensor_parallel(model, topo.mesh["tp"])
+        # Elements per FSDP unit before sharding (blocks first, root last), for the collective
+        # replay in metrics() and for comm_numel().
+        self.unit_numels = [sum(local_numel(p) for p in block.parameters()) for block in model.blocks]
+        in_blocks = {id(p) for p in model.blocks.parameters()}
+        self.unit_numels.append(sum(local_numel(p) for p in model.parameters() if id(p) not in in_blocks))
+
+        mp = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
+        for block in model.blocks:
+            fully_shard(block, mesh=self.dp_mesh, reshard_after_forward=self.reshard, mp_policy=mp)
+        # The root is never resharded after forward (as torchtitan does): its backward starts
+        # right after forward and would all-gather it straight back.
+        fully_shard(model, mesh=self.dp_mesh, reshard_after_forward=False, mp_policy=mp)
+        self.foreach_optimizer = not mixed_params(model.parameters())
+        self._accum = 1
+        self._last_batch: torch.Tensor | None = None
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def _micro_step(self, batch: torch.Tensor, accum: int) -> torch.Tensor:
+        x, y = batch[:, :-1], batch[:, 1:]
+        logits = self.model(x)  # MixedPrecisionPolicy casts parameters; no autocast needed
+        with loss_parallel() if self.tensor_parallel else nullcontext():
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)) / accum
+            loss.backward()
+        return local_scalar(loss)
+
+    def forward_backward(self, micro_batches):
+        accum = len(micro_batches)
+        loss = torch.zeros((), device=self.device)
+        for k, batch in enumerate(micro_batches):
+            # Gradients accumulate unsharded and are reduce-scattered (averaged over dp) only on
+            # the last micro-step; with each loss / accum that is the global-batch mean, as DDP.
+            self.model.set_requires_gradient_sync(k == accum - 1)
+            loss += self._micro_step(batch.to(self.device, non_blocking=True), accum)
+        self._accum, self._last_batch = accum, micro_batches[-1]
+        return loss
+
+    def full_state_dict(self):
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return full if dist.get_rank() == 0 else None
+
+    def comm_group(self):
+        return self.group
+
+    def comm_numel(self):
+        # The unsharded gradient of this rank's (tp-local) parameters: what an all-reduce would
+        # move; FSDP's reduce-scatter + all-gather move the same bytes per rank.
+        return sum(self.unit_numels)
+
+    def metrics(self) -> dict[str, Any]:
+        fsdp_s = self._fsdp_collective_seconds()
+        out: dict[str, Any] = {"reshard_after_forward": self.reshard, "fsdp_collective_time_s": fsdp_s}
+        if self.tensor_parallel:
+            # DTensor's collectives on the tp dim, timed on extra passes (tp.py). FSDP issues the
+            # sequence-parallel LayerNorms' gradient all-reduces in its post-backward of every
+            # pass timed here, though only on the last micro-step of a real step: with
+            # accumulation that over-counts them by (accum − 1) small [d_model] all-reduces.
+            tp_s, count = tp_collective_seconds(self)
+            out |= {"tp": self.topo.tp, "tp_collective_time_s": tp_s, "tp_collectives_per_step": count}
+            fsdp_s += tp_s
+        out["collective_time_s"] = fsdp_s
+        return out
+
+    def _fsdp_collective_seconds(self) -> float:
+        """FSDP's collectives per optimizer step, replayed on the dp group with this run's sizes.
+
+        FSDP2 issues its all-gathers and reduce-scatters asynchronously and overlaps them with
+        compute, so instead of instrumenting them we time the same collectives in isolation after
+        training: for each unit, one all-gather of its flat shard in the parameter dtype and one
+        reduce-scatter of its unsharded gradient in float32 (medians of COMM_ITERS, each
+        barrier-aligned). Per optimizer step a unit is all-gathered once per micro-step for
+        forward, once more per micro-step for backward when it resharded after forward (blocks
+        with reshard_after_forward; never the root), and reduce-scattered once (gradient sync is
+        off on the other micro-steps). The sum is the communication time without overlap: an
+        upper bound on what a step exposes. (FSDP pads each parameter's dim 0 to a multiple of
+        dp, not the unit's flat size: at most dp − 1 rows per parameter of difference.)"""
+        dp = dist.get_world_size(self.group)
+        if dp < 2:
+            return 0.0
+        ag_dtype = self.param_dtype or torch.float32
+        total = 0.0
+        for i, numel in enumerate(self.unit_numels):
+            shard = math.ceil(numel / dp)
+            is_root = i == len(self.unit_numels) - 1
+            gathers = self._accum * (2 if self.reshard and not is_root else 1)
+            shard_p, full_p = torch.ones(shard, dtype=ag_dtype), torch.empty(shard * dp, dtype=ag_dtype)
+            shard_g, full_g = torch.empty(shard), torch.ones(shard * dp)
+            shard_p, full_p, shard_g, full_g = (t.to(self.device) for t in (shard_p, full_p, shard_g, full_g))
+            ag = self._time(lambda o=full_p, i=shard_p: dist.all_gather_single(o, i, group=self.group))
+            rs = self._time(lambda o=shard_g, i=full_g: dist.reduce_scatter_single(o, i, group=self.group))
+            total += gathers * ag + rs
+        return total
+
+    def _time(self, collective) -> float:
+        for _ in range(COMM_WARMUP):
+            collective()
+        times = []
+        for _ in range(COMM_ITERS):
+            dist.barrier(group=self.group)
+            sync(self.device)
+            start = time.perf_counter()
+            collective()
+            sync(self.device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)

@@ -1,0 +1,233 @@
+"""Pipeline parallel with torch.distributed.pipelining: `pipeline` (all ranks are stages),
+`dp_pp` (DDP over the dp dim of each stage) and `fsdp_pp` (each stage fully_shard-ed over dp).
+
+Gradient semantics. The loop wants gradients of the mean loss over the global batch
+(micro × accum × dp samples). Each optimizer step runs `accum` schedule steps of m pipeline
+microbatches each. torch's default (`scale_grads=True`) divides EVERY parameter's `.grad` by m
+at the end of each schedule step — including what earlier schedule steps accumulated, so with
+accumulation the first micro-step would end up divided by m², the second by m. Instead the
+schedules here run with `scale_grads=False` and the loss function returns
+cross_entropy / (m × accum): plain summation across microbatches and schedule steps then gives
+the mean over this replica's samples, and DDP/FSDP's averaging over dp the global mean.
+
+Accumulation with data parallelism: gradient sync (DDP's all-reduce, FSDP's reduce-scatter)
+happens only in the last schedule step of an optimizer step. The stage subclass below passes
+`last_backward=False` to torch's DDP/FSDP glue on earlier steps and skips their
+`perform_reduce_grad` (FSDP's post-backward reduce-scatter), so gradients accumulate locally
+(FSDP: unsharded, with requires_gradient_sync(False)) and are reduced once.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ...config.schema import LauncherConfig
+from ..dist import sync
+from ..models import TokenModel
+from .base import Engine, Topology, autocast
+from .stages import StageModule, rank_stages
+
+
+class _RunState:
+    """What the engine shares with its stages: the busy clock and whether this schedule step
+    is the last of the optimizer step (the one that synchronises gradients over dp)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.busy_s = 0.0
+        self.sync_grads = True
+
+    @contextmanager
+    def busy(self):
+        # On CUDA the device is synchronised around each section so that host timers measure
+        # the kernels, not their launch (a small cost); on CPU `sync` is a no-op.
+        sync(self.device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            sync(self.device)
+            self.busy_s += time.perf_counter() - start
+
+
+class _Stage(PipelineStage):
+    """A PipelineStage that times its own compute and defers dp gradient sync to the last
+    schedule step of an optimizer step (see the module docstring)."""
+
+    def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int, device: torch.device, *,
+                 group: Any, state: _RunState) -> None:  # fmt: skip
+        super().__init__(submodule, stage_index, num_stages, device, group=group)
+        self._state = state
+
+    def _compute_outputs(self, *args, module: nn.Module, **kwargs):
+        # torch's one-off shape inference runs a real forward through the submodule with grad
+        # enabled. Through DDP outside no_sync() that arms DDP's reducer (prepare_for_backward),
+        # and the next backward — any microbatch's, under no_sync or not — then all-reduces and
+        # records its gradient order; with interleaved 1F1B a second, real sync backward follows
+        # before any forward and DDP's bucket rebuild fails ("rebuilt parameter indices size is
+        # not same as original model parameters size"). Shape inference needs no grad sync.
+        if isinstance(module, DDP):
+            with module.no_sync():
+                return super()._compute_outputs(*args, module=module, **kwargs)
+        return super()._compute_outputs(*args, module=module, **kwargs)
+
+    def forward_maybe_with_nosync(self, *args, **kwargs):
+        with self._state.busy():
+            return super().forward_maybe_with_nosync(*args, **kwargs)
+
+    def backward_maybe_with_nosync(self, backward_type, bwd_kwargs: dict, last_backward: bool = False):
+        with self._state.busy():
+            return super().backward_maybe_with_nosync(
+                backward_type, bwd_kwargs, last_backward=last_backward and self._state.sync_grads
+            )
+
+    def perform_reduce_grad(self, grad_scale_factor: int) -> None:
+        if grad_scale_factor != 1:
+            raise AssertionError("schedules run with scale_grads=False; the loss carries the 1/(m·accum)")
+        if self._state.sync_grads:
+            super().perform_reduce_grad(grad_scale_factor)
+
+
+class PipelineEngine(Engine):
+    def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
+        par = cfg.parallel
+        if topo.tp != 1:
+            raise ValueError(f"parallel.layout={par.layout} does not combine with tensor parallel (tp={topo.tp})")
+        self.cfg, self.device, self.topo = cfg, device, topo
+        self.layout, self.schedule_name = par.layout, par.schedule
+        self.pp, self.m = topo.pp, par.microbatches
+        self.v = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
+        self.n_stages = self.pp * self.v
+        self.pp_group = topo.mesh["pp"].get_group()
+        self.dp_group = topo.mesh["dp"].get_group()
+        self.stage_ids = rank_stages(topo.pp_rank, self.pp, self.v)
+        self.modules = [StageModule(model, s, self.n_stages, autocast=lambda: autocast(cfg, device)) for s in self.stage_ids]
+        self.has_first = any(mod.is_first for mod in self.modules)
+        self.has_last = any(mod.is_last for mod in self.modules)
+        self._stage_numel = sum(p.numel() for mod in self.modules for p in mod.parameters())
+        # The loop builds the whole model on every rank; free what this rank's stages do not own
+        # (the loop no longer uses `model` once the engine exists).
+        owned = {id(p) for mod in self.modules for p in mod.parameters()}
+        for p in model.parameters():
+            if id(p) not in owned:
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        self.wrapped = [self._wrap(mod) for mod in self.modules]
+        self._state = _RunState(device)
+        stages = [_Stage(w, s, self.n_stages, device, group=self.pp_group, state=self._state)
+                  for w, s in zip(self.wrapped, self.stage_ids, strict=True)]  # fmt: skip
+        kwargs = {"n_microbatches": self.m, "loss_fn": self._loss, "scale_grads": False}
+        if par.schedule == "gpipe":
+            self.schedule = ScheduleGPipe(stages[0], **kwargs)
+        elif par.schedule == "1f1b":
+            self.schedule = Schedule1F1B(stages[0], **kwargs)
+        elif par.schedule == "interleaved_1f1b":
+            self.schedule = ScheduleInterleaved1F1B(stages, **kwargs)
+        else:
+            raise ValueError(f"parallel.schedule={par.schedule} is not a pipeline schedule")
+        self._accum = 1
+        self._activation_numel = 0
+        self._steps: list[tuple[float, float]] = []  # (busy s, wall s) per optimizer step
+
+    def _wrap(self, mod: StageModule) -> nn.Module:
+        if self.layout == "dp_pp":
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return DDP(mod, device_ids=ids, process_group=self.dp_group)
+        if self.layout == "fsdp_pp":
+            from torch.distributed.fsdp import fully_shard
+
+            mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
+            for block in mod.blocks.values():
+                fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(mod, mesh=mesh, reshard_after_forward=reshard)
+        return mod
+
+    def _loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # Scaled so that summing over m microbatches × accum schedule steps gives the mean.
+        with self._state.busy():
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+        return loss / (self.m * self._accum)
+
+    def parameters(self):
+        return [p for w in self.wrapped for p in w.parameters()]
+
+    def forward_backward(self, micro_batches):
+        accum = len(micro_batches)
+        self._accum = accum
+        total = torch.zeros((), device=self.device)
+        busy0 = self._state.busy_s
+        sync(self.device)
+        start = time.perf_counter()
+        for k, batch in enumerate(micro_batches):
+            batch = batch.to(self.device, non_blocking=True)
+            x, y = batch[:, :-1], batch[:, 1:]
+            if not self._activation_numel:
+                self._activation_numel = (x.shape[0] // self.m) * x.shape[1] * self.cfg.model.d_model
+            self._state.sync_grads = k == accum - 1
+            losses: list[torch.Tensor] = []
+            args = (x,) if self.has_first else ()
+            kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.has_last else {}
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+            if self.has_last:
+                total += torch.stack([loss.detach() for loss in losses]).sum()
+        sync(self.device)
+        self._steps.append((self._state.busy_s - busy0, time.perf_counter() - start))
+        self._state.sync_grads = True
+        return total if self.has_last else None
+
+    def full_state_dict(self):
+        mine: dict[str, torch.Tensor] = {}
+        for mod in self.modules:
+            for name, t in mod.state_dict().items():
+                if isinstance(t, DTensor):
+                    t = t.full_tensor()  # collective over this stage's dp ranks, same order on each
+                mine[name] = t.detach().cpu().clone()
+        contribute = self.topo.dp_rank == 0 and self.topo.tp_rank == 0
+        rank0 = dist.get_rank() == 0
+        gathered: list[Any] = [None] * dist.get_world_size() if rank0 else None  # type: ignore[assignment]
+        dist.gather_object(mine if contribute else {}, gathered, dst=0)
+        if not rank0:
+            return None
+        full: dict[str, torch.Tensor] = {}
+        for part in gathered:
+            full.update(part)
+        return full
+
+    def comm_group(self):
+        return self.pp_group if self.layout == "pipeline" else self.dp_group
+
+    def comm_numel(self):
+        # dp_pp / fsdp_pp: this stage's gradient, all-reduced (DDP) or reduce-scattered (FSDP)
+        # over dp. pipeline: one microbatch's activation, the size of each send between stages.
+        return self._activation_numel if self.layout == "pipeline" else self._stage_numel
+
+    def metrics(self) -> dict[str, Any]:
+        """Bubble: theory (p−1)/(v·m+p−1), and measured on this rank as
+        1 − busy ÷ wall, summed over every optimizer step but the first (the first includes
+        torch's one-off shape inference and lazy initialisation). wall: from the start of the
+        step's first schedule step to the end of its last. busy: time inside this rank's own
+        stage compute — each forward_one_chunk's module call (PipelineStage.
+        forward_maybe_with_nosync), each backward_one_chunk's autograd call
+        (backward_maybe_with_nosync) and the last stage's loss — timed by overriding those
+        PipelineStage methods. Everything else (waiting on send/recv, schedule bookkeeping, FSDP's
+        final reduce-scatter) counts as idle. For dp_pp/fsdp_pp, busy includes collectives that
+        run inside those calls (DDP's all-reduce in the last backward, FSDP's all-gathers)."""
+        measured = self._steps[1:] or self._steps
+        busy = sum(b for b, _ in measured)
+        wall = sum(w for _, w in measured)
+        p, v, m = self.pp, self.v, self.m
+        return {
+            "bubble_theory": (p - 1) / (v * m + p - 1),
+            "bubble_measured": max(0.0, 1.0 - busy / wall) if wall > 0 else None,
+            "schedule": self.schedule_name,
+            "stages_per_rank": v,
+        }

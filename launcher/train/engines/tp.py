@@ -1,0 +1,224 @@
+"""Tensor parallel (Megatron-style, on DTensor) over the "tp" mesh dim, with sequence parallelism.
+
+Plan per block: the LayerNorms run sequence-parallel (activations sharded on the sequence dim
+between blocks); attention and feed-forward gather the sequence (all-gather), split the work by
+columns (q, k, v: whole heads per rank; the ffn's first Linear: hidden units per rank), and
+reduce-scatter back to sequence shards after the row-split output Linear (attn proj, ffn's
+second Linear). The token and position embeddings are split by rows and reduce-scatter straight
+into sequence shards; the head is split by columns (vocabulary) and the loss is computed on the
+vocabulary-sharded logits with `loss_parallel` (no full-logit gather).
+
+`apply_tensor_parallel` is shared with the FSDP×TP layout (fsdp.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...config.schema import LauncherConfig
+from ..dist import sync
+from ..models import Block, MLPBlock, TokenModel
+from .base import Engine, Topology, autocast
+
+MEASURE_ITERS = 3
+
+
+def apply_tensor_parallel(model: TokenModel, tp_mesh) -> TokenModel:
+    """Parallelize `model` in place over the 1-D `tp_mesh`. Inputs: full token ids on every tp
+    rank. Output: logits as a DTensor sharded on the vocabulary dim (use `loss_parallel`)."""
+    gather_seq = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    parallelize_module(
+        model,
+        tp_mesh,
+        {
+            # Row-split tables; the partial sums are reduce-scattered into sequence shards.
+            "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            # Positions are [seq] → [seq, d]: the sequence is dim 0 here (broadcasts over batch).
+            "pos_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+            "ln_f": SequenceParallel(),
+            "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+        },
+    )
+    for block in model.blocks:
+        if isinstance(block, Block):
+            plan = {
+                "ln1": SequenceParallel(),
+                "attn": gather_seq,
+                "attn.q": ColwiseParallel(),
+                "attn.k": ColwiseParallel(),
+                "attn.v": ColwiseParallel(),
+                "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
+                "ln2": SequenceParallel(),
+            }
+        elif isinstance(block, MLPBlock):
+            plan = {"ln": SequenceParallel()}
+        else:
+            raise TypeError(f"tensor parallel has no plan for {type(block).__name__}")
+        plan |= {"ffn": gather_seq, "ffn.0": ColwiseParallel(), "ffn.2": RowwiseParallel(output_layouts=Shard(1))}
+        parallelize_module(block, tp_mesh, plan)
+    return model
+
+
+def mixed_params(params) -> bool:
+    """True where parameters mix DTensor and plain tensors (a foreach optimizer rejects that)."""
+    kinds = {isinstance(p, DTensor) for p in params}
+    return len(kinds) > 1
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy; works for plain logits and for vocabulary-sharded DTensor logits
+    (call inside `loss_parallel()`)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def local_scalar(loss: torch.Tensor) -> torch.Tensor:
+    """A detached plain scalar from a loss that may be a replicated DTensor."""
+    loss = loss.detach()
+    return loss.to_local() if isinstance(loss, DTensor) else loss
+
+
+NOT_COLLECTIVES = ("wait_tensor", "_wrap_tensor_autograd")
+
+
+class CollectiveTimer(TorchDispatchMode):
+    """Times DTensor's collectives: functional collectives (`_c10d_functional.*`, what DTensor
+    redistribution and the tensor-parallel styles issue) are asynchronous, so the time charged to
+    communication is each collective's launch plus its `wait_tensor` (the time the rank is
+    blocked on it). On CUDA, where a wait only orders streams, the device is synchronised
+    before and after each collective so the host clock sees it (measurement passes only).
+    FSDP2's own `c10d.*` process-group calls are not seen here."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.seconds = 0.0
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            # Modes run before tensor subclasses: hand DTensor ops to DTensor, so that the
+            # collectives it issues inside them (loss_parallel's all-reduces, implicit
+            # redistributions) come back here as plain-tensor ops (as CommDebugMode does).
+            return NotImplemented
+        if isinstance(func, torch._ops.HigherOrderOperator) or func.namespace != "_c10d_functional":
+            return func(*args, **(kwargs or {}))
+        sync(self.device)
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        sync(self.device)
+        self.seconds += time.perf_counter() - start
+        self.count += func.__name__.split(".")[0] not in NOT_COLLECTIVES
+        return out
+
+
+def sync_partial_grads(model: nn.Module) -> None:
+    """Give every DTensor gradient its parameter's placements. Under sequence parallelism the
+    LayerNorm gradients come out of backward as Partial(sum) (each rank saw only its sequence
+    shard); left so, every optimizer op touching them would all-reduce again (and a nonlinear
+    one, like Adam's grad², needs the reduced value). One all-reduce each here, once per step.
+    Replicate → Shard (the row-split embeddings' gradients) is a local slice, no communication."""
+    with torch.no_grad():
+        for p in model.parameters():
+            g = p.grad
+            if isinstance(g, DTensor) and isinstance(p, DTensor) and g.placements != p.placements:
+                p.grad = g.redistribute(p.device_mesh, p.placements)
+
+
+class TPEngine(Engine):
+    def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
+        self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
+        apply_tensor_parallel(model, topo.mesh["tp"])
+        # Every parameter is a DTensor under this plan; a foreach optimizer is only refused a mix.
+        self.foreach_optimizer = not mixed_params(model.parameters())
+        self._accum = 1
+        self._last_batch: torch.Tensor | None = None
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def _micro_step(self, batch: torch.Tensor, accum: int) -> torch.Tensor:
+        x, y = batch[:, :-1], batch[:, 1:]
+        with autocast(self.cfg, self.device):
+            logits = self.model(x)
+        with loss_parallel():  # cross-entropy on vocabulary-sharded logits, backward included
+            loss = cross_entropy(logits, y) / accum
+            loss.backward()
+        return local_scalar(loss)
+
+    def _sync_grads(self) -> None:
+        sync_partial_grads(self.model)
+
+    def forward_backward(self, micro_batches):
+        # No data parallelism: every tp rank runs the same micro-batches (the loop gives tp ranks
+        # of one dp replica identical batches); gradients accumulate across micro-steps and the
+        # sequence-parallel LayerNorms' partial gradients are reduced once at the end.
+        accum = len(micro_batches)
+        loss = torch.zeros((), device=self.device)
+        for batch in micro_batches:
+            loss += self._micro_step(batch.to(self.device, non_blocking=True), accum)
+        self._sync_grads()
+        self._accum, self._last_batch = accum, micro_batches[-1]
+        return loss
+
+    def full_state_dict(self):
+        return gather_full_state(self.model)
+
+    def metrics(self) -> dict[str, Any]:
+        seconds, count = tp_collective_seconds(self)
+        return {"tp": self.topo.tp, "collective_time_s": seconds, "tp_collectives_per_step": count}
+
+
+def tp_collective_seconds(engine) -> tuple[float, int]:
+    """(seconds, collectives) of tensor parallelism per optimizer step, measured after training:
+    a few extra forward+backward passes of the engine's last micro-batch run under
+    CollectiveTimer (median taken), times the micro-steps per optimizer step, plus the timed
+    end-of-step gradient sync (`engine._sync_grads()`, where the engine has one). Every rank runs
+    the same passes (collective). Gradients are discarded; parameters are not touched. Needs
+    `engine._micro_step(batch, accum)`, `_last_batch`, `_accum`, `model`, `topo`, `device`."""
+    if engine.topo.tp < 2 or engine._last_batch is None:
+        return 0.0, 0
+    sync_step = getattr(engine, "_sync_grads", lambda: None)
+    passes, syncs, count = [], [], 0
+    for _ in range(MEASURE_ITERS):
+        # Each pass starts from no gradients, as a real step does after zero_grad(set_to_none):
+        # a Partial gradient accumulated into a Replicate one would be all-reduced on the spot.
+        engine.model.zero_grad(set_to_none=True)
+        pass_timer, sync_timer = CollectiveTimer(engine.device), CollectiveTimer(engine.device)
+        sync(engine.device)
+        with pass_timer:
+            engine._micro_step(engine._last_batch.to(engine.device), 1)
+        with sync_timer:
+            sync_step()
+        sync(engine.device)
+        passes.append(pass_timer.seconds)
+        syncs.append(sync_timer.seconds)
+        count = pass_timer.count * engine._accum + sync_timer.count
+    engine.model.zero_grad(set_to_none=True)
+    return statistics.median(passes) * engine._accum + statistics.median(syncs), count
+
+
+def gather_full_state(model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Full parameters under the reference names on global rank 0 (None elsewhere). Collective:
+    every DTensor is gathered with full_tensor() on every rank."""
+    full = {}
+    for name, value in model.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        full[name] = value.detach().cpu()
+    return full if torch.distributed.get_rank() == 0 else None
