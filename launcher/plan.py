@@ -135,6 +135,12 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
                 f"parallel.microbatches={par.microbatches} < pp={pp} pipeline ranks: a schedule needs at least one "
                 f"microbatch per rank; set parallel.microbatches={pp} or more"
             )
+        rounds = max(1, par.microbatches // pp)  # torch's interleaved schedules run m in rounds of ~pp
+        if par.schedule == "interleaved_1f1b" and par.microbatches % rounds:
+            raise ConfigError(
+                f"parallel.microbatches={par.microbatches} is not a multiple of its {rounds} rounds of pp={pp} that "
+                f"interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches={rounds * pp}"
+            )
         if cfg.batch.micro % par.microbatches:
             raise ConfigError(
                 f"batch.micro={cfg.batch.micro} is not divisible by parallel.microbatches={par.microbatches}; each "

@@ -48,6 +48,11 @@ CASES = [
     (["data=file", "data.path=/nonexistent/tokens.bin"], "data.path='/nonexistent/tokens.bin' is not a readable file; point it at a token file"),
     (["batch.global=24"], "world size 2: batch.global=24 is not divisible by batch.micro(8) × dp(2) = 16; choose a multiple of 16 or another batch.micro"),
     (["batch.global=16", "batch.accum=4", "sweep.world_sizes=[1]"], "world size 1: batch.global=16 ≠ batch.micro(8) × batch.accum(4) × dp(1) = 32; set batch.accum=2 or leave it at 1 to derive it"),
+    (["parallel=pipeline", "parallel.schedule=interleaved_1f1b", "model.n_layers=4", "parallel.microbatches=5", "batch.micro=10", "sweep.world_sizes=[2]"], "world size 2: parallel.microbatches=5 is not a multiple of its 2 rounds of pp=2 that interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches=4"),
+    (["parallel=tp", "sweep.world_sizes=[3]"], "world size 3: model.n_heads=4 is not divisible by tp=3; tensor parallel splits it across ranks: choose a tp that divides 4"),
+    (["parallel=fsdp_tp", "sweep.world_sizes=[2,3]"], "world size 3: world size 3 is not a multiple of parallel.tp=2; dp × tp × pp must equal the world size: pick sizes that are multiples of 2"),
+    (["parallel=pipeline", "sweep.world_sizes=[2]", "parallel.microbatches=1"], "world size 2: parallel.microbatches=1 < pp=2 pipeline ranks: a schedule needs at least one microbatch per rank; set parallel.microbatches=2 or more"),
+    (["parallel=pipeline", "sweep.world_sizes=[2]", "batch.micro=6"], "world size 2: batch.micro=6 is not divisible by parallel.microbatches=4; each micro-batch is split into that many pipeline microbatches"),
     (["run.world_size=0"], "run.world_size=0 must be a positive integer; set e.g. run.world_size=1"),
 ]
 
