@@ -43,7 +43,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "tp", "pp",
                                                      "micro", "accum", "global_batch", "scaling", "lr")}  # fmt: skip
     row["repeat"] = trial.get("repeat", 0)
-    row["variant"] = trial.get("variant", "")
+    row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
     row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
     executor_reason = (outcome or {}).get("reason")

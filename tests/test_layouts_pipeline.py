@@ -75,7 +75,7 @@ def test_pipeline_record_has_bubble_theory_and_measured(gpipe):
     assert all(0.0 <= b <= 1.0 for b in layout["bubble_measured_per_rank"])
     assert 0.0 <= layout["bubble_measured"] <= 1.0
     assert layout["bubble_measured"] == max(layout["bubble_measured_per_rank"])
-    assert layout["schedule_per_rank"] == ["gpipe", "gpipe"]
+    assert layout["schedule"] == "gpipe"  # the same on every rank: stored once
     assert layout["stages_per_rank"] == 1
 
 
