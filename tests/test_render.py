@@ -65,7 +65,7 @@ def test_values_in_the_body_are_shell_quoted():
 
 def test_array_and_pack_shapes():
     (req, script), = scripts("array_three_repeats")
-    assert req.array and "#SBATCH --array=0-2\n" in script and "slurm-%A_%a.out" in script
+    assert req.array and "#SBATCH --array=0-2%1\n" in script and "slurm-%A_%a.out" in script  # %1: serialised
     (req, script), = scripts("pack_1_2_4")
     assert req.pack and req.nodes == 4 and "--array" not in script
     assert [ln.split()[2:] for ln in script.splitlines() if ln.startswith("run_trial ")] == [
