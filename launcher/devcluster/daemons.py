@@ -70,6 +70,9 @@ def start(name: str, argv: list[str], *, log: Path, env: dict[str, str] | None =
             env=env,
             start_new_session=True,
             close_fds=True,
+            # Not the caller's folder: job steps inherit slurmd's cwd and warn on every job once
+            # that folder is gone (a deleted checkout, a finished CI run).
+            cwd="/",
         )
     st = None
     for _ in range(50):
