@@ -1,4 +1,8 @@
-"""Pure analysis of a results table: scaling efficiency, cost, and the recommended size."""
+"""Pure analysis of a results table: scaling efficiency, cost, and the recommended size.
+
+Works on any table with `world_size`, `status` and a throughput column (`tokens_per_s` by
+default), so `launcher analyze` judges tables measured elsewhere with the same code.
+"""
 
 from __future__ import annotations
 
@@ -6,100 +10,209 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+POLICIES = ("max_efficient", "min_cost", "fastest_within_budget")
+
 
 def _variant(df: pd.DataFrame) -> pd.Series:
     return df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
 
 
-def by_size(df: pd.DataFrame) -> pd.DataFrame:
+def _done(df: pd.DataFrame, metric: str) -> pd.Series:
+    return (df["status"] == "completed") & df[metric].notna()
+
+
+_MEDIANS = ("usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget", "usd_to_budget",
+            "device_hours_to_budget")  # fmt: skip
+
+
+def by_size(df: pd.DataFrame, metric: str = "tokens_per_s") -> pd.DataFrame:
     """One row per (variant, world size) over its completed trials (repeats → medians)."""
-    done = df[(df["status"] == "completed") & df["efficiency"].notna()].assign(variant=_variant(df))
-    cols = {"tokens_per_s": "median", "efficiency": "median", "speedup": "median", "trial_id": "count"}
-    out = done.groupby(["variant", "world_size"], as_index=False).agg(cols).rename(columns={"trial_id": "completed"})
-    if "scaling" in done:
-        out["scaling"] = done["scaling"].iloc[0] if len(done) else "weak"
+    done = df[_done(df, metric) & df["efficiency"].notna()].assign(variant=_variant(df))
+    cols = {metric: "median", "efficiency": "median", "speedup": "median", "status": "count"}
+    cols.update({c: "median" for c in _MEDIANS if c in done})
+    out = done.groupby(["variant", "world_size"], as_index=False).agg(cols).rename(columns={"status": "completed"})
+    out["scaling"] = done["scaling"].iloc[0] if "scaling" in done and len(done) else "weak"
     return out.sort_values(["variant", "world_size"]).reset_index(drop=True)
 
 
-def add_scaling(df: pd.DataFrame) -> pd.DataFrame:
+def add_scaling(df: pd.DataFrame, metric: str = "tokens_per_s") -> pd.DataFrame:
     """speedup and efficiency of each completed row against the smallest completed size N₀:
-    efficiency = thr(N)·N₀ / (thr(N₀)·N) on tokens/s (per-rank batch fixed: weak scaling;
-    global batch fixed: strong scaling — the `scaling` column says which)."""
+    efficiency = thr(N)·N₀ / (thr(N₀)·N) (per-rank batch fixed: weak scaling; global batch
+    fixed: strong scaling — the `scaling` column says which)."""
     df = df.copy()
     df["speedup"] = float("nan")
     df["efficiency"] = float("nan")
     variant = _variant(df)
-    for _, group in df[(df["status"] == "completed") & df["tokens_per_s"].notna()].groupby(variant):
+    for _, group in df[_done(df, metric)].groupby(variant):
         # Each combination (layout, accumulation, …) is judged against its own smallest size.
         n0 = group["world_size"].min()
-        thr0 = group.loc[group["world_size"] == n0, "tokens_per_s"].median()  # repeats: their median
-        df.loc[group.index, "speedup"] = group["tokens_per_s"] / thr0
-        df.loc[group.index, "efficiency"] = group["tokens_per_s"] * n0 / (thr0 * group["world_size"])
+        thr0 = group.loc[group["world_size"] == n0, metric].median()  # repeats: their median
+        df.loc[group.index, "speedup"] = group[metric] / thr0
+        df.loc[group.index, "efficiency"] = group[metric] * n0 / (thr0 * group["world_size"])
     return df
 
 
-def add_cost(df: pd.DataFrame, usd_per_device_hour: float | None) -> pd.DataFrame:
-    """$ per 1M tokens = price × devices ÷ (tokens/s × 3600) × 1e6; null without a price."""
+@dataclass(kw_only=True, frozen=True)
+class Pricing:
+    usd_per_device_hour: float | None = None
+    """List price of one device-hour; None → the $ columns are null."""
+    spot_discount: float = 0.0
+    """Fraction off the list price (spot/preemptible capacity)."""
+    token_budget: float | None = None
+    """Tokens the real run trains on; None → the to-budget columns are null."""
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        if self.usd_per_device_hour is None:
+            return None
+        return self.usd_per_device_hour * (1 - self.spot_discount)
+
+
+def add_cost(df: pd.DataFrame, pricing: Pricing) -> pd.DataFrame:
+    """Cost per token and to a token budget, from tokens/s and the device count:
+    device-hours per 1M tokens = N ÷ (tokens/s × 3600) × 1e6; $ = device-hours × price × (1 − spot);
+    hours to budget = budget ÷ tokens/s ÷ 3600 (wall clock), device-hours = that × N."""
     df = df.copy()
-    if usd_per_device_hour is None:
-        df["usd_per_1m_tokens"] = float("nan")
+    n = df["world_size"]
+    thr = df["tokens_per_s"] if "tokens_per_s" in df else pd.Series(float("nan"), index=df.index)
+    df["device_hours_per_1m_tokens"] = n / (thr * 3600) * 1e6
+    price = pricing.usd_per_hour
+    nan = float("nan")
+    df["usd_per_1m_tokens"] = nan if price is None else df["device_hours_per_1m_tokens"] * price
+    if pricing.token_budget is None:
+        df["hours_to_budget"] = df["device_hours_to_budget"] = df["usd_to_budget"] = nan
     else:
-        df["usd_per_1m_tokens"] = usd_per_device_hour * df["world_size"] / (df["tokens_per_s"] * 3600) * 1e6
+        df["hours_to_budget"] = pricing.token_budget / thr / 3600
+        df["device_hours_to_budget"] = df["hours_to_budget"] * n
+        df["usd_to_budget"] = nan if price is None else df["device_hours_to_budget"] * price
     return df
+
+
+@dataclass(kw_only=True, frozen=True)
+class Policy:
+    name: str = "max_efficient"
+    """One of POLICIES."""
+    threshold: float = 0.8
+    """max_efficient: the efficiency a size must keep."""
+    budget_device_hours: float | None = None
+    """fastest_within_budget: device-hours allowed for the token budget."""
+    budget_usd: float | None = None
+    """fastest_within_budget: dollars allowed for the token budget."""
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICIES:
+            raise ValueError(f"policy {self.name!r} is not one of {', '.join(POLICIES)}")
 
 
 @dataclass(kw_only=True, frozen=True)
 class Recommendation:
     world_size: int | None
-    """The recommended size; None when nothing completed."""
+    """The recommended size; None when nothing completed (or nothing fits the budget)."""
     reason: str
     """One sentence saying why."""
+    variant: str = ""
+    """The combination recommended, when a sweep held several."""
 
 
-def _ranks(n: int) -> str:
-    return f"{n} rank" if n == 1 else f"{n} ranks"
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
 
 
-def recommend(df: pd.DataFrame, threshold: float) -> Recommendation:
-    """The largest size whose (median) efficiency is ≥ threshold, with the evidence for and
-    against. With several combinations: the largest such size over all of them, the fastest
-    combination at that size."""
-    if "trial_id" not in df:
-        df = df.assign(trial_id=range(len(df)))
-    sizes = by_size(df)
+def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens_per_s",
+              unit: str = "rank") -> Recommendation:  # fmt: skip
+    """The size to use under `policy` (a bare float is max_efficient at that threshold), with
+    the evidence. Several combinations: the best pick over all of them."""
+    if not isinstance(policy, Policy):
+        policy = Policy(threshold=float(policy))
+    sizes = by_size(df, metric)
     if sizes.empty:
         return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
-    several = sizes["variant"].nunique() > 1
-    picks = []
-    for variant, done in sizes.groupby("variant"):
-        picks.append((variant, done.reset_index(drop=True)))
-    good = [(v, d, d[d["efficiency"] >= threshold].iloc[-1]) for v, d in picks if (d["efficiency"] >= threshold).any()]
-    variant, done, pick = max(good, key=lambda g: (g[2]["world_size"], g[2]["tokens_per_s"]))
-    rec = _recommend_one(done, pick, threshold)
-    if several:
-        return Recommendation(world_size=rec.world_size, reason=f"{variant}, {rec.reason}")
+    groups = [(v, g.reset_index(drop=True)) for v, g in sizes.groupby("variant")]
+    pick = {"max_efficient": _max_efficient, "min_cost": _min_cost, "fastest_within_budget": _within_budget}
+    rec = pick[policy.name](groups, policy, metric, unit)
+    if len(groups) > 1 and rec.variant:
+        return Recommendation(world_size=rec.world_size, reason=f"{rec.variant}, {rec.reason}", variant=rec.variant)
     return rec
 
 
-def _recommend_one(done: pd.DataFrame, pick: pd.Series, threshold: float) -> Recommendation:
-    scaling = done["scaling"].iloc[0] if "scaling" in done else "weak"
+def _max_efficient(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
+    threshold = policy.threshold
+    good = [(v, d, d[d["efficiency"] >= threshold].iloc[-1]) for v, d in groups if (d["efficiency"] >= threshold).any()]
+    variant, done, pick = max(good, key=lambda g: (g[2]["world_size"], g[2][metric]))
+    scaling = done["scaling"].iloc[0]
     n0 = int(done["world_size"].iloc[0])
     n = int(pick["world_size"])
     if len(done) == 1:
-        return Recommendation(world_size=n0, reason=f"{_ranks(n0)}: the only size that completed")
+        return Recommendation(world_size=n0, reason=f"{_count(n0, unit)}: the only size that completed", variant=variant)
     if n == n0:
-        reason = f"{_ranks(n)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
+        reason = f"{_count(n, unit)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
     else:
         reason = (
-            f"{_ranks(n)}: largest size with {scaling}-scaling efficiency ≥ {threshold:.2f} "
-            f"({pick['efficiency']:.2f}, {pick['speedup']:.2f}× the throughput of {_ranks(n0)})"
+            f"{_count(n, unit)}: largest size with {scaling}-scaling efficiency ≥ {threshold:.2f} "
+            f"({pick['efficiency']:.2f}, {pick['speedup']:.2f}× the throughput of {_count(n0, unit)})"
         )
     bigger = done[done["world_size"] > n]
     if not bigger.empty:
         nxt = bigger.iloc[0]
         m = int(nxt["world_size"])
         reason += (
-            f"; {_ranks(m)} reach only {nxt['efficiency']:.2f} "
-            f"({nxt['tokens_per_s'] / pick['tokens_per_s']:.2f}× the speed for {m / n:.2f}× the devices)"
-        )
-    return Recommendation(world_size=n, reason=reason)
+            f"; {_count(m, unit)} reach only {nxt['efficiency']:.2f} "
+            f"({nxt[metric] / pick[metric]:.2f}× the speed for {m / n:.2f}× the devices"
+            + (f", {nxt['usd_per_1m_tokens'] / pick['usd_per_1m_tokens']:.2f}× the $ per token)"
+               if pd.notna(pick.get("usd_per_1m_tokens")) else ")")
+        )  # fmt: skip
+    return Recommendation(world_size=n, reason=reason, variant=variant)
+
+
+def _min_cost(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
+    # $ = device-hours × one price, so the cheapest size per token is the one with the fewest
+    # device-hours per token (per-device throughput); ties go to the faster, larger size.
+    rows = [(v, r) for v, d in groups for _, r in d.iterrows()]
+    per_device = {id(r): r[metric] / r["world_size"] for _, r in rows}
+    variant, best = max(rows, key=lambda vr: (round(per_device[id(vr[1])], 12), vr[1]["world_size"]))
+    n = int(best["world_size"])
+    if "usd_per_1m_tokens" in best and pd.notna(best["usd_per_1m_tokens"]):
+        cost = f"${best['usd_per_1m_tokens']:.4g} per 1M tokens"
+    elif "device_hours_per_1m_tokens" in best and pd.notna(best["device_hours_per_1m_tokens"]):
+        cost = f"{best['device_hours_per_1m_tokens']:.4g} device-hours per 1M tokens"
+    else:
+        cost = f"{per_device[id(best)]:.4g} {metric.replace('_per_', '/')} per device"
+    others = [r for _, r in rows if r is not best]
+    reason = f"{_count(n, unit)}: lowest cost per unit of work ({cost})"
+    if others:
+        runner = max(others, key=lambda r: per_device[id(r)])
+        m = int(runner["world_size"])
+        reason += f"; the next cheapest, {_count(m, unit)}, costs {per_device[id(best)] / per_device[id(runner)]:.2f}× as much for the same work"
+    return Recommendation(world_size=n, reason=reason, variant=variant)
+
+
+def _within_budget(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
+    limits = []
+    if policy.budget_device_hours is not None:
+        limits.append(("device_hours_to_budget", policy.budget_device_hours, "{:,.0f} device-hours"))
+    if policy.budget_usd is not None:
+        limits.append(("usd_to_budget", policy.budget_usd, "${:,.0f}"))
+    if not limits:
+        raise ValueError("fastest_within_budget needs budget_device_hours and/or budget_usd")
+    rows = [(v, r) for v, d in groups for _, r in d.iterrows()]
+    missing = [col for col, _, _ in limits if not all(col in r and pd.notna(r[col]) for _, r in rows)]
+    if missing:
+        return Recommendation(world_size=None, reason=f"the table has no {missing[0]} (set the token budget and price)")
+    fits = [(v, r) for v, r in rows if all(r[col] <= cap for col, cap, _ in limits)]
+    budget = " and ".join(fmt.format(cap) for _, cap, fmt in limits)
+    if not fits:
+        v, cheapest = min(rows, key=lambda vr: vr[1][limits[0][0]])
+        spend = limits[0][2].format(cheapest[limits[0][0]])
+        return Recommendation(world_size=None, variant=v, reason=(
+            f"no size fits the budget of {budget}; the cheapest, {_count(int(cheapest['world_size']), unit)}, "
+            f"needs {spend}"))  # fmt: skip
+    variant, best = max(fits, key=lambda vr: (vr[1][metric], -vr[1]["world_size"]))
+    n = int(best["world_size"])
+    spend = " and ".join(fmt.format(best[col]) for col, _, fmt in limits)
+    reason = f"{_count(n, unit)}: fastest size within {budget} ({best['hours_to_budget']:,.1f} h, {spend})"
+    faster = [r for _, r in rows if r[metric] > best[metric]]
+    if faster:
+        nxt = min(faster, key=lambda r: r[metric])
+        col, cap, fmt = next((c, cap, f) for c, cap, f in limits if nxt[c] > cap)
+        reason += f"; {_count(int(nxt['world_size']), unit)} would need {fmt.format(nxt[col])}"
+    return Recommendation(world_size=n, reason=reason, variant=variant)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
+from .analysis import POLICIES
 from .config.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -23,7 +24,10 @@ EXAMPLES = """examples:
   launcher cluster up && launcher sweep cluster=devcluster sweep.nodes=[1,2,4]
   launcher sweep cluster=devcluster sweep.nodes=[1,2] --detach; launcher collect results/<sweep-id>
   launcher sweep --resume results/<sweep-id>
+  launcher sweep sweep.search=adaptive sweep.world_sizes=[1,2,3,4] sweep.threshold=0.7
+  launcher report results/<sweep-id>
   launcher run cluster=devcluster cluster.nodes=2 --dry-run
+  launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as [a,b]."""
 
 
@@ -54,8 +58,19 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--detach", action="store_true", help="Slurm: return after submitting")
             sp.add_argument("--resume", metavar="SWEEP_DIR", help="carry on a sweep from its folder (no overrides)")
     for name, help_ in (("status", "where each trial of a sweep stands, and the source"),
-                        ("collect", "ask the scheduler, rebuild and print a sweep's table")):  # fmt: skip
+                        ("collect", "ask the scheduler, rebuild and print a sweep's table"),
+                        ("report", "rebuild a sweep's table, report.md and report.html (with plots) from its folder")):  # fmt: skip
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
+    an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
+    an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
+    an.add_argument("--policy", choices=POLICIES, default="max_efficient", help="how to pick the size")
+    an.add_argument("--threshold", type=float, default=0.8, help="max_efficient: efficiency to keep (default 0.8)")
+    an.add_argument("--scaling", choices=("weak", "strong"), help="label of the efficiency (default: the table's)")
+    an.add_argument("--usd-per-gpu-hour", type=float, help="price of one device-hour")
+    an.add_argument("--spot-discount", type=float, default=0.0, help="fraction off the price, in [0, 1)")
+    an.add_argument("--token-budget", type=float, help="tokens the run trains on (hours and $ to it)")
+    an.add_argument("--budget-gpu-hours", type=float, help="fastest_within_budget: device-hours allowed")
+    an.add_argument("--budget-usd", type=float, help="fastest_within_budget: dollars allowed")
     cl = add("cluster", "a real Slurm dev cluster on this machine (needs root)")
     cl.add_argument("action", choices=("up", "down", "status"))
     cl.add_argument("--nodes", type=int, default=4, help="compute nodes for `up` (default 4)")
@@ -87,10 +102,12 @@ def _dispatch(args) -> int:
 
     if args.command == "cluster":
         return _cluster(args)
+    if args.command == "analyze":
+        return _analyze(args)
     if args.command == "status":
         return _status(args.sweep_dir)
-    if args.command == "collect":
-        result = sw.collect(args.sweep_dir)
+    if args.command in ("collect", "report"):
+        result = sw.collect(args.sweep_dir, ask_scheduler=args.command == "collect")
         sw.show(result)
         return 0
     if args.command == "sweep" and args.resume:
@@ -111,11 +128,33 @@ def _dispatch(args) -> int:
         detach = getattr(args, "detach", False)
         if detach and plan.cfg.cluster.kind != "slurm":
             raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
+        if detach and plan.cfg.sweep.search == "adaptive":
+            raise ConfigError("--detach with sweep.search=adaptive: the search picks each size from the last result, "
+                              "so it must stay attached; use sweep.search=grid to detach")  # fmt: skip
         result = sw.run_sweep(plan, args.overrides, progress_bars=not args.quiet, detach=detach)
     if result is None:
         return 0
     sw.show(result)
     return 0 if (result.table["status"] == "completed").any() else 1
+
+
+def _analyze(args) -> int:
+    from .analysis import Policy, Pricing
+    from .analyze import analyze, check_policy, read_table
+    from .report import print_table
+
+    policy = Policy(name=args.policy, threshold=args.threshold, budget_device_hours=args.budget_gpu_hours,
+                    budget_usd=args.budget_usd)  # fmt: skip
+    pricing = Pricing(usd_per_device_hour=args.usd_per_gpu_hour, spot_discount=args.spot_discount,
+                      token_budget=args.token_budget)  # fmt: skip
+    for flag, value in (("--usd-per-gpu-hour", args.usd_per_gpu_hour), ("--token-budget", args.token_budget),
+                        ("--budget-gpu-hours", args.budget_gpu_hours), ("--budget-usd", args.budget_usd)):  # fmt: skip
+        if value is not None and not value > 0:
+            raise ConfigError(f"{flag} {value:g} must be a positive number")
+    check_policy(policy, pricing)
+    result = analyze(read_table(args.table), policy, pricing, scaling=args.scaling)
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, title=f"{args.table} ({args.policy})", unit=result.unit)
+    return 0 if result.recommendation.world_size is not None else 1
 
 
 def _status(sweep_dir: str) -> int:

@@ -22,7 +22,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     try:
         # mkstemp makes 0600 files; results are for the whole team, so honour the umask instead.
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # not the locale's: reports carry —, ×, ≥
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -37,5 +37,5 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)

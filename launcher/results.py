@@ -8,10 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis import add_cost, add_scaling
+from .analysis import Pricing, add_cost, add_scaling
 from .io import atomic_write_text
 
-TABLE_SCHEMA_VERSION = 3  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time
+TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
 
 COLUMNS = [
     "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",
@@ -19,14 +19,16 @@ COLUMNS = [
     "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
     "speedup", "efficiency", "scaling", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s",
     "bubble_measured", "bubble_theory", "collective_time_s",
-    "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "lr", "hosts", "reason",
+    "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "device_hours_per_1m_tokens",
+    "hours_to_budget", "device_hours_to_budget", "usd_to_budget", "device_hours", "allreduce_bytes", "cpu_contention",
+    "ranks_per_node", "lr", "hosts", "reason",
 ]  # fmt: skip
 _LAYOUT_COLUMNS = ["bubble_measured", "bubble_theory", "collective_time_s"]
 
 _METRIC_COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
     "step_time_p90_s", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s", "rank_spread",
-    "loss_first", "loss_last",
+    "loss_first", "loss_last", "allreduce_bytes", "cpu_contention",
 ]  # fmt: skip
 
 
@@ -46,10 +48,15 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
     row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
+    wall_s = (record or {}).get("wall_s", (outcome or {}).get("wall_s"))  # what the trial held its devices for
+    row["device_hours"] = wall_s * trial["world_size"] / 3600 if wall_s is not None else None
+    row["ranks_per_node"] = -(-trial["world_size"] // trial["nodes"]) if trial.get("nodes") else None
     executor_reason = (outcome or {}).get("reason")
     if record is None:
         if outcome is None:
             row["status"], row["reason"] = "pending", None
+        elif outcome.get("executor") == "search":
+            row["status"], row["reason"] = outcome.get("status", "skipped"), executor_reason
         elif outcome.get("executor") == "slurm":
             # Slurm's state is the story: cancelled, timeout, node_fail, running, … A job that
             # COMPLETED without a record still failed: the record is the proof of a finished trial.
@@ -78,7 +85,11 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     return row
 
 
-def build_table(sweep_dir: Path, usd_per_device_hour: float | None = None) -> pd.DataFrame:
+_COST_COLUMNS = ["speedup", "efficiency", "usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget",
+                 "device_hours_to_budget", "usd_to_budget"]  # fmt: skip
+
+
+def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame:
     """Read every `trials/*/` folder of a sweep into the results table."""
     rows = []
     for tdir in sorted((sweep_dir / "trials").glob("*/")):
@@ -86,10 +97,10 @@ def build_table(sweep_dir: Path, usd_per_device_hour: float | None = None) -> pd
         if trial is None:
             continue
         rows.append(trial_row(trial["trial"], _load(tdir / "record.json"), _load(tdir / "outcome.json")))
-    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency", "usd_per_1m_tokens")])
-    for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_memory_mb"]:
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in _COST_COLUMNS])
+    for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_memory_mb", "device_hours"]:
         df[col] = pd.to_numeric(df[col], errors="coerce")
-    df = add_cost(add_scaling(df), usd_per_device_hour)
+    df = add_cost(add_scaling(df), pricing or Pricing())
     return df[COLUMNS].sort_values(["trial_id"]).reset_index(drop=True)
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from . import __version__
 from .analysis import Recommendation, recommend
+from .config.derived import policy_of, pricing_of
 from .config.errors import ConfigError
 from .config.load import load_config, to_dict
 from .config.schema import LauncherConfig
@@ -144,23 +145,28 @@ def is_done(sweep_dir: Path, trial: Trial) -> bool:
 
 def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     """Rebuild table and report from the trial folders."""
-    df = build_table(sweep_dir, cfg.cluster.usd_per_device_hour)
+    df = build_table(sweep_dir, pricing_of(cfg))
     write_table(df, sweep_dir)
-    rec = recommend(df, cfg.sweep.threshold)
+    rec = recommend(df, policy_of(cfg))
     scaling = df["scaling"].iloc[0] if len(df) else "n/a"
     summary = (
         f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`, cluster `{cfg.cluster.name}`; "
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
-    write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir)
+    from .adaptive import summary as search_summary
+    from .report import model_summary
+
+    notes = [n for n in [search_summary(sweep_dir)] if n]
+    write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir,
+                 model=model_summary(sweep_dir, cfg), notes=notes)  # fmt: skip
     return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
 
 
 def show(result: SweepResult) -> None:
     d = result.sweep_dir
     print_table(result.table, result.recommendation, title=f"sweep {d.name}",
-                footer=f"results: {d}/results.csv, results.parquet, report.md")  # fmt: skip
+                footer=f"results: {d}/results.csv, results.parquet, report.md, report.html")  # fmt: skip
 
 
 def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progress_bars: bool) -> None:
@@ -199,13 +205,29 @@ def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
                                                             f"{', '.join(t.trial_id for t in job.trials)}"))  # fmt: skip
 
 
+def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progress_bars: bool) -> None:
+    """Run (local) or submit and wait for (slurm) a few trials: one step of an adaptive search."""
+    if cfg.cluster.kind == "local":
+        _run_local(sweep_dir, cfg, batch, progress_bars)
+        return
+    from .submit import submissions, track
+
+    submitted = submissions(sweep_dir)
+    _submit(sweep_dir, cfg, [t for t in batch if t.trial_id not in submitted])
+    track(sweep_dir, cfg, batch, progress_bars=progress_bars)
+
+
 def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
             detach: bool = False) -> SweepResult | None:  # fmt: skip
     """Run (local) or submit and track (slurm) the trials not yet done; then build the table.
     With detach (slurm), return None right after submission."""
     pending = [t for t in trials if not is_done(sweep_dir, t)]
     try:
-        if cfg.cluster.kind == "local":
+        if cfg.sweep.search == "adaptive":
+            from .adaptive import run_adaptive
+
+            run_adaptive(sweep_dir, cfg, trials, lambda batch: _run_batch(sweep_dir, cfg, batch, progress_bars))
+        elif cfg.cluster.kind == "local":
             _run_local(sweep_dir, cfg, pending, progress_bars)
         else:
             from .submit import submissions, track
@@ -248,10 +270,10 @@ def resume_sweep(sweep_dir: str | Path, *, progress_bars: bool = True, detach: b
     return execute(path, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 
-def collect(sweep_dir: str | Path) -> SweepResult:
-    """Ask the scheduler once, then rebuild the table from the folder."""
+def collect(sweep_dir: str | Path, *, ask_scheduler: bool = True) -> SweepResult:
+    """Ask the scheduler once (Slurm), then rebuild the table and report from the folder."""
     path, cfg, _ = load_sweep(sweep_dir)
-    if cfg.cluster.kind == "slurm":
+    if cfg.cluster.kind == "slurm" and ask_scheduler:
         from .submit import refresh
 
         refresh(path, cfg)

@@ -35,6 +35,10 @@ class ModelConfig:
     """Feed-forward width as a multiple of d_model."""
 
 
+# Interconnect presets (launcher/perfmodel.py LINKS holds their bandwidth and latency).
+LINK_NAMES = ("nvlink", "pcie", "ib400", "ib200", "eth100", "eth10")
+POLICIES = ("max_efficient", "min_cost", "fastest_within_budget")
+
 LAYOUTS = ("ddp", "fsdp", "pipeline", "tp", "dp_pp", "fsdp_tp", "fsdp_pp")
 
 
@@ -115,7 +119,14 @@ class ClusterConfig:
     peak_flops_per_device: Optional[float] = None
     """Peak FLOP/s of one device at the training precision. Unknown (null) → MFU is null."""
     usd_per_device_hour: Optional[float] = None
-    """Price of one device-hour (one GPU-hour on GPU clusters); null → cost columns are null."""
+    """Price of one device-hour (one GPU-hour on GPU clusters); null → $ columns are null
+    (device-hours per 1M tokens are always shown)."""
+    spot_discount: float = 0.0
+    """Fraction off the device-hour price for spot/preemptible capacity, in [0, 1): $ uses price × (1 − d)."""
+    intra_link: str = field(default="nvlink", metadata={"choices": LINK_NAMES})
+    """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
+    inter_link: str = field(default="ib400", metadata={"choices": LINK_NAMES})
+    """Link between nodes (per device), for `launcher plan` when nothing measured says otherwise."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS)."""
     trial_timeout_s: float = 600.0
@@ -176,7 +187,21 @@ class SweepConfig:
     warmup_steps: int = 5
     """Leading steps excluded from throughput."""
     threshold: float = 0.8
-    """Recommend the largest size whose scaling efficiency is at least this."""
+    """Scaling efficiency a size must keep (max_efficient policy; adaptive search stops below it)."""
+    search: str = field(default="grid", metadata={"choices": ("grid", "adaptive")})
+    """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds,
+    stop when it falls below the threshold (or the calibrated model says the next size cannot meet
+    it), then refine between the last good and the first bad size."""
+    policy: str = field(default="max_efficient", metadata={"choices": POLICIES})
+    """How to pick the size: `max_efficient` (largest with efficiency ≥ threshold), `min_cost`
+    (lowest cost per token), `fastest_within_budget` (highest throughput whose cost of
+    `token_budget` tokens fits budget_device_hours and/or budget_usd)."""
+    token_budget: Optional[float] = None
+    """Tokens the real run will train on; adds hours and $ to that budget per size."""
+    budget_device_hours: Optional[float] = None
+    """fastest_within_budget: device-hours (GPU-hours) the run may spend on token_budget tokens."""
+    budget_usd: Optional[float] = None
+    """fastest_within_budget: dollars the run may spend on token_budget tokens."""
     results_dir: str = "results"
     """Folder that receives `<sweep-id>/`."""
     name: Optional[str] = None

@@ -103,6 +103,8 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         raise ConfigError(
             f"cluster.usd_per_device_hour={c.usd_per_device_hour} must be ≥ 0; set e.g. cluster.usd_per_device_hour=2.5"
         )
+    if not (math.isfinite(c.spot_discount) and 0 <= c.spot_discount < 1):
+        raise ConfigError(f"cluster.spot_discount={c.spot_discount} must be in [0, 1); set e.g. cluster.spot_discount=0.6")
     _at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
     _positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
     _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
@@ -112,6 +114,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
+    _check_policy(s, c)
     if s.name is not None and not _SAFE_NAME.match(s.name):
         raise ConfigError(
             f"sweep.name={s.name!r} must be letters, digits, '.', '_' or '-' (≤100, not starting with "
@@ -123,6 +126,11 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         if c.kind != "slurm":
             raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
     _at_least("sweep.repeats", s.repeats, 1, 1)
+    if s.pack and s.search == "adaptive":
+        raise ConfigError(
+            "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the "
+            "last one's result; use one of them"
+        )
     if s.pack and c.kind != "slurm":
         raise ConfigError("sweep.pack=true runs trials as steps of one Slurm allocation; use cluster=slurm")
     _check_slurm(c)
@@ -132,6 +140,29 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_steps("run", r.steps, r.warmup_steps)
     _at_least("seed", cfg.seed, 0, 0)
     return cfg
+
+
+def _check_policy(s, c) -> None:
+    for key, value, example in (("sweep.token_budget", s.token_budget, "2e11"),
+                                ("sweep.budget_device_hours", s.budget_device_hours, 10000),
+                                ("sweep.budget_usd", s.budget_usd, 50000)):  # fmt: skip
+        if value is not None:
+            _positive(key, value, example)
+    if s.policy != "fastest_within_budget":
+        return
+    if s.token_budget is None:
+        raise ConfigError(
+            "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. sweep.token_budget=2e11"
+        )
+    if s.budget_device_hours is None and s.budget_usd is None:
+        raise ConfigError(
+            "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000"
+        )
+    if s.budget_usd is not None and c.usd_per_device_hour is None:
+        raise ConfigError(
+            f"sweep.budget_usd={s.budget_usd:g} needs a price; set e.g. cluster.usd_per_device_hour=2.5 "
+            "(or budget in sweep.budget_device_hours)"
+        )
 
 
 def _check_sizes(key: str, sizes: list[int]) -> None:

@@ -114,6 +114,8 @@ def train(
 
     comm_numel = engine.comm_numel()
     comm_s = time_allreduce(comm_numel, engine.comm_group(), device) if comm_numel else 0.0
+    # Smaller messages too, so each trial alone separates the link's latency from its bandwidth.
+    probe = [(n, time_allreduce(n, engine.comm_group(), device)) for n in (comm_numel // 64, comm_numel // 8) if n]
     compute = engine.compute_seconds(micro_batches[-1])
     compute_s = compute * trial.accum if compute is not None else None
     optimizer.zero_grad(set_to_none=True)
@@ -121,7 +123,8 @@ def train(
 
     mem, mem_kind = peak_memory(device)
     mine = {"host": socket.gethostname(), "step_times": step_times[trial.warmup_steps :], "peak_memory": mem,
-            "layout": engine.metrics()}  # fmt: skip
+            "layout": engine.metrics(), "machine": machine_id(), "cpus": len(os.sched_getaffinity(0)),
+            "threads": torch.get_num_threads()}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * info.world_size  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
 
@@ -156,6 +159,11 @@ def train(
             "allreduce_bytes": comm_numel * 4,
             "allreduce_time_s": comm_s,
             **metrics.allreduce_bandwidth(nbytes=comm_numel * 4, seconds=comm_s, n=comm_n),
+            "allreduce_probe": [[comm_n, 4 * n, t] for n, t in [*probe, (comm_numel, comm_s)]] if comm_n > 1 else [],
+            "cpu_contention": cpu_contention(everyone) if device.type == "cpu" else 1.0,
+            "machines": len({r["machine"] for r in everyone}),
+            "cpus_per_machine": min(r["cpus"] for r in everyone),
+            "threads_per_rank": max(r["threads"] for r in everyone),
             "compute_time_s": compute_s,
             "ccr": metrics.ccr(comm_s=comm_s, compute_s=compute_s) if compute_s is not None else None,
             "peak_memory_bytes": max(r["peak_memory"] for r in everyone),
@@ -183,6 +191,23 @@ def merge_layout_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
             if numeric:
                 out[key] = max(numeric)
     return out
+
+
+def machine_id() -> str:
+    """Which physical machine this rank runs on (Slurm "nodes" of a dev cluster may share one)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def cpu_contention(ranks: list[dict[str, Any]]) -> float:
+    """How oversubscribed the busiest machine's cores are: Σ threads of its ranks ÷ its cores
+    (≥ 1). CPU ranks that share cores slow each other; the performance model needs to know."""
+    per_machine: dict[str, list[dict[str, Any]]] = {}
+    for r in ranks:
+        per_machine.setdefault(r["machine"], []).append(r)
+    return max(1.0, *(sum(r["threads"] for r in rs) / max(r["cpus"] for r in rs) for rs in per_machine.values()))
 
 
 def time_allreduce(numel: int, group, device: torch.device) -> float:

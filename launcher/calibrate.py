@@ -1,0 +1,173 @@
+"""Measured trials ⇄ the performance model: observations from a sweep folder, the fit, and
+predictions at sizes that were not measured (same recipe, other world sizes).
+
+One model per parallel layout: the variants of a layout (accumulation, micro-batch, …) share
+the compute rate and links, so an accumulation sweep calibrates them together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from .io import read_json
+from .perfmodel import LINKS, Observation, PerfModel, Shape, fit
+
+
+@dataclass(kw_only=True, frozen=True)
+class Measured:
+    """One completed trial as the model sees it."""
+
+    trial: dict[str, Any]
+    """The trial spec (trial.json's `trial`)."""
+    metrics: dict[str, Any]
+    """The payload record's metrics."""
+    config: dict[str, Any]
+    """The resolved config the trial ran."""
+    wall_s: float
+    """How long the trial held its devices, seconds."""
+
+    @property
+    def variant(self) -> str:
+        return self.trial.get("variant") or ""
+
+    @property
+    def layout(self) -> str:
+        return self.trial["layout"]
+
+    @property
+    def step_s(self) -> float:
+        return self.metrics["step_time_median_s"]
+
+    @property
+    def ranks_per_node(self) -> int:
+        return -(-self.trial["world_size"] // max(1, self.trial["nodes"]))
+
+
+def load_measured(sweep_dir: Path) -> list[Measured]:
+    """Every trial of the sweep whose payload completed (record present, status completed)."""
+    out = []
+    for tdir in sorted((sweep_dir / "trials").glob("*/")):
+        rec_path = tdir / "record.json"
+        if not rec_path.exists():
+            continue
+        try:
+            rec = read_json(rec_path)
+        except (OSError, ValueError):
+            continue
+        m = rec.get("metrics") or {}
+        if rec.get("status") != "completed" or not m.get("step_time_median_s"):
+            continue
+        trial = read_json(tdir / "trial.json")["trial"]
+        out.append(Measured(trial=trial, metrics=m, config=rec.get("config") or {}, wall_s=rec.get("wall_s") or 0.0))
+    return out
+
+
+def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | None = None) -> Shape | None:
+    """The shape of trial `m`'s recipe at another world size (None: the layout cannot split it)."""
+    t = m.trial
+    n = world_size or t["world_size"]
+    model_par = t["tp"] * t["pp"]
+    if n % model_par:
+        return None
+    dp = n // model_par
+    if t["scaling"] == "strong":
+        global_batch, accum = t["global_batch"], max(1, round(t["global_batch"] / (t["micro"] * dp)))
+    else:
+        global_batch, accum = t["micro"] * t["accum"] * dp, t["accum"]
+    par = m.config.get("parallel") or {}
+    fsdp_reshard = t["layout"].startswith("fsdp") and par.get("reshard_after_forward", True)
+    bubble = (m.metrics.get("layout") or {}).get("bubble_theory") or 0.0
+    return Shape(
+        world_size=n,
+        ranks_per_node=ranks_per_node or m.ranks_per_node,
+        dp=dp,
+        global_batch=global_batch,
+        accum=accum,
+        grad_bytes=int(m.metrics.get("allreduce_bytes") or 0),
+        bubble=bubble,
+        contention=_contention(m, n),
+        comm_factor=1.5 if fsdp_reshard else 1.0,
+    )
+
+
+def _contention(m: Measured, n: int) -> float:
+    """As measured at the trial's own size; at another size, ranks that all ran on one machine
+    (a dev cluster's nodes share its cores) keep sharing it, so its oversubscription follows n."""
+    measured = float(m.metrics.get("cpu_contention") or 1.0)
+    if n == m.trial["world_size"] or m.metrics.get("machines") != 1 or not m.metrics.get("cpus_per_machine"):
+        return max(1.0, measured)
+    return max(1.0, n * m.metrics.get("threads_per_rank", 1) / m.metrics["cpus_per_machine"])
+
+
+def observation(m: Measured) -> Observation:
+    shape = shape_at(m)
+    assert shape is not None  # the trial ran at its own size
+    probe = tuple((int(n), int(b), float(s)) for n, b, s in m.metrics.get("allreduce_probe") or () if s > 0)
+    return Observation(shape=shape, step_s=m.step_s, allreduce=probe)
+
+
+def fit_layouts(measured: Sequence[Measured], intra: str, inter: str) -> dict[str, PerfModel]:
+    """One calibrated model per layout from its completed trials."""
+    models = {}
+    for layout in sorted({m.layout for m in measured}):
+        obs = [observation(m) for m in measured if m.layout == layout]
+        models[layout] = fit(obs, intra=LINKS[intra], inter=LINKS[inter])
+    return models
+
+
+def predictions(measured: Sequence[Measured], models: dict[str, PerfModel], sizes: Sequence[int] = ()) -> pd.DataFrame:
+    """Per variant and size (the measured sizes plus `sizes`): predicted tokens/s with its
+    interval, the measurement where there is one, and the predicted efficiency against the
+    variant's smallest measured size."""
+    rows = []
+    for variant in sorted({m.variant for m in measured}):
+        mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
+        base = mine[0]
+        seq = base.config["model"]["seq_len"]
+        n0 = base.trial["world_size"]
+        thr0 = _median([m.metrics["tokens_per_s"] for m in mine if m.trial["world_size"] == n0])
+        measured_at = {}
+        for m in mine:
+            measured_at.setdefault(m.trial["world_size"], []).append(m.metrics["tokens_per_s"])
+        template = mine[-1]  # the largest measured size: closest to what is extrapolated
+        for n in sorted(set(measured_at) | set(sizes)):
+            shape = shape_at(template, n)
+            if shape is None:
+                continue
+            p = models[template.layout].predict(shape)
+            thr = p.tokens_per_s(shape.global_batch, seq)
+            low, high = p.tokens_per_s_interval(shape.global_batch, seq)
+            rows.append({
+                "variant": variant, "world_size": n, "predicted_tokens_per_s": thr, "low_tokens_per_s": low,
+                "high_tokens_per_s": high, "measured_tokens_per_s": _median(measured_at.get(n, [])),
+                "predicted_step_s": p.step_s, "predicted_efficiency": thr * n0 / (thr0 * n),
+                "efficiency_high": high * n0 / (thr0 * n), "compute_s": p.compute_s, "comm_s": p.comm_s,
+                "bubble_s": p.bubble_s, "overhead_s": p.overhead_s,
+                "trial_device_hours": n * (template.trial["steps"] * p.step_s + _startup_s(mine)) / 3600,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _startup_s(mine: Sequence[Measured]) -> float:
+    """What a trial spends outside its steps (start-up, imports, teardown): median over trials."""
+    return _median([max(0.0, m.wall_s - m.trial["steps"] * m.step_s) for m in mine if m.wall_s]) or 0.0
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    if not s:
+        return math.nan
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def mape(pred: pd.DataFrame) -> float:
+    """Mean absolute percentage error of predicted vs measured tokens/s where both exist."""
+    both = pred.dropna(subset=["measured_tokens_per_s"])
+    err = (both["predicted_tokens_per_s"] - both["measured_tokens_per_s"]).abs() / both["measured_tokens_per_s"]
+    return float(err.mean() * 100) if len(both) else math.nan

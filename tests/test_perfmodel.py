@@ -1,0 +1,248 @@
+"""The step-time model on hand-computed values and on synthetic trials with known parameters."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from launcher.perfmodel import (
+    LINKS,
+    Link,
+    Observation,
+    PerfModel,
+    Shape,
+    fit,
+    from_presets,
+    pipeline_bubble,
+    ring_allreduce_s,
+)
+
+# Ground truth for the synthetic trials; the presets handed to `fit` differ from it on purpose,
+# so a parameter left at its preset would fail the recovery test.
+TRUE_INTRA = Link(bandwidth_gbps=150.0, latency_s=8e-6, name="true-intra")
+TRUE_INTER = Link(bandwidth_gbps=20.0, latency_s=20e-6, name="true-inter")
+C, O, E = 1e-3, 20e-3, 0.5
+GRAD = 400_000_000
+RPN = 8
+MESSAGES = (1_000_000, 256_000_000)  # latency-bound and bandwidth-bound
+
+
+def truth_model(*, exposed=E) -> PerfModel:
+    return PerfModel(
+        compute_s_per_sample=C, overhead_s=O, exposed_comm=min(exposed, 1.0), intra=TRUE_INTRA, inter=TRUE_INTER,
+        rel_sigma=0.0,
+    )
+
+
+def true_step(shape: Shape, *, exposed=E) -> float:
+    # Exposure beyond 1 cannot be a PerfModel, so build that step time from its parts.
+    link = TRUE_INTER if shape.multi_node else TRUE_INTRA
+    comm = shape.comm_factor * ring_allreduce_s(shape.grad_bytes, shape.dp, link)
+    return C * shape.work_per_rank * shape.contention / (1 - shape.bubble) + exposed * comm + O
+
+
+def synthetic(shapes, *, noise, seed, exposed=E):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in shapes:
+        link = TRUE_INTER if s.multi_node else TRUE_INTRA
+        ar = ()
+        if s.dp > 1:
+            ar = tuple((s.dp, b, ring_allreduce_s(b, s.dp, link) * (1 + rng.uniform(-noise, noise))) for b in MESSAGES)
+        step = true_step(s, exposed=exposed) * (1 + rng.uniform(-noise, noise))
+        out.append(Observation(shape=s, step_s=step, allreduce=ar))
+    return out
+
+
+def weak_grid():
+    # 8 samples per rank per micro-step; accumulation varies the work per rank, which is what
+    # separates compute from the fixed overhead.
+    return [
+        Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=8 * w * a, accum=a, grad_bytes=GRAD)
+        for w in (1, 2, 4, 8, 16, 32, 64)
+        for a in (1, 2, 4)
+    ]
+
+
+def strong(w: int, g: int = 1024) -> Shape:
+    return Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=g, grad_bytes=GRAD)
+
+
+def test_ring_allreduce_hand_values():
+    ib = Link(bandwidth_gbps=50.0, latency_s=5e-6)
+    assert ring_allreduce_s(1e9, 1, ib) == 0.0
+    # 2·7/8·1e9 B / 50e9 B/s + 14 hops · 5 µs
+    assert ring_allreduce_s(1e9, 8, ib) == pytest.approx(0.035 + 70e-6, rel=1e-12)
+    assert ring_allreduce_s(1e9, 8, ib) == pytest.approx(0.03507, rel=1e-12)
+    # n = 2: one byte-volume of S, 2 hops; zero bytes: latency only
+    assert ring_allreduce_s(0, 2, ib) == pytest.approx(10e-6, rel=1e-12)
+    assert ring_allreduce_s(50e9, 2, ib) == pytest.approx(1.0 + 10e-6, rel=1e-12)
+
+
+def test_link_presets_convert_nominal_rates():
+    assert LINKS["ib400"].bandwidth_gbps == 400 / 8
+    assert LINKS["ib200"].bandwidth_gbps == 200 / 8
+    assert LINKS["eth100"].bandwidth_gbps == 100 / 8
+    assert LINKS["eth10"].bandwidth_gbps == 10 / 8
+    assert (LINKS["nvlink"].bandwidth_gbps, LINKS["nvlink"].latency_s) == (600.0, 3e-6)
+    assert (LINKS["pcie"].bandwidth_gbps, LINKS["eth100"].latency_s, LINKS["eth10"].latency_s) == (25.0, 30e-6, 50e-6)
+
+
+def test_fit_recovers_known_parameters_within_2_percent():
+    model = fit(synthetic(weak_grid(), noise=0.01, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert model.intra.bandwidth_gbps == pytest.approx(150.0, rel=0.02)
+    assert model.intra.latency_s == pytest.approx(8e-6, rel=0.02)
+    assert model.inter.bandwidth_gbps == pytest.approx(20.0, rel=0.02)
+    assert model.inter.latency_s == pytest.approx(20e-6, rel=0.02)
+    assert model.compute_s_per_sample == pytest.approx(C, rel=0.02)
+    assert model.overhead_s == pytest.approx(O, rel=0.02)
+    assert model.exposed_comm == pytest.approx(E, rel=0.02)
+    assert model.n_observations == 21
+    assert model.source("intra") == "fitted from 18 all-reduces: bandwidth and latency"
+    assert model.source("inter") == "fitted from 18 all-reduces: bandwidth and latency"
+    assert model.source("overhead_s") == "fitted from 21 step times"
+    assert set(model.free) == {"compute_s_per_sample", "exposed_comm", "overhead_s"}
+    # ±1% uniform noise has std 0.58%; the fit's residual std should say about that.
+    assert 0.003 < model.rel_sigma < 0.01
+
+
+def test_noiseless_fit_is_exact():
+    model = fit(synthetic(weak_grid(), noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    for got, want in [
+        (model.intra.bandwidth_gbps, 150.0), (model.intra.latency_s, 8e-6), (model.inter.bandwidth_gbps, 20.0),
+        (model.inter.latency_s, 20e-6), (model.compute_s_per_sample, C), (model.overhead_s, O), (model.exposed_comm, E),
+    ]:
+        assert got == pytest.approx(want, rel=1e-6)
+    # No scatter → the interval is the 3% floor everywhere.
+    assert model.predict(strong(4096)).rel_half_width == pytest.approx(0.03)
+
+
+def test_rank_deficient_allreduce_keeps_preset_latency():
+    # One rank count and one message size: bandwidth and latency cannot be told apart.
+    preset = LINKS["nvlink"]
+    shape = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, grad_bytes=GRAD)
+    t = 2 * 7 / 8 * 1e8 / 120e9 + 14 * preset.latency_s  # a 120 GB/s link with the preset's α
+    obs = [Observation(shape=shape, step_s=0.1, allreduce=((8, 100_000_000, t), (8, 100_000_000, t)))]
+    model = fit(obs, intra=preset, inter=LINKS["ib400"])
+    assert model.intra.latency_s == preset.latency_s
+    assert model.intra.bandwidth_gbps == pytest.approx(120.0, rel=1e-9)
+    assert model.source("intra") == (
+        "bandwidth fitted from 2 all-reduces; latency preset nvlink 3e-06 s "
+        "(one direction of (size, ranks) cannot separate them)"
+    )
+    assert model.inter == LINKS["ib400"]
+    assert model.source("inter") == "preset ib400 (no inter-node all-reduces over ≥ 2 ranks measured)"
+
+
+def test_intervals_contain_truth_and_widen_with_extrapolation():
+    # Strong scaling on ≤ 64 ranks with ±3% noise; predict sizes never measured.
+    shapes = [strong(w, g) for w in (1, 2, 4, 8, 16, 32, 64) for g in (512, 1024, 2048)]
+    model = fit(synthetic(shapes, noise=0.03, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    for w in (3, 6, 12, 24, 48, 128, 256, 1024):
+        p = model.predict(strong(w))
+        assert p.low_s <= true_step(strong(w)) <= p.high_s, (w, p)
+        h = p.rel_half_width
+        assert (p.low_s, p.high_s) == pytest.approx((p.step_s * (1 - h), p.step_s * (1 + h)))
+    h16, h1024 = model.predict(strong(16)).rel_half_width, model.predict(strong(1024)).rel_half_width
+    assert h16 > 0.03  # above the floor, so the comparison below is the regression's, not the floor's
+    assert h1024 > 1.5 * h16
+
+
+def test_pipeline_bubble_compute_over_one_minus_b():
+    p, m = 4, 8
+    b = pipeline_bubble(p, m)
+    assert b == pytest.approx(3 / 11, rel=1e-15)
+    assert pipeline_bubble(p, m, virtual_stages=2) == pytest.approx(3 / 19, rel=1e-15)
+    shape = Shape(world_size=8, ranks_per_node=8, dp=2, global_batch=64, bubble=b)
+    pred = truth_model().predict(shape)
+    assert pred.compute_s == pytest.approx(C * 64 / 8, rel=1e-15)
+    assert pred.compute_s + pred.bubble_s == pytest.approx(pred.compute_s / (1 - b), rel=1e-12)
+    assert pred.step_s == pytest.approx(C * 8 / (1 - b) + O, rel=1e-12)  # grad_bytes 0: no comm
+
+
+def test_predict_terms_link_choice_and_fsdp_factor():
+    model = truth_model()
+    one_node = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, grad_bytes=GRAD, contention=2.0)
+    two_nodes = Shape(world_size=16, ranks_per_node=8, dp=16, global_batch=128, grad_bytes=GRAD, comm_factor=1.5)
+    p1, p2 = model.predict(one_node), model.predict(two_nodes)
+    assert p1.compute_s == pytest.approx(C * 8 * 2.0)
+    assert p1.comm_s == pytest.approx(E * ring_allreduce_s(GRAD, 8, TRUE_INTRA))
+    assert p2.comm_s == pytest.approx(E * 1.5 * ring_allreduce_s(GRAD, 16, TRUE_INTER))
+    assert p2.step_s == pytest.approx(C * 8 + p2.comm_s + O)
+    lo, hi = p2.tokens_per_s_interval(128, 64)
+    assert p2.tokens_per_s(128, 64) == pytest.approx(128 * 64 / p2.step_s)
+    assert lo == pytest.approx(128 * 64 / p2.high_s) and hi == pytest.approx(128 * 64 / p2.low_s)
+    assert lo < p2.tokens_per_s(128, 64) < hi
+
+
+def test_exposure_beyond_one_is_clipped_to_the_bound():
+    data = synthetic(weak_grid(), noise=0.0, seed=0, exposed=1.3)
+    model = fit(data, intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert model.exposed_comm == 1.0
+    assert model.source("exposed_comm") == "fitted from 21 step times; at bound 1"
+    assert "exposed_comm" not in model.free
+    assert model.compute_s_per_sample >= 0 and model.overhead_s >= 0
+
+
+def test_no_communication_fixes_exposure_and_few_trials_fix_overhead():
+    single = [Shape(world_size=1, ranks_per_node=8, dp=1, global_batch=g, grad_bytes=GRAD) for g in (8, 16, 32)]
+    model = fit(synthetic(single, noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert model.exposed_comm == 1.0
+    assert model.source("exposed_comm") == "fixed at 1 (no trial communicates, so exposure is unidentifiable)"
+    assert (model.compute_s_per_sample, model.overhead_s) == pytest.approx((C, O), rel=1e-9)
+
+    # One trial, three parameters: overhead then exposure are fixed, compute takes all the time.
+    obs = [Observation(shape=strong(8, 64), step_s=0.05)]
+    model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert model.source("overhead_s") == "fixed at 0 (1 step time for 3 parameters)"
+    assert model.source("exposed_comm") == "fixed at 1 (1 step time for 2 parameters)"
+    assert model.predict(strong(8, 64)).step_s == pytest.approx(0.05, rel=1e-12)
+    assert model.rel_sigma == 0.10  # no residual degrees of freedom: the assumed scatter
+
+
+def test_same_work_everywhere_cannot_separate_overhead():
+    # Single-node weak scaling without accumulation: w = 8 on every trial, so c·w and o coincide.
+    shapes = [Shape(world_size=w, ranks_per_node=8, dp=w, global_batch=8 * w, grad_bytes=GRAD) for w in (1, 2, 4, 8)]
+    model = fit(synthetic(shapes, noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert model.overhead_s == 0.0
+    assert model.source("overhead_s") == "fixed at 0 (not separable from the other terms in these trials)"
+    assert model.compute_s_per_sample == pytest.approx(C + O / 8, rel=1e-9)
+    assert model.exposed_comm == pytest.approx(E, rel=1e-9)
+
+
+def test_from_presets_constant_interval_and_serialisable():
+    model = from_presets(compute_s_per_sample=C, intra=LINKS["nvlink"], inter=LINKS["ib400"], rel_uncertainty=0.25)
+    for w in (1, 16, 1024):
+        p = model.predict(strong(w))
+        assert p.rel_half_width == pytest.approx(0.25, rel=1e-12)
+        assert (p.low_s, p.high_s) == pytest.approx((0.75 * p.step_s, 1.25 * p.step_s), rel=1e-12)
+    assert model.source("inter") == "preset ib400" and model.source("exposed_comm") == "preset 1.0"
+    assert model.n_observations == 0
+    fitted = fit(synthetic(weak_grid(), noise=0.01, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    for m in (model, fitted):
+        d = json.loads(json.dumps(m.to_dict()))
+        assert d["compute_s_per_sample"] == m.compute_s_per_sample
+        assert d["inter"]["bandwidth_gbps"] == m.inter.bandwidth_gbps
+        assert d["sources"] == dict(m.sources)
+    hash(fitted)  # frozen and made of tuples: usable as a cache key
+
+
+def test_bad_input_names_the_numbers():
+    with pytest.raises(ValueError, match="at least 1 observation, got 0"):
+        fit([], intra=LINKS["nvlink"], inter=LINKS["ib400"])
+    with pytest.raises(ValueError, match=r"world_size=8: step_s must be > 0, got -0\.5"):
+        Observation(shape=strong(8), step_s=-0.5)
+    with pytest.raises(ValueError, match=r"n=8, bytes=100, seconds=-1\.0"):
+        Observation(shape=strong(8), step_s=0.1, allreduce=((8, 100, -1.0),))
+    with pytest.raises(ValueError, match=r"bubble must be in \[0, 1\), got 1\.0"):
+        Shape(world_size=4, ranks_per_node=4, dp=1, global_batch=8, bubble=1.0)
+    with pytest.raises(ValueError, match="dp=3 does not divide world_size=8"):
+        Shape(world_size=8, ranks_per_node=8, dp=3, global_batch=8)
+    with pytest.raises(ValueError, match="bandwidth_gbps must be finite and > 0, got 0"):
+        Link(bandwidth_gbps=0, latency_s=1e-6, name="x")
+    with pytest.raises(ValueError, match="n ≥ 1 ranks, got 0"):
+        ring_allreduce_s(1e6, 0, LINKS["pcie"])
+    assert math.isfinite(ring_allreduce_s(0, 1, LINKS["pcie"]))
