@@ -44,6 +44,11 @@ class Measured:
         return self.metrics["step_time_median_s"]
 
     @property
+    def local(self) -> bool:
+        """Ran as local processes: one machine, however many ranks (never "multi-node")."""
+        return (self.config.get("cluster") or {}).get("kind") == "local"
+
+    @property
     def ranks_per_node(self) -> int:
         return -(-self.trial["world_size"] // max(1, self.trial["nodes"]))
 
@@ -84,7 +89,7 @@ def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | N
     bubble = (m.metrics.get("layout") or {}).get("bubble_theory") or 0.0
     return Shape(
         world_size=n,
-        ranks_per_node=ranks_per_node or m.ranks_per_node,
+        ranks_per_node=ranks_per_node or (n if m.local else m.ranks_per_node),
         dp=dp,
         global_batch=global_batch,
         accum=accum,

@@ -26,6 +26,8 @@ EXAMPLES = """examples:
   launcher sweep --resume results/<sweep-id>
   launcher sweep sweep.search=adaptive sweep.world_sizes=[1,2,3,4] sweep.threshold=0.7
   launcher report results/<sweep-id>
+  launcher plan model=gpt_1_3b parallel=fsdp cluster=example_gpu_site --gpus 8..16384
+  launcher plan --from results/<sweep-id> --gpus 1..64 cluster.usd_per_device_hour=2
   launcher run cluster=devcluster cluster.nodes=2 --dry-run
   launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as [a,b]."""
@@ -61,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
                         ("collect", "ask the scheduler, rebuild and print a sweep's table"),
                         ("report", "rebuild a sweep's table, report.md and report.html (with plots) from its folder")):  # fmt: skip
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
+    pl = add("plan", "predict throughput, efficiency, $ and time per size; runs nothing")
+    pl.add_argument("overrides", nargs="*", help="Hydra overrides (the recipe and cluster to plan)")
+    pl.add_argument("--gpus", default="8..1024", help="sizes: 8..16384 (doubling), 8,16,24, or 64 (default 8..1024)")
+    pl.add_argument("--from", dest="from_sweep", metavar="SWEEP_DIR", help="calibrate on this measured sweep")
+    pl.add_argument("--assume-mfu", type=float, default=0.4, help="presets: achieved share of peak FLOP/s (default 0.4)")
+    pl.add_argument("--recipes", help="recipes folder (default: $LAUNCHER_RECIPES or the bundled recipes/)")
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
     an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
     an.add_argument("--policy", choices=POLICIES, default="max_efficient", help="how to pick the size")
@@ -104,6 +112,8 @@ def _dispatch(args) -> int:
         return _cluster(args)
     if args.command == "analyze":
         return _analyze(args)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "status":
         return _status(args.sweep_dir)
     if args.command in ("collect", "report"):
@@ -136,6 +146,25 @@ def _dispatch(args) -> int:
         return 0
     sw.show(result)
     return 0 if (result.table["status"] == "completed").any() else 1
+
+
+def _plan(args) -> int:
+    from .config.compose import compose_config
+    from .forecast import from_presets_forecast, from_sweep_forecast, parse_gpus, sweep_overrides
+    from .report import print_table
+
+    sizes = parse_gpus(args.gpus)
+    if args.from_sweep:
+        sweep_dir = Path(args.from_sweep)
+        cfg = compose_config(sweep_overrides(sweep_dir, args.overrides), args.recipes)
+        result = from_sweep_forecast(sweep_dir, cfg, sizes)
+    else:
+        cfg = compose_config(args.overrides, args.recipes)
+        result = from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, unit="GPU",
+                title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
+                footer=f"model: {result.source}")  # fmt: skip
+    return 0 if result.recommendation.world_size is not None else 1
 
 
 def _analyze(args) -> int:

@@ -254,6 +254,9 @@ class PerfModel:
     """(parameter, where it came from) pairs, e.g. ("inter", "fitted from 6 all-reduces")."""
     n_observations: int = 0
     """Step times the model was fitted on (0 for presets)."""
+    contention_exponent: float = 1.0
+    """γ in compute × contention^γ: how much worse than proportional oversubscribed CPU ranks
+    run (lock-step ranks wait for the one that lost its core); fitted when trials differ in it."""
 
     def __post_init__(self) -> None:
         if not self.compute_s_per_sample >= 0:
@@ -275,7 +278,7 @@ class PerfModel:
         return self.inter if shape.multi_node else self.intra
 
     def predict(self, shape: Shape) -> Prediction:
-        base = shape.work_per_rank * shape.contention
+        base = shape.work_per_rank * shape.contention**self.contention_exponent
         compute = self.compute_s_per_sample * base
         bubble = compute * shape.bubble / (1.0 - shape.bubble)
         comm_full = _comm_full_s(shape, self.link_for(shape))
@@ -313,6 +316,7 @@ class PerfModel:
             "cov": [list(row) for row in self.cov],
             "sources": dict(self.sources),
             "n_observations": self.n_observations,
+            "contention_exponent": self.contention_exponent,
         }
 
 
@@ -445,28 +449,15 @@ def _fit_link(samples: list[tuple[int, int, float]], preset: Link, label: str) -
     )
 
 
-def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: float = 2.0) -> PerfModel:
-    """Calibrate a model on measured trials; `intra`/`inter` are presets for what the data cannot show."""
-    obs = list(observations)
-    if not obs:
-        raise ValueError("fit needs at least 1 observation, got 0")
-    if not z > 0:
-        raise ValueError(f"z must be > 0, got {z}")
-
-    # Stage 1: the links.
-    intra_ar = [m for o in obs if not o.shape.multi_node for m in o.allreduce]
-    inter_ar = [m for o in obs if o.shape.multi_node for m in o.allreduce]
-    intra_fit, intra_src = _fit_link(intra_ar, intra, "intra-node")
-    inter_fit, inter_src = _fit_link(inter_ar, inter, "inter-node")
-    sources: dict[str, str] = {"intra": intra_src, "inter": inter_src}
-
-    # Stage 2: c, e, o from step times, given the links.
+def _fit_steps(obs: Sequence[Observation], intra_fit: Link, inter_fit: Link, gamma: float) -> dict:
+    """Stage 2 at a given contention exponent γ: bounded relative least squares for c, e, o."""
+    sources: dict[str, str] = {}
     n = len(obs)
     y = np.array([o.step_s for o in obs])
     x = np.array(
         [
             [
-                o.shape.work_per_rank * o.shape.contention / (1.0 - o.shape.bubble),
+                o.shape.work_per_rank * o.shape.contention**gamma / (1.0 - o.shape.bubble),
                 _comm_full_s(o.shape, inter_fit if o.shape.multi_node else intra_fit),
                 1.0,
             ]
@@ -527,6 +518,37 @@ def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: flo
         af = a[:, free_idx]
         cov = tuple(tuple(float(v) for v in row) for row in sigma**2 * np.linalg.pinv(af.T @ af))
 
+    return {"params": params, "sigma": sigma, "cov": cov, "free_idx": free_idx, "gamma": gamma, "sources": sources,
+            "sse": float(rel_resid @ rel_resid)}
+
+
+def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: float = 2.0) -> PerfModel:
+    """Calibrate a model on measured trials; `intra`/`inter` are presets for what the data cannot show."""
+    obs = list(observations)
+    if not obs:
+        raise ValueError("fit needs at least 1 observation, got 0")
+    if not z > 0:
+        raise ValueError(f"z must be > 0, got {z}")
+
+    # Stage 1: the links.
+    intra_ar = [m for o in obs if not o.shape.multi_node for m in o.allreduce]
+    inter_ar = [m for o in obs if o.shape.multi_node for m in o.allreduce]
+    intra_fit, intra_src = _fit_link(intra_ar, intra, "intra-node")
+    inter_fit, inter_src = _fit_link(inter_ar, inter, "inter-node")
+    sources: dict[str, str] = {"intra": intra_src, "inter": inter_src}
+
+    # Stage 2: c, e, o from step times, given the links — for each candidate contention
+    # exponent γ when some trial was oversubscribed (profile least squares), else γ = 1.
+    contended = len({o.shape.contention for o in obs}) > 1
+    gammas = [round(0.5 + 0.02 * k, 2) for k in range(101)] if contended and len(obs) > 4 else [1.0]
+    best = min((_fit_steps(obs, intra_fit, inter_fit, g) for g in gammas), key=lambda r: r["sse"])
+    params, sigma, cov, free_idx, gamma = best["params"], best["sigma"], best["cov"], best["free_idx"], best["gamma"]
+    sources.update(best["sources"])
+    sources["contention_exponent"] = (
+        f"fitted from {len(obs)} step times (profile over 0.5–2.5)" if len(gammas) > 1
+        else "fixed at 1 (no oversubscribed trial, or too few to fit it)"
+    )
+
     return PerfModel(
         compute_s_per_sample=float(params[0]),
         exposed_comm=float(min(1.0, max(0.0, params[1]))),
@@ -539,5 +561,6 @@ def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: flo
         cov=cov,
         min_rel_half_width=MIN_REL_HALF_WIDTH,
         sources=tuple(sorted(sources.items())),
-        n_observations=n,
+        n_observations=len(obs),
+        contention_exponent=gamma,
     )

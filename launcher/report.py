@@ -18,20 +18,23 @@ SHORT = {
     "samples_per_s": "samples/s", "step_time_median_s": "step s", "efficiency": "eff", "busbw_gbps": "busbw GB/s",
     "usd_per_1m_tokens": "$/1M tok", "bubble_measured": "bubble", "bubble_theory": "theory",
     "hours_to_budget": "h to budget", "device_hours_to_budget": "dev-h to budget", "usd_to_budget": "$ to budget",
-    "device_hours_per_1m_tokens": "dev-h/1M tok", "jobs_per_hour": "runs/h",
+    "device_hours_per_1m_tokens": "dev-h/1M tok", "jobs_per_hour": "runs/h", "tokens_per_s_interval": "interval",
+    "comm_share": "comm",
 }  # fmt: skip
 
 # Columns shown to people (the CSV/parquet keep them all), with their number formats.
 DISPLAY = [
-    ("variant", "{}"), ("world_size", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"), ("tokens_per_s_per_device", "{:,.0f}"),
+    ("variant", "{}"), ("world_size", "{:d}"), ("nodes", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"),
+    ("tokens_per_s_interval", "{}"), ("tokens_per_s_per_device", "{:,.0f}"), ("comm_share", "{:.0%}"),
     ("samples_per_s", "{:,.1f}"), ("step_time_median_s", "{:.4f}"), ("efficiency", "{:.2f}"), ("mfu", "{:.3f}"),
     ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("bubble_measured", "{:.2f}"), ("bubble_theory", "{:.2f}"),
     ("hours", "{:,.1f}"), ("jobs_per_hour", "{:.4f}"), ("usd_per_1m_tokens", "{:.4f}"),
     ("hours_to_budget", "{:,.1f}"), ("device_hours_to_budget", "{:,.0f}"), ("usd_to_budget", "{:,.0f}"),
     ("reason", "{}"),
 ]  # fmt: skip
+FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other status is a failure, shown red
 # Shown only when some row has a value; the rest always (a dash says "not measured").
-OPTIONAL = {"reason", "variant", "bubble_measured", "bubble_theory", "hours", "jobs_per_hour", "hours_to_budget",
+OPTIONAL = {"reason", "variant", "nodes", "tokens_per_s_interval", "comm_share", "bubble_measured", "bubble_theory", "hours", "jobs_per_hour", "hours_to_budget",
             "device_hours_to_budget", "usd_to_budget"}  # fmt: skip
 
 
@@ -79,7 +82,7 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str =
                          no_wrap=col != "reason", overflow="fold")  # fmt: skip
     for row, status in zip(rows, df["status"], strict=True):
         # Cells are data (reasons quote logs with [brackets]), never rich markup.
-        table.add_row(*map(Text, row), style=None if status == "completed" else "red")
+        table.add_row(*map(Text, row), style=None if status in FINE else "red")
     console = stdout_console()
     console.print(table)
     size = "none" if rec.world_size is None else str(rec.world_size)
@@ -122,7 +125,8 @@ def model_summary(sweep_dir: Path, cfg) -> ModelSummary | None:
             f"{m.overhead_s * 1e3:.3g} ms overhead per step, {m.exposed_comm:.0%} of the all-reduce exposed; "
             f"inter-node {inter.bandwidth_gbps:.3g} GB/s, α {inter.latency_s * 1e6:.3g} µs ({m.source('inter')}); "
             f"intra-node {intra.bandwidth_gbps:.3g} GB/s ({m.source('intra')}); "
-            f"fitted on {m.n_observations} trials, residual {m.rel_sigma:.1%}"
+            + (f"oversubscribed CPU compute × contention^{m.contention_exponent:.2f}; " if m.contention_exponent != 1 else "")
+            + f"fitted on {m.n_observations} trials, residual {m.rel_sigma:.1%}"
         )
     lines.append(f"In-sample error (MAPE) of predicted tokens/s: {mape(pred):.1f}%.")
     return ModelSummary(predictions=pred, lines=lines)

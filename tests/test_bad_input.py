@@ -54,7 +54,47 @@ CASES = [
     (["parallel=pipeline", "sweep.world_sizes=[2]", "parallel.microbatches=1"], "world size 2: parallel.microbatches=1 < pp=2 pipeline ranks: a schedule needs at least one microbatch per rank; set parallel.microbatches=2 or more"),
     (["parallel=pipeline", "sweep.world_sizes=[2]", "batch.micro=6"], "world size 2: batch.micro=6 is not divisible by parallel.microbatches=4; each micro-batch is split into that many pipeline microbatches"),
     (["run.world_size=0"], "run.world_size=0 must be a positive integer; set e.g. run.world_size=1"),
+    (["sweep.search=binary"], "sweep.search='binary' is not one of grid, adaptive; set e.g. sweep.search=grid"),
+    (["sweep.policy=cheapest"], "sweep.policy='cheapest' is not one of max_efficient, min_cost, fastest_within_budget; set e.g. sweep.policy=max_efficient"),
+    (["sweep.policy=fastest_within_budget"], "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. sweep.token_budget=2e11"),
+    (["sweep.policy=fastest_within_budget", "sweep.token_budget=1e9"], "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000"),
+    (["sweep.budget_usd=100"], "sweep.budget_usd=100 needs a price; set e.g. cluster.usd_per_device_hour=2.5 (or budget in sweep.budget_device_hours)"),
+    (["sweep.token_budget=-5"], "sweep.token_budget=-5.0 must be a positive number; set e.g. sweep.token_budget=2e11"),
+    (["cluster.spot_discount=1"], "cluster.spot_discount=1.0 must be in [0, 1); set e.g. cluster.spot_discount=0.6"),
+    (["cluster.inter_link=carrier_pigeon"], "cluster.inter_link='carrier_pigeon' is not one of nvlink, pcie, ib400, ib200, eth100, eth10; set e.g. cluster.inter_link=nvlink"),
+    (["cluster=devcluster", "sweep.search=adaptive", "sweep.pack=true"], "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the last one's result; use one of them"),
 ]
+
+# Other commands: (argv, message); each exits 2 with the one line and writes nothing.
+COMMAND_CASES = [
+    (["plan", "--gpus", "8..4"], "--gpus '8..4' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24"),
+    (["plan", "--gpus", "a,b"], "--gpus 'a,b' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24"),
+    (["plan", "--gpus", "1..1180591620717411303424"], "--gpus '1..1180591620717411303424' names 71 sizes; at most 64, e.g. a doubling range 8..16384"),
+    (["plan", "model=mlp"], "launcher plan without a measured sweep needs the device's peak: set cluster.peak_flops_per_device (e.g. cluster=example_gpu_site), or pass --from results/<sweep-id>"),
+    (["plan", "cluster=example_gpu_site", "--assume-mfu", "2"], "--assume-mfu 2.0 must be in (0, 1]; e.g. --assume-mfu 0.4"),
+    (["plan", "--from", "/nonexistent"], "--from '/nonexistent' is not a sweep folder (no sweep.json); pass results/<sweep-id>"),
+    (["plan", "--from", "/nonexistent", "model=mlp"], "--from plans the measured recipe on the measured hardware, so 'model=mlp' cannot apply; only sweep.* (policy, threshold, budgets) and cluster.usd_per_device_hour / cluster.spot_discount can"),
+    (["analyze", "/nonexistent.csv"], "table '/nonexistent.csv' is not a file; pass a .csv or .parquet results table"),
+    (["analyze", "{table}", "--threshold", "0"], "--threshold 0.0 must be in (0, 1]; e.g. --threshold 0.8"),
+    (["analyze", "{table}", "--policy", "fastest_within_budget"], "--policy fastest_within_budget needs --budget-gpu-hours and/or --budget-usd"),
+    (["analyze", "{table}", "--budget-usd", "5", "--policy", "fastest_within_budget"], "--budget-usd 5 needs a price; add --usd-per-gpu-hour, e.g. 2.5"),
+    (["analyze", "{table}", "--usd-per-gpu-hour", "-2"], "--usd-per-gpu-hour -2 must be a positive number"),
+    (["analyze", "{table}", "--spot-discount", "1.5"], "--spot-discount 1.5 must be in [0, 1); e.g. --spot-discount 0.6"),
+    (["analyze", "{garbage}"], "the table has no device-count column (one of gpus, world_size, devices, ranks, nodes); it has: hello"),
+    (["report", "/nonexistent"], "'/nonexistent' is not a sweep folder (no sweep.json); pass results/<sweep-id>"),
+]
+
+
+@pytest.mark.parametrize("argv, message", COMMAND_CASES, ids=[" ".join(c[0]) for c in COMMAND_CASES])
+def test_other_commands_refuse_bad_input_with_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    table, garbage = tmp_path / "t.csv", tmp_path / "g.csv"
+    table.write_text("gpus,hours\n8,72\n16,68\n")
+    garbage.write_text("hello\n1\n")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([a.format(table=table, garbage=garbage) for a in argv]) == 2
+    assert capsys.readouterr().err == f"launcher: error: {message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 @pytest.mark.parametrize("overrides, message", CASES, ids=[" ".join(c[0]) for c in CASES])

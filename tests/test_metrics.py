@@ -44,7 +44,8 @@ def test_ccr_and_spread():
 
 
 def test_flops_per_token_formula():
-    from launcher.train.models import build_model, flops_per_token, param_counts
+    from launcher.flops import flops_per_token
+    from launcher.train.models import build_model, param_counts
 
     cfg = ModelConfig(arch="gpt", vocab_size=256, seq_len=64, d_model=128, n_layers=2, n_heads=4)
     total, non_emb = param_counts(build_model(cfg))
@@ -53,3 +54,21 @@ def test_flops_per_token_formula():
     assert flops_per_token(cfg, non_emb) == 6 * non_emb + 12 * 2 * 4 * 32 * 64
     mlp = ModelConfig(arch="mlp", vocab_size=256, seq_len=32, d_model=64, n_layers=2, n_heads=1)
     assert flops_per_token(mlp, 1000) == 6000
+
+
+@pytest.mark.parametrize("recipe", ["tiny_gpt", "mlp", "gpt_125m", "gpt_1_3b"])
+def test_counted_parameters_equal_the_built_model(recipe):
+    """launcher plan counts parameters from the config; the payload counts the real model."""
+    import torch
+    import yaml
+
+    from launcher import flops
+    from launcher.train.models import build_model, param_counts
+
+    from pathlib import Path
+
+    doc = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "model" / f"{recipe}.yaml").read_text())
+    cfg = ModelConfig(**{k: v for k, v in doc.items() if not k.startswith("_")})
+    with torch.device("meta"):  # a 1.3B model costs nothing to count on the meta device
+        built = param_counts(build_model(cfg))
+    assert flops.param_counts(cfg) == built

@@ -246,3 +246,22 @@ def test_bad_input_names_the_numbers():
     with pytest.raises(ValueError, match="n ≥ 1 ranks, got 0"):
         ring_allreduce_s(1e6, 0, LINKS["pcie"])
     assert math.isfinite(ring_allreduce_s(0, 1, LINKS["pcie"]))
+
+
+def test_contention_exponent_is_recovered_from_oversubscribed_trials():
+    """CPU ranks sharing cores: compute × contention^γ. With trials at contention 1, 1.5 and 2
+    the profile fit finds γ (here 1.4) and the other terms."""
+    link = Link(bandwidth_gbps=1.0, latency_s=1e-4)
+    truth = PerfModel(compute_s_per_sample=0.01, overhead_s=0.005, exposed_comm=1.0, intra=link, inter=link,
+                      rel_sigma=0.0, contention_exponent=1.4)  # fmt: skip
+    obs = []
+    for n, contention in ((1, 1.0), (2, 1.0), (3, 1.5), (4, 2.0)):
+        for accum in (1, 2, 4):
+            shape = Shape(world_size=n, ranks_per_node=1, dp=n, global_batch=8 * accum * n, accum=accum,
+                          grad_bytes=2_000_000, contention=contention)  # fmt: skip
+            ar = ((n, 2_000_000, ring_allreduce_s(2_000_000, n, link)),) if n > 1 else ()
+            obs.append(Observation(shape=shape, step_s=truth.predict(shape).step_s, allreduce=ar))
+    model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["eth10"])
+    assert model.contention_exponent == pytest.approx(1.4, abs=0.011)
+    assert model.compute_s_per_sample == pytest.approx(0.01, rel=0.02)
+    assert model.source("contention_exponent").startswith("fitted from 12 step times")

@@ -148,6 +148,11 @@ def _check_policy(s, c) -> None:
                                 ("sweep.budget_usd", s.budget_usd, 50000)):  # fmt: skip
         if value is not None:
             _positive(key, value, example)
+    if s.budget_usd is not None and c.usd_per_device_hour is None:
+        raise ConfigError(
+            f"sweep.budget_usd={s.budget_usd:g} needs a price; set e.g. cluster.usd_per_device_hour=2.5 "
+            "(or budget in sweep.budget_device_hours)"
+        )
     if s.policy != "fastest_within_budget":
         return
     if s.token_budget is None:
@@ -157,11 +162,6 @@ def _check_policy(s, c) -> None:
     if s.budget_device_hours is None and s.budget_usd is None:
         raise ConfigError(
             "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000"
-        )
-    if s.budget_usd is not None and c.usd_per_device_hour is None:
-        raise ConfigError(
-            f"sweep.budget_usd={s.budget_usd:g} needs a price; set e.g. cluster.usd_per_device_hour=2.5 "
-            "(or budget in sweep.budget_device_hours)"
         )
 
 

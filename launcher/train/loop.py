@@ -19,7 +19,8 @@ from ..plan import Trial
 from . import metrics
 from .data import MicroBatches, build_dataset
 from .dist import RankInfo, sync
-from .models import build_model, flops_per_token, param_counts
+from ..flops import flops_per_token
+from .models import build_model, param_counts
 
 COMM_WARMUP, COMM_ITERS = 2, 5
 

@@ -94,12 +94,3 @@ def param_counts(model: nn.Module) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     embedding = sum(p.numel() for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())
     return total, total - embedding
-
-
-def flops_per_token(cfg: ModelConfig, non_embedding_params: int) -> float:
-    """Training FLOPs per token ≈ 6N + 12·L·H·Q·T (attention scores; zero for the MLP model)."""
-    attention = 0
-    if cfg.arch == "gpt":
-        head_dim = cfg.d_model // cfg.n_heads
-        attention = 12 * cfg.n_layers * cfg.n_heads * head_dim * cfg.seq_len
-    return float(6 * non_embedding_params + attention)
