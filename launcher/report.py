@@ -163,5 +163,6 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     ])  # fmt: skip
     atomic_write_text(sweep_dir / "report.md", text)
     header, rows = display_rows(df)
+    short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
     write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
-               table=pd.DataFrame(rows, columns=header), images=images, notes=[*notes, *model_lines])  # fmt: skip
+               table=pd.DataFrame(rows, columns=short), images=images, notes=[*notes, *model_lines])  # fmt: skip
