@@ -48,8 +48,14 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    cols = [(c, f) for c, f in DISPLAY
-            if c in df.columns and (c not in OPTIONAL or (df[c].notna() & (df[c] != "")).any())]  # fmt: skip
+    def shown(c: str) -> bool:
+        if c not in df.columns:
+            return False
+        if c == "nodes":  # only where some trial spans several nodes
+            return bool((pd.to_numeric(df[c], errors="coerce").fillna(1) > 1).any())
+        return c not in OPTIONAL or bool((df[c].notna() & (df[c] != "")).any())
+
+    cols = [(c, f) for c, f in DISPLAY if shown(c)]
     return [c for c, _ in cols], [[_cell(row[c], f) for c, f in cols] for _, row in df.iterrows()]
 
 
