@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--quiet", action="store_true", help="no progress display")
         if name == "run":
             sp.add_argument("--dry-run", action="store_true", help="print (and write) what would run; start nothing")
+            sp.add_argument("--requeue", action="store_true",
+                            help="Slurm: on the USR1 warning checkpoint, requeue, and resume (sets run.requeue=true)")  # fmt: skip
         else:
             sp.add_argument("--detach", action="store_true", help="Slurm: return after submitting")
             sp.add_argument("--resume", metavar="SWEEP_DIR", help="carry on a sweep from its folder (no overrides)")
@@ -89,8 +91,18 @@ def _run_as_sweep(cfg):
     """A single run is a one-trial sweep: same folder layout, record and table."""
     r = cfg.run
     sizes = {"nodes": [cfg.cluster.nodes]} if cfg.cluster.kind == "slurm" else {"world_sizes": [r.world_size]}
-    sweep = dataclasses.replace(cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False)
+    sweep = dataclasses.replace(cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False,
+                                search="grid")  # fmt: skip
     return dataclasses.replace(cfg, sweep=sweep)
+
+
+def _run_trials(cfg):
+    """The one trial of `launcher run`, checkpointing when asked to."""
+    from .plan import plan_sweep
+
+    r = cfg.run
+    checkpoint = bool(r.checkpoint_every or r.requeue)
+    return [dataclasses.replace(t, checkpoint=checkpoint, checkpoint_every=r.checkpoint_every) for t in plan_sweep(cfg)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,6 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from .slurm import SlurmError
+
+        if not isinstance(exc, SlurmError):
+            raise
+        # The scheduler said no (or is unreachable): one line; what was submitted is in the sweep folder.
+        print(f"launcher: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("launcher: interrupted; finished trials and their table are kept in the sweep folder", file=sys.stderr)
         return 130
@@ -127,12 +147,12 @@ def _dispatch(args) -> int:
     else:
         if args.command == "run":
             from .config.compose import compose_config
-            from .plan import plan_sweep
 
-            cfg = _run_as_sweep(compose_config(args.overrides, args.recipes))
+            overrides = [*args.overrides, *(["run.requeue=true"] if args.requeue else [])]
+            cfg = _run_as_sweep(compose_config(overrides, args.recipes))
             if args.dry_run:
-                return _dry_run(cfg, args.overrides)
-            plan = sw.SweepPlan(cfg=cfg, items=[(t, cfg) for t in plan_sweep(cfg)], skipped=[])
+                return _dry_run(cfg, overrides)
+            plan = sw.SweepPlan(cfg=cfg, items=[(t, cfg) for t in _run_trials(cfg)], skipped=[])
         else:
             plan = sw.plan_all(args.overrides, args.recipes)
         detach = getattr(args, "detach", False)
@@ -238,9 +258,7 @@ def _cluster(args) -> int:
 
 
 def _dry_run(cfg, overrides) -> int:
-    from .plan import plan_sweep
-
-    (trial,) = plan_sweep(cfg)
+    (trial,) = _run_trials(cfg)
     if cfg.cluster.kind == "slurm":
         from .submit import plan_jobs, write_scripts
         from .sweep import create_sweep_dir

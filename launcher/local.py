@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .io import atomic_write_json
+from .config.validate import env_pairs
+from .io import atomic_write_json, read_json
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
@@ -94,8 +95,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
+def rank_env(rank: int, world_size: int, port: int, threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})  # cluster.env; what the launcher sets below wins
     env.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -125,6 +127,7 @@ def run_local(
 ) -> LocalOutcome:
     """Run the trial in `trial_dir` (holding trial.json) and wait for every rank."""
     argv = payload_argv(trial_dir / "trial.json", trial_dir / "record.json", extra_args or [])
+    user_env = dict(env_pairs(read_json(trial_dir / "trial.json")["config"]["cluster"].get("env") or []))
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
@@ -137,7 +140,7 @@ def run_local(
             procs.append(
                 subprocess.Popen(
                     argv,
-                    env=rank_env(rank, world_size, port, threads),
+                    env=rank_env(rank, world_size, port, threads, user_env),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,

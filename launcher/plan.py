@@ -51,6 +51,11 @@ class Trial:
     """Which repeat of this size (sweep.repeats > 1 measures each size several times)."""
     variant: str = ""
     """Label of the swept-override combination this trial belongs to ('' when nothing is swept)."""
+    checkpoint: bool = False
+    """Checkpoint and resume (`launcher run` with run.checkpoint_every or --requeue): resume from
+    the trial folder's latest checkpoint, save on USR1."""
+    checkpoint_every: int = 0
+    """Save a checkpoint every this many steps (0: only on USR1)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

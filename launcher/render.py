@@ -17,6 +17,7 @@ from pathlib import Path
 from . import __version__
 from .config.errors import ConfigError
 from .config.schema import ClusterConfig
+from .config.validate import env_pairs
 from .plan import Trial, ranks_per_node
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "sbatch_templates"
@@ -84,6 +85,10 @@ class JobRequest:
     """`--dependency=singleton`."""
     payload_args: tuple[str, ...] = field(default_factory=tuple)
     """Extra arguments for `python -m launcher.train`."""
+    env: tuple[tuple[str, str], ...] = ()
+    """(name, value) exported for every rank; values are quoted."""
+    requeue: bool = False
+    """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
 
 
 @lru_cache(maxsize=1)
@@ -108,7 +113,7 @@ def render_script(request: JobRequest) -> str:
 
 
 def check_sbatch_path(path: str, what: str) -> None:
-    if not _SBATCH_PATH.match(path):
+    if not _SBATCH_PATH.fullmatch(path):
         raise ConfigError(
             f"{what} {path!r} has characters an #SBATCH line cannot carry (spaces, quotes, shell characters); "
             "choose sweep.results_dir without them"
@@ -125,6 +130,7 @@ def job_request(
     python: str,
     pack: bool = False,
     payload_args: tuple[str, ...] = (),
+    requeue: bool = False,
 ) -> JobRequest:
     """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation."""
     if not trials:
@@ -161,4 +167,6 @@ def job_request(
         pack=pack,
         singleton=cluster.serialize_trials,
         payload_args=payload_args,
+        env=tuple(env_pairs(cluster.env)),
+        requeue=requeue,
     )

@@ -11,6 +11,9 @@ import pandas as pd
 from .analysis import Pricing, add_cost, add_scaling
 from .io import atomic_write_text
 
+# What torch prints when an allocation fails (CUDA's OutOfMemoryError, or the CPU allocator).
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory")
+
 TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
 
 COLUMNS = [
@@ -62,17 +65,27 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
             # COMPLETED without a record still failed: the record is the proof of a finished trial.
             status = outcome.get("status", "unknown")
             row["status"] = "failed" if status == "completed" else status
-            row["reason"] = executor_reason or (
-                f"job {outcome.get('job')} completed but the payload wrote no record" if status == "completed" else None
-            )
+            row["reason"] = executor_reason
+            if status == "completed":
+                lost = f"job {outcome.get('job')} completed but the payload wrote no record"
+                row["reason"] = f"{lost}; {executor_reason}" if executor_reason else lost
         else:
             row["status"], row["reason"] = "failed", f"no record written: {executor_reason}"
+        if row["status"] == "failed" and any(m in (row["reason"] or "") for m in OOM_MARKERS):
+            row["status"] = "oom"  # a rank other than 0 ran out of memory: its log says so
         return row
     row["status"] = record["status"]
     # The executor names the rank that failed first (the cause); the payload's own reason follows.
     reasons = [r for r in (executor_reason, record.get("reason")) if r]
-    if record["status"] == "completed" and executor_reason:
-        reasons = [f"record complete, but afterwards {executor_reason}"]
+    if record["status"] == "completed":
+        requeues = (outcome or {}).get("requeues") or 0
+        resumed = (record.get("metrics") or {}).get("resumed_from_step") or 0
+        if executor_reason:
+            reasons = [f"record complete, but afterwards {executor_reason}"]
+        elif requeues:  # a requeue is worth saying, even when all ended well
+            reasons = [f"requeued {requeues}×, then completed" + (f" (resumed from step {resumed})" if resumed else "")]
+    elif record["status"] in ("oom", "nan"):
+        reasons = [record["reason"]]  # the payload named it; how the ranks then exited adds nothing
     row["reason"] = "; ".join(reasons) or None
     m = record.get("metrics") or {}
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})

@@ -97,6 +97,8 @@ class JobState:
     nodelist: str = ""
     steps: tuple[tuple[str, str, int, int], ...] = field(default_factory=tuple)
     """(step id, state, exit code, signal) of the job's steps."""
+    requeues: int = 0
+    """Earlier attempts that ended REQUEUED (sacct --duplicates keeps them)."""
 
     @property
     def terminal(self) -> bool:
@@ -121,7 +123,10 @@ class JobState:
             how = f"signal {self.signal}" if self.signal else f"exit code {self.exit_code}"
             return f"job FAILED with {how}"
         if s in _ACTIVE:
-            return f"{s.lower()}" + (f" ({self.detail})" if self.detail and self.detail != "None" else "")
+            again = f"requeued {self.requeues}×, " if self.requeues else ""
+            return f"{again}{s.lower()}" + (f" ({self.detail})" if self.detail and self.detail != "None" else "")
+        if s == "PREEMPTED":
+            return "preempted by a higher-priority job (Slurm PREEMPTED)"
         return f"Slurm state {s}" + (f" {self.detail}" if self.detail else "")
 
 
@@ -194,6 +199,7 @@ def states_from_sacct(rows: list[SacctRow]) -> dict[str, JobState]:
     key; the last is the latest attempt."""
     jobs: dict[str, SacctRow] = {}
     steps: dict[str, list[tuple[str, str, int, int]]] = {}
+    requeues: dict[str, int] = {}
     for row in rows:
         if row.is_step:
             key = row.job_id.split(".", 1)[0]
@@ -201,10 +207,11 @@ def states_from_sacct(rows: list[SacctRow]) -> dict[str, JobState]:
         else:
             for key in expand_array_id(row.job_id):  # a pending array is one row `123_[2-4]`
                 jobs[key] = row
+                requeues[key] = requeues.get(key, 0) + (row.state == "REQUEUED")
     return {
-        key: JobState(key=key, slurm_state=r.state, status=_status(r.state), source="sacct", detail=r.state_detail,
-                      exit_code=r.exit_code, signal=r.signal, nodelist=r.nodelist,
-                      steps=tuple(steps.get(key, ())))  # fmt: skip
+        key: JobState(key=key, slurm_state=r.state, status=_status(r.state, requeues[key]), source="sacct",
+                      detail=r.state_detail, exit_code=r.exit_code, signal=r.signal, nodelist=r.nodelist,
+                      steps=tuple(steps.get(key, ())), requeues=requeues[key])  # fmt: skip
         for key, r in jobs.items()
     }
 
@@ -218,7 +225,9 @@ def states_from_squeue(rows: list[SqueueRow]) -> dict[str, JobState]:
     return out
 
 
-def _status(state: str) -> str:
+def _status(state: str, requeues: int = 0) -> str:
+    if state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") or (requeues and state == "PENDING"):
+        return "requeued"  # waiting to run again: say so, not just "pending"
     return _TERMINAL.get(state) or _ACTIVE.get(state) or state.lower()
 
 

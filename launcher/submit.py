@@ -7,6 +7,7 @@ mid-submission leaves an exact account of what was submitted.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ def plan_jobs(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, firs
             python=python,
             pack=cfg.sweep.pack,
             payload_args=payload_args,
+            requeue=cfg.run.requeue and any(t.checkpoint for t in group),
         )
         jobs.append(PlannedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request)))
     return jobs
@@ -105,6 +107,31 @@ def pack_step_state(sub: dict, job: JobState) -> tuple[str, str, int, int] | Non
     return next((s for s in job.steps if s[0] == want), None)
 
 
+def payload_detail(tdir: Path) -> str | None:
+    """What the trial's own files say about a failed attempt: srun's exit code (the job script
+    records it) and the end of the first rank log that holds an error, else of rank 0's."""
+    from .local import last_lines
+
+    codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
+    parts = []
+    attempt = codes[-1].suffix.removeprefix(".attempt") if codes else "0"
+    if codes:
+        rc = codes[-1].read_text().strip()
+        if rc.isdigit() and int(rc) > 128:
+            parts.append(f"srun exit {rc} (a rank was killed by signal {int(rc) - 128})")
+        elif rc != "0":
+            parts.append(f"srun exit {rc}")
+    logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
+    culprit = next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
+    tail = last_lines(culprit) if culprit else ""
+    if tail:
+        parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
+    return "; ".join(parts) or None
+
+
+_ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
+
+
 def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
     """Ask Slurm about every submitted trial; write each trial's outcome.json; return them."""
     subs = submissions(sweep_dir)
@@ -127,9 +154,15 @@ def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
                 elif step_state not in ("RUNNING", "PENDING"):
                     status = "failed" if step_state == "FAILED" else step_state.lower()
                     reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
+            # A failure the payload may explain itself: srun's exit code and the log's last lines.
+            # (cancelled, timeout, node_fail: Slurm's word is the whole story.)
+            if status in ("failed", "oom") or (status == "completed" and not (tdir / "record.json").exists()):
+                detail = payload_detail(tdir)
+                reason = "; ".join(r for r in (reason, detail) if r) or None
             doc = {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
                    "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
-                   "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps]}  # fmt: skip
+                   "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps],
+                   "requeues": st.requeues}  # fmt: skip
         atomic_write_json(tdir / "outcome.json", doc)
         outcomes[trial_id] = doc
     return outcomes

@@ -67,7 +67,7 @@ def test_slurm_conf_key_lines():
         "AccountingStorageHost=10.77.0.1",
         "AccountingStorageType=accounting_storage/slurmdbd",
         f"AccountingStoragePass={sock}",
-        f"AuthInfo=socket={sock}",
+        f"AuthInfo=socket={sock},cred_expire=20",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         "SlurmUser=root",

@@ -71,7 +71,16 @@ def test_requeued_job_keeps_the_latest_attempt():
     rows = parse_sacct((DATA / "sacct_requeued.txt").read_text())
     assert [r.state for r in rows if not r.is_step] == ["REQUEUED", "COMPLETED"]
     job = sacct("sacct_requeued.txt")["31"]
-    assert (job.slurm_state, job.nodelist) == ("COMPLETED", "n1")
+    assert (job.slurm_state, job.nodelist, job.requeues) == ("COMPLETED", "n1", 1)
+
+
+def test_a_requeued_job_waiting_to_run_again_says_so():
+    # The first attempt's rows of the capture, then the second attempt still pending.
+    text = (DATA / "sacct_requeued.txt").read_text().splitlines()[:3]
+    text.append("31|31|requeue-me|PENDING|0:0|00:00:00|None assigned|Unknown|Unknown")
+    job = states_from_sacct(parse_sacct("\n".join(text) + "\n"))["31"]
+    assert (job.status, job.requeues, job.terminal) == ("requeued", 1, False)
+    assert job.reason() == "requeued 1×, pending"
 
 
 def test_array_elements_by_key():

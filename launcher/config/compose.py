@@ -50,8 +50,8 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
         raise ConfigError(f"{key} is required by the chosen recipe but unset; add {key}=<value>") from None
     except ConfigError:
         raise
-    except Exception as exc:  # Hydra/OmegaConf errors: many types, one translation point
-        if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf"):
+    except Exception as exc:  # Hydra/OmegaConf/YAML errors: many types, one translation point
+        if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf", "yaml"):
             raise
         raise ConfigError(explain(exc, overrides, folder)) from None
     finally:
@@ -138,6 +138,19 @@ def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
     msg = str(exc)
     name = type(exc).__name__
 
+    if type(exc).__module__.startswith("yaml"):
+        # A recipe file that is not YAML the loader accepts (syntax, duplicate key, a tag).
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)  # where it began
+        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a recipe"
+        problem = getattr(exc, "problem", None) or msg.splitlines()[0]
+        return f"{where}: not valid recipe YAML ({problem}); fix the file"
+
+    if "Interpolation key" in msg and getattr(exc, "full_key", None):
+        key = re.sub(r"\[\d+\]$", "", exc.full_key)  # type: ignore[attr-defined]
+        return (
+            f"{key}: {msg.splitlines()[0]}; a literal ${{...}} in a value must be escaped as \\${{...}}"
+        )
+
     if name == "OverrideParseException":
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from hydra.errors import OverrideParseException
@@ -168,6 +181,8 @@ def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
         ov = msg.split("'")[1]
         return f"{ov!r}: comma-separated values are not a single value; write a list as key=[a,b]"
 
+    if cause is None and name == "ConfigCompositionException" and exc.__context__ is not None:
+        cause = exc.__context__  # Hydra sometimes chains the real error only as context
     if cause is not None:
         key = getattr(cause, "full_key", None) or ""
         cause_name = type(cause).__name__

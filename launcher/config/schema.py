@@ -160,6 +160,10 @@ class ClusterConfig:
     """Extra `#SBATCH` options, one per item, e.g. ["--mail-type=END"]."""
     setup: List[str] = field(default_factory=list)
     """Shell lines run before training (module load, venv activation): the user's own code, verbatim."""
+    env: List[str] = field(default_factory=list)
+    """Environment variables for every rank, `NAME=value` each (quoted in the script, so values
+    stay data). Not for secrets: the script is a file; let secrets reach jobs through the
+    environment sbatch inherits from your shell."""
     launch: str = field(default="srun", metadata={"choices": ("srun", "torchrun")})
     """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
     python: Optional[str] = None
@@ -216,6 +220,12 @@ class RunConfig:
     """Optimizer steps of a single run."""
     warmup_steps: int = 5
     """Leading steps excluded from the run's throughput."""
+    checkpoint_every: int = 0
+    """Save a torch.distributed.checkpoint every this many steps (0: only on Slurm's USR1
+    warning, with requeue); a rerun of the job resumes from the latest one."""
+    requeue: bool = False
+    """Slurm: `--requeue`; on the USR1 warning (time limit near, preemption) checkpoint and
+    requeue the job, which resumes from the checkpoint (`launcher run --requeue`)."""
 
 
 @dataclass(kw_only=True, frozen=True)

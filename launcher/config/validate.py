@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,12 @@ from .schema import LauncherConfig
 from .store import config_key, fields_of
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
+
+# Sizes beyond any cluster a sweep measures (larger ones: `launcher plan`); cluster=local starts
+# each rank as a process on this machine.
+_MAX_SIZE = 1 << 20
+_MAX_LOCAL_RANKS = 256
 
 
 def _at_least(key: str, value: Any, minimum: int, example: Any) -> None:
@@ -54,7 +61,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     ):
         _at_least(key, value, 1, example)
     for key, value in (("model.name", m.name), ("cluster.name", cfg.cluster.name)):
-        if not _SAFE_NAME.match(value):
+        if not _SAFE_NAME.fullmatch(value):
             raise ConfigError(
                 f"{key}={value!r} names folders and jobs: use letters, digits, '.', '_' or '-' (≤100); "
                 f"set e.g. {key}=mine"
@@ -85,9 +92,15 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     if d.kind == "file":
         if not d.path:
             raise ConfigError("data.kind=file needs data.path; set data.path=/path/to/tokens.bin")
-        if not Path(d.path).is_file():
+        try:
+            size = Path(d.path).stat().st_size if Path(d.path).is_file() else None
+        except OSError as exc:  # e.g. a name too long for the filesystem
+            raise ConfigError(
+                f"data.path={_short(d.path)} is not a readable file ({exc.strerror}); point it at a token file"
+            ) from None
+        if size is None:
             raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
-        tokens = Path(d.path).stat().st_size // _itemsize(d.dtype)
+        tokens = size // _itemsize(d.dtype)
         if tokens < m.seq_len + 1:
             raise ConfigError(
                 f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
@@ -110,12 +123,12 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
 
     s = cfg.sweep
-    _check_sizes("sweep.world_sizes", s.world_sizes)
+    _check_sizes("sweep.world_sizes", s.world_sizes, local=c.kind == "local")
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
     _check_policy(s, c)
-    if s.name is not None and not _SAFE_NAME.match(s.name):
+    if s.name is not None and not _SAFE_NAME.fullmatch(s.name):
         raise ConfigError(
             f"sweep.name={s.name!r} must be letters, digits, '.', '_' or '-' (≤100, not starting with "
             "'.' or '-'); set e.g. sweep.name=gpt-ddp-1"
@@ -126,6 +139,12 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         if c.kind != "slurm":
             raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
     _at_least("sweep.repeats", s.repeats, 1, 1)
+    if s.repeats > 1000:
+        raise ConfigError(
+            f"sweep.repeats={s.repeats} is over 1000 trials per size (a Slurm job array; Slurm's default "
+            "MaxArraySize is 1001); set e.g. sweep.repeats=3"
+        )
+    _check_results_dir(s.results_dir, c.kind)
     if s.pack and s.search == "adaptive":
         raise ConfigError(
             "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the "
@@ -137,7 +156,16 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
 
     r = cfg.run
     _at_least("run.world_size", r.world_size, 1, 1)
+    _check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
     _check_steps("run", r.steps, r.warmup_steps)
+    _at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
+    if (r.checkpoint_every or r.requeue) and cfg.parallel.layout in ("pipeline", "dp_pp", "fsdp_pp"):
+        raise ConfigError(
+            f"parallel.layout={cfg.parallel.layout} cannot be checkpointed yet (run.checkpoint_every / --requeue); "
+            "use ddp, fsdp, tp or fsdp_tp for a checkpointed run"
+        )
+    if r.requeue and c.kind != "slurm":
+        raise ConfigError("--requeue (run.requeue=true) needs a Slurm cluster; use cluster=slurm or cluster=devcluster")
     _at_least("seed", cfg.seed, 0, 0)
     return cfg
 
@@ -165,13 +193,25 @@ def _check_policy(s, c) -> None:
         )
 
 
-def _check_sizes(key: str, sizes: list[int]) -> None:
+def _check_sizes(key: str, sizes: list[int], local: bool = False) -> None:
     if not sizes:
         raise ConfigError(f"{key}=[] is empty; list the sizes to measure, e.g. {key}=[1,2]")
+    shown = list(sizes) if key.startswith("sweep.") else sizes[0]
     for n in sizes:
         if n < 1:
             raise ConfigError(
                 f"{key}={list(sizes)} holds {n}; every size must be a positive integer, e.g. {key}=[1,2]"
+            )
+        if local and n > _MAX_LOCAL_RANKS:
+            raise ConfigError(
+                f"{key}={shown} asks for {n} ranks, but cluster=local starts each rank as a process on this "
+                f"machine (at most {_MAX_LOCAL_RANKS}); measure large sizes on Slurm (cluster=slurm) or predict "
+                "them with launcher plan"
+            )
+        if n > _MAX_SIZE:
+            raise ConfigError(
+                f"{key}={shown} asks for {n}, more than {_MAX_SIZE}; measure sizes a cluster can hold and "
+                "predict larger ones with launcher plan"
             )
     if len(set(sizes)) != len(sizes):
         unique = ",".join(map(str, sorted(set(sizes))))
@@ -180,11 +220,16 @@ def _check_sizes(key: str, sizes: list[int]) -> None:
 
 # Values that land on #SBATCH lines, which sbatch tokenises itself (no shell quoting there):
 # only characters Slurm's own names and expressions use are accepted.
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
-_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,()\[\]*:!-]{1,200}$")
-_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-_SLURM_MEM = re.compile(r"^\d+[KMGT]?$")
+# Names and expressions start with a name character, '[' or '(' (not '-', which reads as an option);
+# numbers are ASCII digits of bounded length (Python's \d also matches other scripts' digits).
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+][A-Za-z0-9_.+-]{0,63}$")
+_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_\[(][A-Za-z0-9_.&|,()\[\]*:!-]{0,199}$")
+_SLURM_TIME = re.compile(r"^([0-9]{1,4}-)?[0-9]{1,8}(:[0-9]{1,2}){0,2}$")
+_SLURM_MEM = re.compile(r"^[0-9]{1,12}[KMGT]?$")
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
+# sweep.results_dir is part of the batch log path on an #SBATCH line; sbatch expands %-patterns in
+# it, so '%' is refused here too (render.py's check_sbatch_path allows the launcher's own %j, %A, %a).
+_RESULTS_DIR = re.compile(r"^[A-Za-z0-9_./+=,@-]+$")
 
 
 def _check_slurm(c) -> None:
@@ -193,39 +238,123 @@ def _check_slurm(c) -> None:
         ("cluster.account", c.account, "myproject"),
         ("cluster.qos", c.qos, "normal"),
     ):
-        if value is not None and not _SLURM_NAME.match(value):
+        if value is not None and not _SLURM_NAME.fullmatch(value):
             raise ConfigError(
-                f"{key}={value!r} is not a Slurm name (letters, digits, '_', '.', '+', '-'; ≤64); set e.g. {key}={example}"
+                f"{key}={value!r} is not a Slurm name (letters, digits, '_', '.', '+', '-', not first; ≤64); "
+                f"set e.g. {key}={example}"
             )
-    if c.constraint is not None and not _SLURM_CONSTRAINT.match(c.constraint):
+    if c.constraint is not None and not _SLURM_CONSTRAINT.fullmatch(c.constraint):
         raise ConfigError(
             f"cluster.constraint={c.constraint!r} is not a Slurm feature expression (features joined by & | , "
-            "with [ ] ( ) * :); set e.g. cluster.constraint=a100"
+            "with [ ] ( ) * :, starting with a feature); set e.g. cluster.constraint=a100"
         )
-    if not _SLURM_TIME.match(c.time_limit):
+    if not _SLURM_TIME.fullmatch(c.time_limit):
         raise ConfigError(
             f"cluster.time_limit={c.time_limit!r} is not a Slurm time ([D-]HH:MM:SS, HH:MM or minutes); "
             "set e.g. cluster.time_limit=01:00:00"
         )
-    if c.mem is not None and not _SLURM_MEM.match(c.mem):
+    if c.mem is not None and not _SLURM_MEM.fullmatch(c.mem):
         raise ConfigError(f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G")
     for opt in c.sbatch_extra:
-        if not _SBATCH_OPTION.match(opt):
+        if not _SBATCH_OPTION.fullmatch(opt):
             raise ConfigError(
                 f"cluster.sbatch_extra holds {opt!r}, not one --option[=value] without spaces, quotes or shell "
                 "characters; write e.g. cluster.sbatch_extra=['--mail-type=END']"
             )
+    _check_env(c.env)
     for line in c.setup:
         if "\x00" in line:
             raise ConfigError("cluster.setup holds a NUL character; setup lines are shell code, one line per item")
+        if "\r\n" in line or line.endswith("\r"):
+            raise ConfigError(
+                f"cluster.setup holds {_short(line)}, with a CR-LF (DOS) line break that sbatch refuses in a script; "
+                "remove the \\r"
+            )
     _at_least("cluster.nodes", c.nodes, 1, 1)
+    _check_sizes("cluster.nodes", [c.nodes])
     _at_least("cluster.gpus_per_node", c.gpus_per_node, 0, 8)
     if c.tasks_per_node is not None:
         _at_least("cluster.tasks_per_node", c.tasks_per_node, 1, 1)
     _at_least("cluster.cpus_per_task", c.cpus_per_task, 1, 1)
+    # Past any node that exists: refused here, not by sbatch after the sweep folder exists.
+    for key, value, most in (("cluster.gpus_per_node", c.gpus_per_node, 64),
+                             ("cluster.tasks_per_node", c.tasks_per_node or 1, 4096),
+                             ("cluster.cpus_per_task", c.cpus_per_task, 4096)):  # fmt: skip
+        if value > most:
+            raise ConfigError(f"{key}={value} is more than any node has (at most {most}); set it to what one node holds")
     _at_least("cluster.signal_warning_s", c.signal_warning_s, 0, 120)
-    if c.python is not None and ("\n" in c.python or not c.python.strip()):
-        raise ConfigError(f"cluster.python={c.python!r} must be one interpreter path; set e.g. cluster.python=/opt/venv/bin/python")
+    if c.signal_warning_s > 65535:
+        raise ConfigError(
+            f"cluster.signal_warning_s={c.signal_warning_s} is over 65535 s, the most Slurm's --signal takes; "
+            "set e.g. cluster.signal_warning_s=120"
+        )
+    if c.python is not None and (
+        "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
+    ):
+        raise ConfigError(
+            f"cluster.python={_short(c.python)} must be one interpreter path (no newline or NUL, not starting "
+            "with '-', which srun reads as an option); set e.g. cluster.python=/opt/venv/bin/python"
+        )
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Set by the launcher or Slurm for each rank; a user value would break the rendezvous.
+_ENV_RESERVED = re.compile(r"^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|SLURM_.*|"
+                           r"OMP_NUM_THREADS|MKL_NUM_THREADS)$")  # fmt: skip
+_ENV_SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE_?KEY)", re.IGNORECASE)
+
+
+def env_pairs(items: list[str]) -> list[tuple[str, str]]:
+    """cluster.env items → (name, value), in order; ConfigError on the first bad one."""
+    pairs = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"cluster.env holds {item[:80]!r}, not NAME=value with NAME a shell variable name; "
+                "write e.g. cluster.env=['NCCL_DEBUG=WARN']"
+            )
+        if _ENV_RESERVED.fullmatch(name):
+            raise ConfigError(f"cluster.env sets {name}, which the launcher sets for each rank; remove it from cluster.env")
+        if _ENV_SECRET.search(name):
+            raise ConfigError(
+                f"cluster.env sets {name}, which looks like a secret, and the script is a file others may read; "
+                "export it in the shell you submit from (sbatch passes your environment to the job)"
+            )
+        if "\x00" in value or len(value) > 4096:
+            raise ConfigError(f"cluster.env value of {name} has a NUL character or is over 4096 characters; shorten it")
+        if "\r\n" in value:
+            raise ConfigError(
+                f"cluster.env value of {name} holds a CR-LF (DOS) line break, which sbatch refuses in a script; "
+                "use \\n line breaks"
+            )
+        pairs.append((name, value))
+    return pairs
+
+
+def _check_env(items: list[str]) -> None:
+    env_pairs(items)
+
+
+def _check_results_dir(path: str, kind: str) -> None:
+    """A folder path mkdir can make (no NUL, not too long); on Slurm also one an #SBATCH line carries."""
+    if "\x00" in path or len(path.encode()) > 3000 or any(len(part.encode()) > 255 for part in Path(path).parts):
+        raise ConfigError(
+            f"sweep.results_dir={_short(path)} is not a usable folder path (a NUL character, over 3000 bytes, "
+            "or a folder name over 255 bytes); choose e.g. sweep.results_dir=results"
+        )
+    full = os.path.abspath(path)
+    if kind == "slurm" and not _RESULTS_DIR.fullmatch(full):
+        where = "" if full == path else f" (here {full!r})"
+        raise ConfigError(
+            f"sweep.results_dir={path!r}{where} has characters an #SBATCH line cannot carry (spaces, quotes, '%', "
+            "shell or non-ASCII characters); choose a folder of letters, digits and _ . / + = , @ -"
+        )
+
+
+def _short(value: str) -> str:
+    """repr of a value for a one-line message, cut to 80 characters."""
+    return repr(value) if len(value) <= 80 else f"{value[:80]!r}… ({len(value)} characters)"
 
 
 def _check_steps(group: str, steps: int, warmup: int) -> None:

@@ -205,7 +205,9 @@ def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={sock}",
+        # cred_expire: a requeued job may start again only once its old credential has expired
+        # (Slurm's default holds it 120 s); 20 s still leaves a job step ample time to launch.
+        f"AuthInfo=socket={sock},cred_expire=20",
         f"StateSaveLocation={r.state_dir}",
         f"SlurmdSpoolDir={r.spool}/slurmd-%n",
         f"SlurmctldPidFile={r.run}/slurmctld.pid",

@@ -49,6 +49,16 @@ def make_record(*, status: str, reason: str | None, doc: dict, started: float, *
     }
 
 
+# What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator.
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or any(m in str(exc) for m in OOM_MARKERS)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launcher.train", description=__doc__)
     parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
@@ -63,8 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    from . import checkpoint as ckpt
     from . import dist as tdist
-    from .loop import train
+    from .loop import NonFiniteLoss, train
+
+    # Before anything slow: USR1's default action would kill the rank instead of checkpointing.
+    stop = ckpt.StopFlag().install() if trial.checkpoint else None
+    checkpoint_dir = args.record.parent / "checkpoint" if trial.checkpoint else None
+    if trial.checkpoint and args.record.exists() and os.environ.get("RANK", "0") == "0":
+        # A rerun of an interrupted run: the earlier attempt's record is history, not the result.
+        attempt = int(os.environ.get("SLURM_RESTART_COUNT", "1")) - 1
+        args.record.replace(args.record.with_name(f"record.attempt{attempt}.json"))
 
     torch.set_num_threads(cfg.cluster.threads_per_rank)
     info = tdist.rank_info()
@@ -77,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         device = tdist.pick_device(cfg.cluster.device, info.local_rank)
         backend = tdist.pick_backend(cfg.parallel.backend, device)
         tdist.init(info, backend, device, cfg.cluster.pg_timeout_s)
-        out = train(trial, cfg, info, device, save_params=args.save_params)
+        out = train(trial, cfg, info, device, save_params=args.save_params, checkpoint_dir=checkpoint_dir, stop=stop)
         if rank0:
             atomic_write_json(
                 args.record,
@@ -97,14 +116,30 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         dist.destroy_process_group()
         return 0
+    except ckpt.Preempted as exc:
+        print(f"launcher: {exc}", flush=True)
+        if rank0:
+            atomic_write_json(ckpt.requeue_marker(args.record.parent), {"step": exc.step, "at": time.time()})
+        dist.destroy_process_group()
+        return 0
+    except NonFiniteLoss as exc:
+        # Every rank agreed on it at the same step: a clean, early end, not a crash.
+        if rank0:
+            atomic_write_json(args.record, make_record(status="nan", reason=str(exc), doc=doc, started=started,
+                                                       world_size=info.world_size, stopped_at_step=exc.step))  # fmt: skip
+        dist.destroy_process_group()
+        return 0
     except Exception as exc:
         traceback.print_exc()
         if rank0 and not args.record.exists():
             first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+            status = "oom" if is_oom(exc) else "failed"
             reason = f"rank 0 raised {type(exc).__name__}: {first_line}"
+            if status == "oom":
+                reason = f"out of memory (infeasible at this size and layout): {reason}"
             atomic_write_json(
                 args.record,
-                make_record(status="failed", reason=reason, doc=doc, started=started, world_size=info.world_size),
+                make_record(status=status, reason=reason, doc=doc, started=started, world_size=info.world_size),
             )
         return 1
 

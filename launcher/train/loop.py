@@ -8,6 +8,7 @@ import signal
 import socket
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,14 @@ def fault_step(spec: str | None, rank: int) -> int | None:
     if kind != "kill":
         raise ValueError(f"LAUNCHER_FAULT={spec!r}: only kill:RANK:STEP is understood")
     return int(step) if int(fault_rank) == rank else None
+
+
+class NonFiniteLoss(Exception):
+    """The loss became NaN or inf: the trial stops at that step instead of training on garbage."""
+
+    def __init__(self, step: int, total: int) -> None:
+        super().__init__(f"loss became NaN/inf at step {step} of {total}; stopped early")
+        self.step = step
 
 
 def build_optimizer(o: OptimConfig, params, lr: float, foreach: bool = True) -> torch.optim.Optimizer:
@@ -61,9 +70,15 @@ def train(
     device: torch.device,
     *,
     save_params: Path | None = None,
+    checkpoint_dir: Path | None = None,
+    stop: Any = None,
     log=print,
 ) -> dict[str, Any]:
-    """Train `trial.steps` steps and measure; returns the metrics every rank agrees on."""
+    """Train `trial.steps` steps and measure; returns the metrics every rank agrees on.
+    With `checkpoint_dir`: resume from its latest checkpoint, save every
+    `trial.checkpoint_every` steps, and on `stop.set` (USR1) save and raise Preempted."""
+    from . import checkpoint as ckpt
+
     from .engines import build_engine
     from .engines.base import Topology
 
@@ -78,12 +93,25 @@ def train(
     batches = MicroBatches(dataset, trial.micro, trial.dp, topo.dp_rank, cfg.seed)
     kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), info.rank)
     log_every = max(1, trial.steps // 10)
+    start_step = 0
+    found = ckpt.latest(checkpoint_dir) if checkpoint_dir is not None else None
+    if found is not None:
+        start_step, path = found
+        ckpt.load(path, engine.checkpoint_module(), optimizer)
+        with warnings.catch_warnings():  # stepping the schedule to where it was, without optimizer steps
+            warnings.simplefilter("ignore")
+            for _ in range(start_step):
+                schedule.step()
+        for _ in range(start_step * trial.accum):  # the same data order as an uninterrupted run
+            next(batches)
+        if info.rank == 0:
+            log(f"resumed from {path.name}: step {start_step} of {trial.steps}", flush=True)
 
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
     has_loss = False
     micro_batches: list[torch.Tensor] = []
-    for step in range(trial.steps):
+    for step in range(start_step, trial.steps):
         if step == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         start = time.perf_counter()
@@ -100,6 +128,20 @@ def train(
             log(f"step {step + 1}/{trial.steps} loss {loss.item():.4f} time {step_times[-1] * 1e3:.1f} ms", flush=True)
         elif info.rank == 0 and not has_loss and (step % log_every == 0 or step == trial.steps - 1):
             log(f"step {step + 1}/{trial.steps} time {step_times[-1] * 1e3:.1f} ms", flush=True)
+        # Outside the timed step: every rank learns whether any loss went bad or USR1 arrived.
+        control = torch.tensor([0.0 if not has_loss or bool(torch.isfinite(loss)) else 1.0,
+                                1.0 if stop is not None and stop.set else 0.0], device=device)  # fmt: skip
+        dist.all_reduce(control, op=dist.ReduceOp.MAX)
+        if control[0] > 0:
+            raise NonFiniteLoss(step + 1, trial.steps)
+        done = step + 1
+        every = trial.checkpoint_every
+        if checkpoint_dir is not None and (control[1] > 0 or (every and done % every == 0 and done < trial.steps)):
+            path = ckpt.save(checkpoint_dir, done, engine.checkpoint_module(), optimizer)
+            if info.rank == 0:
+                log(f"checkpoint {path.name} saved", flush=True)
+            if control[1] > 0:
+                raise ckpt.Preempted(done)
 
     full = engine.full_state_dict()
     if save_params is not None and full is not None:
@@ -123,7 +165,9 @@ def train(
     comm_n = dist.get_world_size(engine.comm_group()) if comm_numel else 1
 
     mem, mem_kind = peak_memory(device)
-    mine = {"host": socket.gethostname(), "step_times": step_times[trial.warmup_steps :], "peak_memory": mem,
+    # Warm-up is excluded from each attempt (a resumed run warms up again), keeping ≥ 1 step.
+    measured_from = min(trial.warmup_steps, len(step_times) - 1)
+    mine = {"host": socket.gethostname(), "step_times": step_times[measured_from:], "peak_memory": mem,
             "layout": engine.metrics(), "machine": machine_id(), "cpus": len(os.sched_getaffinity(0)),
             "threads": torch.get_num_threads()}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * info.world_size  # type: ignore[list-item]
@@ -143,6 +187,7 @@ def train(
     return {
         "hosts": [r["host"] for r in everyone],
         "metrics": {
+            "resumed_from_step": start_step,
             **stats,
             **thr,
             "steps_measured": len(measured),

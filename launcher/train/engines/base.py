@@ -70,6 +70,10 @@ class Engine(ABC):
     def parameters(self) -> Iterable[nn.Parameter]:
         """This rank's parameters, for the optimizer."""
 
+    def checkpoint_module(self) -> nn.Module:
+        """The module whose state (with the optimizer's) a DCP checkpoint saves and loads."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be checkpointed")
+
     @abstractmethod
     def forward_backward(self, micro_batches: list[torch.Tensor]) -> torch.Tensor | None:
         """Forward and backward over one optimizer step's micro-batches ([micro, seq_len+1] token

@@ -44,6 +44,9 @@ class DDPEngine(Engine):
                 loss += self._micro_step(batch.to(self.device, non_blocking=True), accum)
         return loss
 
+    def checkpoint_module(self):
+        return self.ddp
+
     def full_state_dict(self):
         if torch.distributed.get_rank() != 0:
             return None

@@ -88,6 +88,9 @@ class FSDPEngine(Engine):
         self._accum, self._last_batch = accum, micro_batches[-1]
         return loss
 
+    def checkpoint_module(self):
+        return self.model
+
     def full_state_dict(self):
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return full if dist.get_rank() == 0 else None

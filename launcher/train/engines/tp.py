@@ -176,6 +176,9 @@ class TPEngine(Engine):
         self._accum, self._last_batch = accum, micro_batches[-1]
         return loss
 
+    def checkpoint_module(self):
+        return self.model
+
     def full_state_dict(self):
         return gather_full_state(self.model)
 
