@@ -107,17 +107,39 @@ def pack_step_state(sub: dict, job: JobState) -> tuple[str, str, int, int] | Non
     return next((s for s in job.steps if s[0] == want), None)
 
 
-def payload_detail(tdir: Path) -> str | None:
-    """What the trial's own files say about a failed attempt: srun's exit code (the job script
-    records it) and the end of the first rank log that holds an error, else of rank 0's."""
+def first_task_error(batch_log: Path, trial_dir: Path) -> str | None:
+    """srun's own word on the first task that failed in the trial's latest attempt, from the
+    batch log (`srun: error: n4: task 1: Killed` → `task 1 on n4: Killed`)."""
+    try:
+        text = batch_log.read_text(errors="replace")
+    except OSError:
+        return None
+    # The job script ends each attempt with "trial DIR: srun exit RC (attempt A)"; the log is appended.
+    segments = re.split(rf"trial {re.escape(str(trial_dir))}: srun exit .*\n", text)
+    segment = segments[-2] if len(segments) > 1 else segments[-1]
+    hit = _TASK_ERROR.search(segment)
+    return f"task {hit['task']} on {hit['node']}: {hit['what'].strip()}" if hit else None
+
+
+_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<what>.+)")
+
+
+def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
+    """What the trial's own files say about a failed attempt: the first task srun saw fail,
+    srun's exit code (the job script records it), and the end of the first rank log that holds
+    an error, else of rank 0's."""
     from .local import last_lines
 
     codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
     parts = []
+    task = first_task_error(batch_log, tdir.resolve()) if batch_log else None
+    if task:
+        # srun's word "Killed" is SIGKILL; the ranks it stopped afterwards only show as 143 (SIGTERM).
+        parts.append(task.replace(": Killed", " was killed by signal 9 (SIGKILL)") + " (srun)")
     attempt = codes[-1].suffix.removeprefix(".attempt") if codes else "0"
     if codes:
         rc = codes[-1].read_text().strip()
-        if rc.isdigit() and int(rc) > 128:
+        if rc.isdigit() and int(rc) > 128 and not task:
             parts.append(f"srun exit {rc} (a rank was killed by signal {int(rc) - 128})")
         elif rc != "0":
             parts.append(f"srun exit {rc}")
@@ -127,6 +149,13 @@ def payload_detail(tdir: Path) -> str | None:
     if tail:
         parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
     return "; ".join(parts) or None
+
+
+def _record_completed(tdir: Path) -> bool:
+    try:
+        return read_json(tdir / "record.json").get("status") == "completed"
+    except (OSError, ValueError):
+        return False
 
 
 _ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
@@ -156,8 +185,8 @@ def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
                     reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
             # A failure the payload may explain itself: srun's exit code and the log's last lines.
             # (cancelled, timeout, node_fail: Slurm's word is the whole story.)
-            if status in ("failed", "oom") or (status == "completed" and not (tdir / "record.json").exists()):
-                detail = payload_detail(tdir)
+            if status in ("failed", "oom") or (status == "completed" and not _record_completed(tdir)):
+                detail = payload_detail(tdir, sweep_dir / "jobs" / f"slurm-{sub['key']}.out")
                 reason = "; ".join(r for r in (reason, detail) if r) or None
             doc = {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
                    "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,

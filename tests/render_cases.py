@@ -26,12 +26,21 @@ CASES: dict[str, list[str]] = {
     "array_three_repeats": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
     "pack_1_2_4": ["cluster=devcluster", "sweep.nodes=[1,2,4]", "sweep.pack=true", PY],
     "quoted_payload_args": ["cluster=devcluster", "sweep.nodes=[1]", PY],
+    # `launcher run --requeue` with checkpoints and an environment variable
+    "run_requeue_env": ["cluster=devcluster", "cluster.nodes=2", "run.requeue=true", "run.checkpoint_every=50",
+                        "cluster.env=['NCCL_DEBUG=WARN','NOTE=two words; $(not run)']", PY],
 }  # fmt: skip
+RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 
 PAYLOAD_ARGS = {"quoted_payload_args": ("--save-params", "/scratch/it's here/$(params).pt")}
 
 
 def scripts(name: str, sweep_dir: Path = SWEEP_DIR) -> list[tuple[JobRequest, str]]:
+    from launcher.cli import _run_as_sweep, _run_trials
+
     cfg = compose_config(CASES[name])
-    jobs = plan_jobs(cfg, sweep_dir, plan_sweep(cfg), payload_args=PAYLOAD_ARGS.get(name, ()))
+    if name in RUNS:
+        cfg = _run_as_sweep(cfg)
+    trials = _run_trials(cfg) if name in RUNS else plan_sweep(cfg)
+    jobs = plan_jobs(cfg, sweep_dir, trials, payload_args=PAYLOAD_ARGS.get(name, ()))
     return [(j.request, j.script) for j in jobs]

@@ -3,6 +3,7 @@ requeued run resumes from its checkpoint to the parameters of an uninterrupted r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -28,14 +29,6 @@ DEV = ["cluster=devcluster", "optim=sgd", "optim.lr=0.05", "seed=3"]
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
-    t0 = time.monotonic()
-    try:
-        return _wait_for(predicate, timeout, what, every)
-    finally:
-        print(f"[{time.strftime('%H:%M:%S')}] {what}: {time.monotonic() - t0:.1f} s", flush=True)
-
-
-def _wait_for(predicate, timeout: float, what: str, every: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -137,3 +130,146 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
     assert row["reason"] == f"requeued 2×, then completed (resumed from step {record['metrics']['resumed_from_step']})"
     final = torch.load(sweep_dir / "params.pt")
     assert max((final[k] - uninterrupted[k]).abs().max().item() for k in uninterrupted) <= 1e-6
+
+
+# --- one sweep holding every way a trial can end ------------------------------------------
+
+COMMON = ["cluster=devcluster", "cluster.serialize_trials=false", "cluster.exclusive=true",
+          "run.requeue=true",
+          "optim=sgd", "optim.lr=0.05", "sweep.steps=20", "sweep.warmup_steps=2"]  # fmt: skip
+LONG = ["sweep.steps=5000"]  # minutes of training: lasts until its fault ends it
+# name → (overrides, nodes). One-node trials form one job array, two-node ones another.
+KINDS = {
+    "timeout": (LONG, 1),
+    "ok": ([], 1),
+    "nan": (["optim.lr=1e30"], 1),
+    "oom": (["model.d_model=262144"], 1),  # a 275 GB weight: the CPU allocator refuses it
+    "cancel": (LONG, 1),
+    "nodefail": (LONG, 1),
+    "ok2": ([], 2),
+    "killrank": (LONG, 2),
+    "requeue": (["sweep.steps=150"], 2),  # checkpoints; its array is requeue-able, the one-node array is not
+}  # fmt: skip
+
+
+def rank_pids(tdir: Path) -> dict[int, int]:
+    """SLURM_PROCID → pid of the trial's payload processes (the nodes share this machine's pids)."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"launcher.train" not in argv or str(tdir / "trial.json").encode() not in argv or b"srun" in argv[0]:
+                continue
+            env = dict(kv.split(b"=", 1) for kv in (proc / "environ").read_bytes().split(b"\0") if b"=" in kv)
+            out[int(env[b"SLURM_PROCID"])] = int(proc.name)
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def started(tdir: Path) -> bool:
+    return any("step " in p.read_text(errors="replace") for p in tdir.glob("rank0.attempt*.log"))
+
+
+def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devcluster, tmp_path, capsys):
+    """completed, failed (a rank killed -9), cancelled, timeout, node_fail, oom, nan and requeued, in
+    one sweep; the controller is restarted mid-sweep. `launcher collect` shows each with its reason
+    and every completed row."""
+    from launcher import devcluster as dc
+    from launcher.cli import main
+    from launcher.devcluster.conf import Layout, host_veth
+    from launcher.devcluster.state import locked
+    from launcher.plan import plan_trial
+
+    env = devcluster.env()
+    base = compose_config([*COMMON, f"sweep.results_dir={tmp_path}"])
+    items = []
+    for i, (name, (overrides, nodes)) in enumerate(KINDS.items()):
+        cfg = compose_config([*COMMON, *overrides, f"sweep.results_dir={tmp_path}"])
+        t = plan_trial(cfg, index=i, world_size=nodes, nodes=nodes, steps=cfg.sweep.steps,
+                       warmup_steps=cfg.sweep.warmup_steps, variant=name)  # fmt: skip
+        if name == "requeue":
+            t = dataclasses.replace(t, checkpoint=True, checkpoint_every=20)
+        items.append((t, cfg))
+    trials = [t for t, _ in items]
+    sweep_dir = create_sweep_dir(base, items, COMMON)
+    tdir = {t.variant: sweep_dir / "trials" / t.trial_id for t in trials}
+    assert execute(sweep_dir, base, trials, progress_bars=False, detach=True) is None
+    key = {name: read_json(d / "submission.json")["key"] for name, d in tdir.items()}
+
+    # The controller dies and comes back (`launcher cluster up` repairs it); jobs carry on.
+    ctld = next(p for p in Path("/proc").iterdir() if p.name.isdigit() and (p / "comm").exists()
+                and (p / "comm").read_text().strip() == "slurmctld")  # fmt: skip
+    os.kill(int(ctld.name), signal.SIGTERM)
+    dc.up(nodes=4, log=lambda line: None)
+
+    # Each fault as soon as its trial trains; one loop, so no fault waits on another.
+    node = None
+    cut_at = None
+    todo = {"requeue", "cancel", "timeout", "nodefail", "killrank", "restart", "restore"}
+    with locked(Layout(root=devcluster.root)):  # `cluster up` elsewhere must not repair the cut link
+        try:
+            deadline = time.monotonic() + 400
+            while todo and time.monotonic() < deadline:
+                if "requeue" in todo and checkpoint_step(tdir["requeue"]) >= 20:  # requeued after a checkpoint
+                    scontrol(env, "requeue", key["requeue"])
+                    todo.remove("requeue")
+                elif "restart" in todo and "requeue" not in todo and job_field(env, key["requeue"], "Restarts") == "1":
+                    if job_field(env, key["requeue"], "JobState") == "PENDING":
+                        eligible = job_field(env, key["requeue"], "EligibleTime")
+                        if eligible not in ("", "Unknown") and time.strftime("%Y-%m-%dT%H:%M:%S") > eligible:
+                            scontrol(env, "update", f"JobId={key['requeue']}", "StartTime=now")
+                    elif job_field(env, key["requeue"], "JobState") in ("RUNNING", "COMPLETED"):
+                        todo.remove("restart")
+                if "cancel" in todo and started(tdir["cancel"]):
+                    subprocess.run(["scancel", key["cancel"]], env=env, check=True)
+                    todo.remove("cancel")
+                if "timeout" in todo and started(tdir["timeout"]):
+                    scontrol(env, "update", f"JobId={key['timeout']}", "TimeLimit=1")  # --time exceeded in a minute
+                    todo.remove("timeout")
+                if "nodefail" in todo and started(tdir["nodefail"]):
+                    node = job_field(env, key["nodefail"], "NodeList")
+                    subprocess.run(["ip", "link", "set", host_veth(node), "down"], check=True)
+                    cut_at = time.monotonic()
+                    todo.remove("nodefail")
+                if "restore" in todo and node and job_field(env, key["nodefail"], "JobState") == "NODE_FAIL":
+                    subprocess.run(["ip", "link", "set", host_veth(node), "up"], check=True)
+                    print(f"NODE_FAIL of {node} after {time.monotonic() - cut_at:.0f} s", flush=True)
+                    scontrol(env, "update", f"NodeName={node}", "State=RESUME")
+                    todo.remove("restore")
+                if "killrank" in todo and started(tdir["killrank"]) and len(rank_pids(tdir["killrank"])) == 2:
+                    os.kill(rank_pids(tdir["killrank"])[1], signal.SIGKILL)
+                    todo.remove("killrank")
+                time.sleep(1.0)
+        finally:
+            if node:
+                subprocess.run(["ip", "link", "set", host_veth(node), "up"], check=True)
+    assert not todo, f"faults never injected: {sorted(todo)}"
+
+    result = execute(sweep_dir, base, trials, progress_bars=False)  # track the rest to their ends
+    wait_for(lambda: "idle" in subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], env=env, capture_output=True,
+                                              text=True).stdout, 120, f"{node} back to idle")  # fmt: skip
+
+    rows = result.table.set_index("variant")
+    status = rows["status"].to_dict()
+    assert status == {"ok": "completed", "nan": "nan", "oom": "oom", "requeue": "completed", "cancel": "cancelled",
+                      "nodefail": "node_fail", "timeout": "timeout", "ok2": "completed", "killrank": "failed"}
+    reason = rows["reason"].to_dict()
+    assert reason["nan"].startswith("loss became NaN/inf at step ")
+    assert reason["oom"].startswith("out of memory (infeasible at this size and layout): rank 0 raised RuntimeError")
+    assert reason["requeue"].startswith("requeued 1×, then completed (resumed from step ")
+    assert reason["cancel"] == "cancelled by uid 0 (scancel)"
+    assert reason["nodefail"] == f"a node failed (Slurm NODE_FAIL on {node})"
+    assert reason["timeout"] == "hit the job's time limit (cluster.time_limit=00:10:00)"  # lowered to 1 min by scontrol
+    assert "killed by signal 9" in reason["killrank"]
+    for name in ("ok", "ok2", "requeue"):
+        assert rows.loc[name, "tokens_per_s"] > 0 and pd.isna(rows.loc[name, "reason"]) == (name != "requeue")
+
+    # From any later shell: collect shows every end with its reason and keeps every completed row.
+    capsys.readouterr()
+    assert main(["collect", str(sweep_dir)]) == 0
+    out = capsys.readouterr().out
+    for word in ("nan", "oom", "cancelled", "node_fail", "timeout", "failed", "requeued 1×", "killed by signal 9"):
+        assert word in out, word
+    again = pd.read_csv(sweep_dir / "results.csv", keep_default_na=False).set_index("variant")  # a variant is "nan"
+    assert again["status"].to_dict() == status

@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import dist as tdist
     from .loop import NonFiniteLoss, train
 
-    # Before anything slow: USR1's default action would kill the rank instead of checkpointing.
-    stop = ckpt.StopFlag().install() if trial.checkpoint else None
+    # Before anything slow: USR1 (Slurm's warning before the time limit) would otherwise kill the
+    # rank at once. A checkpointing run saves and requeues on it; a sweep trial runs on to its end.
+    flag = ckpt.StopFlag().install()
+    stop = flag if trial.checkpoint else None
     checkpoint_dir = args.record.parent / "checkpoint" if trial.checkpoint else None
     if trial.checkpoint and args.record.exists() and os.environ.get("RANK", "0") == "0":
         # A rerun of an interrupted run: the earlier attempt's record is history, not the result.
