@@ -130,6 +130,11 @@ def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens
     groups = [(v, g.reset_index(drop=True)) for v, g in sizes.groupby("variant")]
     pick = {"max_efficient": _max_efficient, "min_cost": _min_cost, "fastest_within_budget": _within_budget}
     rec = pick[policy.name](groups, policy, metric, unit)
+    oom = sorted({int(n) for n in df.loc[df["status"] == "oom", "world_size"]}) if "status" in df else []
+    if oom:  # infeasible, not slow: say so beside the pick
+        sizes_ = ", ".join(map(str, oom))
+        rec = Recommendation(world_size=rec.world_size, variant=rec.variant,
+                             reason=f"{rec.reason}; out of memory (infeasible) at {sizes_} {unit}s")  # fmt: skip
     if len(groups) > 1 and rec.variant:
         return Recommendation(world_size=rec.world_size, reason=f"{rec.variant}, {rec.reason}", variant=rec.variant)
     return rec

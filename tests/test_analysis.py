@@ -140,3 +140,10 @@ def test_repeats_are_judged_by_their_median():
     rec = recommend(df, 0.8)
     assert rec.world_size == 2
     assert "(0.85, 1.70× the throughput of 1 rank)" in rec.reason
+
+
+def test_out_of_memory_sizes_are_infeasible_not_slow():
+    df = table([(1, "completed", 100.0), (2, "completed", 190.0), (4, "oom", None)])
+    rec = recommend(df, 0.8)
+    assert rec.world_size == 2
+    assert rec.reason.endswith("; out of memory (infeasible) at 4 ranks")
