@@ -22,20 +22,11 @@ from launcher.plan import plan_trial, trial_document
 from launcher.slurm import query
 from launcher.submit import plan_jobs, submit_jobs, write_scripts
 from launcher.sweep import collect, create_sweep_dir, execute
+from waiting import wait_for
 
 pytestmark = pytest.mark.slurm
 
 DEV = ["cluster=devcluster", "optim=sgd", "optim.lr=0.05", "seed=3"]
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def scontrol(env: dict[str, str], *args: str) -> str:

@@ -23,6 +23,7 @@ from launcher.slurm import sbatch_test_only, slurm_env
 from launcher.submit import plan_jobs, submit_jobs, track, write_scripts
 from launcher.sweep import create_sweep_dir
 from render_cases import CASES, scripts
+from waiting import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -30,16 +31,6 @@ RUN = f"{os.getpid()}-{int(time.time())}"  # job names are per sweep: keep earli
 
 DEV = ["cluster=devcluster"]
 PARITY = ["optim=sgd", "optim.lr=0.05", "seed=3", "sweep.steps=5", "sweep.warmup_steps=1"]
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
