@@ -39,7 +39,7 @@ def _efficiencies(df: pd.DataFrame, trials: list[Trial], done: Callable[[Trial],
 
 def _upper_bound(sweep_dir: Path, cfg: LauncherConfig, variant: str):
     """The model's upper bound on efficiency at unmeasured sizes, once ≥ 2 sizes completed."""
-    from .calibrate import fit_layouts, load_measured, predictions
+    from .calibrate import fit_layouts, load_measured
 
     measured = [m for m in load_measured(sweep_dir) if m.variant == variant]
     if len({m.trial["world_size"] for m in measured}) < 2:

@@ -9,10 +9,8 @@ from typing import Any
 import pandas as pd
 
 from .analysis import Pricing, add_cost, add_scaling
+from .ends import mentions_oom
 from .io import atomic_write_text
-
-# What torch prints when an allocation fails (CUDA's OutOfMemoryError, or the CPU allocator).
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory")
 
 TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
 
@@ -71,7 +69,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
                 row["reason"] = f"{lost}; {executor_reason}" if executor_reason else lost
         else:
             row["status"], row["reason"] = "failed", f"no record written: {executor_reason}"
-        if row["status"] == "failed" and any(m in (row["reason"] or "") for m in OOM_MARKERS):
+        if row["status"] == "failed" and mentions_oom(row["reason"]):
             row["status"] = "oom"  # a rank other than 0 ran out of memory: its log says so
         return row
     row["status"] = record["status"]

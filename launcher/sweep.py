@@ -227,17 +227,15 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
             from .adaptive import run_adaptive
 
             run_adaptive(sweep_dir, cfg, trials, lambda batch: _run_batch(sweep_dir, cfg, batch, progress_bars))
-        elif cfg.cluster.kind == "local":
-            _run_local(sweep_dir, cfg, pending, progress_bars)
-        else:
-            from .submit import submissions, track
+        elif detach:  # slurm only (the CLI refuses it locally): submit what is not yet, and return
+            from .submit import submissions
 
             submitted = submissions(sweep_dir)
             _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
-            if detach:
-                print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
-                return None
-            track(sweep_dir, cfg, pending, progress_bars=progress_bars)
+            print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
+            return None
+        else:
+            _run_batch(sweep_dir, cfg, pending, progress_bars)
     except KeyboardInterrupt:
         finish(sweep_dir, cfg)  # the table of what finished; the rest show as pending
         raise

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from launcher.config.compose import compose_config
 from launcher.config.derived import batch_math, scaled_lr
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, OptimConfig
-from launcher.config.compose import compose_config
 from launcher.plan import plan_sweep
 
 

@@ -13,16 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from waiting import wait_for
 
 from launcher.cli import _run_as_sweep, _run_trials
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.local import run_local
 from launcher.plan import plan_trial, trial_document
-from launcher.slurm import query
 from launcher.submit import plan_jobs, submit_jobs, write_scripts
-from launcher.sweep import collect, create_sweep_dir, execute
-from waiting import wait_for
+from launcher.sweep import create_sweep_dir, execute
 
 pytestmark = pytest.mark.slurm
 

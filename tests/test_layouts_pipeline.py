@@ -10,12 +10,12 @@ import math
 from pathlib import Path
 
 import pytest
+from layout_parity import BASE, assert_same, launch, reference
 
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.local import run_local
 from launcher.plan import plan_trial, trial_document
-from layout_parity import BASE, assert_same, launch, reference
 
 pytestmark = pytest.mark.torch_dist
 

@@ -10,10 +10,9 @@ import math
 from pathlib import Path
 
 import pytest
+from layout_parity import assert_same, launch, reference
 
 from launcher.io import read_json
-
-from layout_parity import assert_same, launch, reference
 
 pytestmark = pytest.mark.torch_dist
 

@@ -59,13 +59,13 @@ def test_flops_per_token_formula():
 @pytest.mark.parametrize("recipe", ["tiny_gpt", "mlp", "gpt_125m", "gpt_1_3b"])
 def test_counted_parameters_equal_the_built_model(recipe):
     """launcher plan counts parameters from the config; the payload counts the real model."""
+    from pathlib import Path
+
     import torch
     import yaml
 
     from launcher import flops
     from launcher.train.models import build_model, param_counts
-
-    from pathlib import Path
 
     doc = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "model" / f"{recipe}.yaml").read_text())
     cfg = ModelConfig(**{k: v for k, v in doc.items() if not k.startswith("_")})

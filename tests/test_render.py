@@ -9,7 +9,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from render_cases import CASES, SWEEP_DIR, scripts
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from render_cases import CASES, scripts
+from waiting import wait_for
 
 from launcher.cli import main
 from launcher.config.compose import compose_config
@@ -22,8 +24,6 @@ from launcher.plan import plan_sweep, plan_trial, trial_document
 from launcher.slurm import sbatch_test_only, slurm_env
 from launcher.submit import plan_jobs, submit_jobs, track, write_scripts
 from launcher.sweep import create_sweep_dir
-from render_cases import CASES, scripts
-from waiting import wait_for
 
 pytestmark = pytest.mark.slurm
 

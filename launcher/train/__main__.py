@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..ends import mentions_oom
 from ..io import atomic_write_json, read_json
 from ..plan import from_document
 
@@ -49,14 +50,10 @@ def make_record(*, status: str, reason: str | None, doc: dict, started: float, *
     }
 
 
-# What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator.
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
-
-
 def is_oom(exc: BaseException) -> bool:
     import torch
 
-    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or any(m in str(exc) for m in OOM_MARKERS)
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or mentions_oom(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:

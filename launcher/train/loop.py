@@ -16,11 +16,11 @@ import torch
 import torch.distributed as dist
 
 from ..config.schema import LauncherConfig, OptimConfig
+from ..flops import flops_per_token
 from ..plan import Trial
 from . import metrics
 from .data import MicroBatches, build_dataset
 from .dist import RankInfo, sync
-from ..flops import flops_per_token
 from .models import build_model, param_counts
 
 COMM_WARMUP, COMM_ITERS = 2, 5
@@ -78,7 +78,6 @@ def train(
     With `checkpoint_dir`: resume from its latest checkpoint, save every
     `trial.checkpoint_every` steps, and on `stop.set` (USR1) save and raise Preempted."""
     from . import checkpoint as ckpt
-
     from .engines import build_engine
     from .engines.base import Topology
 
