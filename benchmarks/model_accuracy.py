@@ -2,7 +2,7 @@
 
 Runs one real sweep on the dev cluster (`launcher cluster up` first): DDP tiny_gpt over
 1, 2, 3, 4 nodes × accumulation 1, 2, 4 (12 trials, one job each, serialised). Then, for
-each hold-out split, fits the model (launcher.calibrate) on the training trials only and
+each hold-out split, fits the model (launcher.model.calibrate) on the training trials only and
 predicts the held-out trials' tokens/s:
   sizes         fit nodes {1,2,4}        → predict nodes 3
   accumulation  fit accum {1,4}          → predict accum 2
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from launcher.calibrate import fit_layouts, load_measured, shape_at  # noqa: E402
+from launcher.model.calibrate import fit_layouts, load_measured, shape_at  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
 
 SPLITS = {
@@ -87,7 +87,7 @@ def main() -> None:
         f"{os.cpu_count()} cores, so 3 and 4 ranks are oversubscribed: the model's contention term (Σ threads ÷ "
         "cores, recorded by every trial, raised to a fitted exponent γ) carries that, only approximately: lock-step "
         "ranks on shared cores slow down by more than their share, and not as a clean power law. For each split the model is fitted on the training trials "
-        "only (`launcher.calibrate.fit_layouts`) and predicts the rest. Goal: MAPE ≤ 10%.", "",
+        "only (`launcher.model.calibrate.fit_layouts`) and predicts the rest. Goal: MAPE ≤ 10%.", "",
         "| split | trained on | MAPE | worst | measured inside interval |", "|---|---|---|---|---|",
     ]  # fmt: skip
     lines[-2] = "| split | trained on | MAPE | worst | measured inside interval | fitted γ |"

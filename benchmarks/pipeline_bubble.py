@@ -2,7 +2,7 @@
 
 2 ranks, layout `pipeline`, a 4-layer tiny_gpt with micro-batch 16, for each schedule
 (gpipe, 1f1b, interleaved_1f1b with v=2) at m = 4, 8, 16 pipeline microbatches. Each round runs
-every case once as a real launcher trial (launcher.local.run_local, like the parity tests), the
+every case once as a real launcher trial (launcher.run.local.run_local, like the parity tests), the
 case order rotated from round to round; figures are medians over rounds, beside the theory
 (p−1)/(v·m+p−1). Writes benchmarks/results/pipeline_bubble.{json,md}.
 
@@ -25,8 +25,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.local import run_local  # noqa: E402
-from launcher.plan import plan_trial, trial_document  # noqa: E402
+from launcher.run.local import run_local  # noqa: E402
+from launcher.trials.spec import plan_trial, trial_document  # noqa: E402
 
 RANKS = 2
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2)]
@@ -109,7 +109,7 @@ def main() -> None:
         f"{rounds_run} interleaved rounds ({args.rounds} asked"
         + (f"; {stopped} {args.budget_s:.0f} s, so some cases have one round fewer" if stopped else "")
         + f"); each round runs all {len(cases)} cases once as real 2-rank launcher "
-        "trials (launcher.local.run_local, gloo, 1 thread per rank), the case order rotated between rounds. "
+        "trials (launcher.run.local.run_local, gloo, 1 thread per rank), the case order rotated between rounds. "
         f"Per trial: {args.steps} optimizer steps, the first {args.warmup} excluded. step time = the trial's "
         "median step time, where a step ends when its slowest rank ends it. bubble_measured = the trial's "
         "metrics.layout.bubble_measured: the max over ranks of 1 − busy ÷ wall, where wall is the time of the "

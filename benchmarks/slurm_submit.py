@@ -24,13 +24,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from launcher import devcluster  # noqa: E402
+from launcher.slurm import devcluster  # noqa: E402
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.plan import plan_sweep  # noqa: E402
-from launcher.render import job_request, render_script  # noqa: E402
-from launcher.submit import PlannedJob, plan_jobs, submit_jobs, track, write_scripts  # noqa: E402
-from launcher.sweep import create_sweep_dir  # noqa: E402
+from launcher.trials.spec import plan_sweep  # noqa: E402
+from launcher.slurm.render import job_request, render_script  # noqa: E402
+from launcher.slurm.submit import PlannedJob, plan_jobs, submit_jobs, track, write_scripts  # noqa: E402
+from launcher.run.sweep import create_sweep_dir  # noqa: E402
 
 GOAL_S = 2.0
 HELD = ["cluster=devcluster", "sweep.nodes=[1,2,3,4]", "sweep.repeats=64", "cluster.sbatch_extra=['--hold']",

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
-from .analysis import POLICIES
-from .config.errors import ConfigError
+from launcher import __version__
+from launcher.results.policy import POLICIES
+from launcher.config.errors import ConfigError
 
 EXAMPLES = """examples:
   launcher sweep
@@ -98,7 +98,7 @@ def _run_as_sweep(cfg):
 
 def _run_trials(cfg):
     """The one trial of `launcher run`, checkpointing when asked to."""
-    from .plan import plan_sweep
+    from launcher.trials.spec import plan_sweep
 
     r = cfg.run
     checkpoint = bool(r.checkpoint_every or r.requeue)
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from .slurm import SlurmError
+        from launcher.slurm.commands import SlurmError
 
         if not isinstance(exc, SlurmError):
             raise
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    from . import sweep as sw
+    from launcher.run import sweep as sw
 
     if args.command == "cluster":
         return _cluster(args)
@@ -146,7 +146,7 @@ def _dispatch(args) -> int:
         result = sw.resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach)
     else:
         if args.command == "run":
-            from .config.compose import compose_config
+            from launcher.config.compose import compose_config
 
             overrides = [*args.overrides, *(["run.requeue=true"] if args.requeue else [])]
             cfg = _run_as_sweep(compose_config(overrides, args.recipes))
@@ -169,9 +169,9 @@ def _dispatch(args) -> int:
 
 
 def _plan(args) -> int:
-    from .config.compose import compose_config
-    from .forecast import from_presets_forecast, from_sweep_forecast, parse_gpus, sweep_overrides
-    from .report import print_table
+    from launcher.config.compose import compose_config
+    from launcher.model.plan import from_presets_forecast, from_sweep_forecast, parse_gpus, sweep_overrides
+    from launcher.report.report import print_table
 
     sizes = parse_gpus(args.gpus)
     if args.from_sweep:
@@ -188,9 +188,9 @@ def _plan(args) -> int:
 
 
 def _analyze(args) -> int:
-    from .analysis import Policy, Pricing
-    from .analyze import analyze, check_policy, read_table
-    from .report import print_table
+    from launcher.results.policy import Policy, Pricing
+    from launcher.results.analyze import analyze, check_policy, read_table
+    from launcher.report.report import print_table
 
     policy = Policy(name=args.policy, threshold=args.threshold, budget_device_hours=args.budget_gpu_hours,
                     budget_usd=args.budget_usd)  # fmt: skip
@@ -210,13 +210,13 @@ def _status(sweep_dir: str) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from .report import stdout_console
-    from .sweep import load_sweep
+    from launcher.report.report import stdout_console
+    from launcher.run.sweep import load_sweep
 
     path, cfg, trials = load_sweep(sweep_dir)
     outcomes = {}
     if cfg.cluster.kind == "slurm":
-        from .submit import refresh
+        from launcher.slurm.submit import refresh
 
         outcomes = refresh(path, cfg)
     table = Table(title=f"sweep {path.name} ({cfg.cluster.kind})")
@@ -227,7 +227,7 @@ def _status(sweep_dir: str) -> int:
         doc = outcomes.get(t.trial_id)
         record = (tdir / "record.json").exists()
         if doc is None and (tdir / "outcome.json").exists():
-            from .io import read_json
+            from launcher.io import read_json
 
             doc = read_json(tdir / "outcome.json")
         if doc is None:
@@ -241,7 +241,7 @@ def _status(sweep_dir: str) -> int:
 
 
 def _cluster(args) -> int:
-    from . import devcluster
+    from launcher.slurm import devcluster
 
     try:
         if args.action == "up":
@@ -260,8 +260,8 @@ def _cluster(args) -> int:
 def _dry_run(cfg, overrides) -> int:
     (trial,) = _run_trials(cfg)
     if cfg.cluster.kind == "slurm":
-        from .submit import plan_jobs, write_scripts
-        from .sweep import create_sweep_dir
+        from launcher.slurm.submit import plan_jobs, write_scripts
+        from launcher.run.sweep import create_sweep_dir
 
         sweep_dir = create_sweep_dir(cfg, [(trial, cfg)], overrides)
         (job,) = plan_jobs(cfg, sweep_dir, [trial])
@@ -270,7 +270,7 @@ def _dry_run(cfg, overrides) -> int:
         print(job.script, end="")
         print(f"# written to {script}; submit with: sbatch {shlex.quote(str(script))}", file=sys.stderr)
         return 0
-    from .local import payload_argv, rank_env
+    from launcher.run.local import payload_argv, rank_env
 
     print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
     for rank in range(trial.world_size):

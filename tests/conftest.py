@@ -23,6 +23,6 @@ def default_sweep(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def devcluster():
     """The real Slurm dev cluster (`launcher cluster up`; idempotent, instant when already up)."""
-    from launcher import devcluster as dc
+    from launcher.slurm import devcluster as dc
 
     return dc.up(nodes=4, log=lambda line: None)

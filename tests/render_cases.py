@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.compose import compose_config
-from launcher.plan import plan_sweep
-from launcher.render import JobRequest
-from launcher.submit import plan_jobs
+from launcher.trials.spec import plan_sweep
+from launcher.slurm.render import JobRequest
+from launcher.slurm.submit import plan_jobs
 
 SWEEP_DIR = Path("/scratch/results/golden-sweep")
 PY = "cluster.python=/opt/venv/bin/python"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from launcher.analysis import Policy, Pricing, add_cost, add_scaling, recommend
-from launcher.analyze import analyze
+from launcher.results.policy import Policy, Pricing, add_cost, add_scaling, recommend
+from launcher.results.analyze import analyze
 
 
 def table(rows):

@@ -10,7 +10,7 @@ from launcher.config.compose import compose_config
 from launcher.config.derived import batch_math, scaled_lr
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, OptimConfig
-from launcher.plan import plan_sweep
+from launcher.trials.spec import plan_sweep
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import torch
 
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
-from launcher.local import run_local
-from launcher.plan import plan_trial, trial_document
+from launcher.run.local import run_local
+from launcher.trials.spec import plan_trial, trial_document
 
 pytestmark = pytest.mark.torch_dist
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import devcluster
-from launcher.devcluster import conf
-from launcher.devcluster.__main__ import main as devcluster_main
+from launcher.slurm import devcluster
+from launcher.slurm.devcluster import conf
+from launcher.slurm.devcluster.__main__ import main as devcluster_main
 
 ROOT = Path("/var/tmp/launcher-devcluster")
 LAYOUT = conf.Layout(root=ROOT)

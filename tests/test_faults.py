@@ -18,10 +18,10 @@ from waiting import wait_for
 from launcher.cli import _run_as_sweep, _run_trials
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
-from launcher.local import run_local
-from launcher.plan import plan_trial, trial_document
-from launcher.submit import plan_jobs, submit_jobs, write_scripts
-from launcher.sweep import create_sweep_dir, execute
+from launcher.run.local import run_local
+from launcher.trials.spec import plan_trial, trial_document
+from launcher.slurm.submit import plan_jobs, submit_jobs, write_scripts
+from launcher.run.sweep import create_sweep_dir, execute
 
 pytestmark = pytest.mark.slurm
 
@@ -165,11 +165,11 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     """completed, failed (a rank killed -9), cancelled, timeout, node_fail, oom, nan and requeued, in
     one sweep; the controller is restarted mid-sweep. `launcher collect` shows each with its reason
     and every completed row."""
-    from launcher import devcluster as dc
+    from launcher.slurm import devcluster as dc
     from launcher.cli import main
-    from launcher.devcluster.conf import Layout, host_veth
-    from launcher.devcluster.state import locked
-    from launcher.plan import plan_trial
+    from launcher.slurm.devcluster.conf import Layout, host_veth
+    from launcher.slurm.devcluster.state import locked
+    from launcher.trials.spec import plan_trial
 
     env = devcluster.env()
     base = compose_config([*COMMON, f"sweep.results_dir={tmp_path}"])

@@ -156,9 +156,9 @@ def guarded(values: dict | None = None):
         return data
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("launcher.slurm._run", refuse)
-        mp.setattr("launcher.sweep.run_trial_dir", refuse)
-        mp.setattr("launcher.local.run_local", refuse)
+        mp.setattr("launcher.slurm.commands._run", refuse)
+        mp.setattr("launcher.run.sweep.run_trial_dir", refuse)
+        mp.setattr("launcher.run.local.run_local", refuse)
         if values is not None:
             mp.setattr(compose_mod, "compose_dict", compose_dict)
         yield launched
@@ -519,7 +519,7 @@ def test_accepted_value_runs_as_data_under_bash(case_id, rendered, stubs):
 @pytest.fixture(scope="module")
 def test_only(rendered, devcluster) -> dict[str, tuple[bool, str]]:
     """`sbatch --test-only` on every accepted script, in parallel (one batch per module)."""
-    from launcher.slurm import sbatch_test_only
+    from launcher.slurm.commands import sbatch_test_only
 
     env = devcluster.env()
     ok = [c for c in rendered.values() if c.rc == 0]

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from launcher import plots
-from launcher.analysis import add_scaling
-from launcher.html_report import write_html
-from launcher.report import display_rows
-from launcher.results import COLUMNS
+from launcher.report import plots
+from launcher.results.policy import add_scaling
+from launcher.report.html import write_html
+from launcher.report.report import display_rows
+from launcher.results.table import COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL = '<script>alert(1)</script> & "quotes" [bold]'

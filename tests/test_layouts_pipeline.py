@@ -14,8 +14,8 @@ from layout_parity import BASE, assert_same, launch, reference
 
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
-from launcher.local import run_local
-from launcher.plan import plan_trial, trial_document
+from launcher.run.local import run_local
+from launcher.trials.spec import plan_trial, trial_document
 
 pytestmark = pytest.mark.torch_dist
 

@@ -44,7 +44,7 @@ def test_ccr_and_spread():
 
 
 def test_flops_per_token_formula():
-    from launcher.flops import flops_per_token
+    from launcher.model.flops import flops_per_token
     from launcher.train.models import build_model, param_counts
 
     cfg = ModelConfig(arch="gpt", vocab_size=256, seq_len=64, d_model=128, n_layers=2, n_heads=4)
@@ -64,7 +64,7 @@ def test_counted_parameters_equal_the_built_model(recipe):
     import torch
     import yaml
 
-    from launcher import flops
+    from launcher.model import flops
     from launcher.train.models import build_model, param_counts
 
     doc = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "model" / f"{recipe}.yaml").read_text())

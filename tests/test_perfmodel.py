@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from launcher.perfmodel import (
+from launcher.model.perfmodel import (
     LINKS,
     Link,
     Observation,

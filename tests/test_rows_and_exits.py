@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.local import LocalOutcome, RankExit
-from launcher.results import trial_row
+from launcher.run.local import LocalOutcome, RankExit
+from launcher.results.table import trial_row
 
 TRIAL = {"trial_id": "001-ws2", "world_size": 2, "nodes": 1, "layout": "ddp", "dp": 2, "micro": 8, "accum": 1,
          "global_batch": 16, "scaling": "weak", "lr": 1e-3}  # fmt: skip

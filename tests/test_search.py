@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from launcher.search import next_size, run_search
+from launcher.run.next_size import next_size, run_search
 
 GRID = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 

@@ -19,11 +19,11 @@ from waiting import wait_for
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
-from launcher.local import run_local
-from launcher.plan import plan_sweep, plan_trial, trial_document
-from launcher.slurm import sbatch_test_only, slurm_env
-from launcher.submit import plan_jobs, submit_jobs, track, write_scripts
-from launcher.sweep import create_sweep_dir
+from launcher.run.local import run_local
+from launcher.trials.spec import plan_sweep, plan_trial, trial_document
+from launcher.slurm.commands import sbatch_test_only, slurm_env
+from launcher.slurm.submit import plan_jobs, submit_jobs, track, write_scripts
+from launcher.run.sweep import create_sweep_dir
 
 pytestmark = pytest.mark.slurm
 

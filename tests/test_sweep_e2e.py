@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from launcher.cli import main
-from launcher.results import COLUMNS
+from launcher.results.table import COLUMNS
 
 pytestmark = pytest.mark.torch_dist
 

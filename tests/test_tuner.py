@@ -10,9 +10,9 @@ import pytest
 
 from launcher.cli import main
 from launcher.config.compose import compose_config
-from launcher.forecast import from_presets_forecast, parse_gpus
+from launcher.model.plan import from_presets_forecast, parse_gpus
 from launcher.io import atomic_write_json
-from launcher.perfmodel import LINKS, ring_allreduce_s
+from launcher.model.perfmodel import LINKS, ring_allreduce_s
 
 
 def test_gpu_ranges():
@@ -25,7 +25,7 @@ def test_gpu_ranges():
 def test_plan_on_presets_is_the_model_on_the_recipe():
     """mlp recipe on an 8-GPU-per-node A100 site: compute = FLOPs/sample ÷ (peak × MFU), the
     gradient all-reduce of 4 bytes × parameters over NVLink inside a node and 400 Gb/s IB across."""
-    from launcher.flops import flops_per_token, param_counts
+    from launcher.model.flops import flops_per_token, param_counts
 
     cfg = compose_config(["model=mlp", "cluster=example_gpu_site", "batch.micro=4", "batch.accum=2",
                           "cluster.usd_per_device_hour=2", "sweep.token_budget=1e12"])  # fmt: skip
@@ -55,7 +55,7 @@ def test_plan_lists_a_size_the_layout_cannot_split(capsys):
 def _fake_sweep(tmp_path, sizes, thr_of, *, search="adaptive", threshold=0.8):
     """A planned sweep folder (real plan, real trial.json files) and a `run` that writes the
     record a payload would (tokens/s from `thr_of`), so the driver is tested on its decisions."""
-    from launcher.sweep import create_sweep_dir, plan_all
+    from launcher.run.sweep import create_sweep_dir, plan_all
 
     overrides = [f"sweep.world_sizes=[{','.join(map(str, sizes))}]", f"sweep.search={search}",
                  f"sweep.threshold={threshold}", f"sweep.results_dir={tmp_path}", "sweep.name=s"]  # fmt: skip
@@ -80,8 +80,8 @@ def _fake_sweep(tmp_path, sizes, thr_of, *, search="adaptive", threshold=0.8):
 
 
 def test_adaptive_driver_doubles_refines_and_closes_the_rest(tmp_path):
-    from launcher.adaptive import run_adaptive
-    from launcher.results import build_table
+    from launcher.run.adaptive import run_adaptive
+    from launcher.results.table import build_table
 
     # efficiency 1, 0.95, 0.9 (3), 0.85 (4), 0.6 (8), … → answer 4; 8 is the first bad; 6 refines
     eff = {1: 1.0, 2: 0.95, 3: 0.9, 4: 0.85, 6: 0.7, 8: 0.6, 16: 0.4}
@@ -102,7 +102,7 @@ def test_adaptive_driver_doubles_refines_and_closes_the_rest(tmp_path):
 
 
 def test_calibration_from_a_sweep_folder_predicts_its_own_trials(tmp_path):
-    from launcher.calibrate import fit_layouts, load_measured, mape, predictions
+    from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
 
     # A step time that *is* the model: c·w + ring all-reduce + o (w = micro 8 per rank, weak scaling).
     def thr(n):

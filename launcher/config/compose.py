@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import ConfigError
-from .load import load_config
-from .schema import LauncherConfig
-from .store import config_key, fields_of, register
-from .validate import validate
+from launcher.config.errors import ConfigError
+from launcher.config.load import load_config
+from launcher.config.schema import LauncherConfig
+from launcher.config.store import config_key, fields_of, register
+from launcher.config.validate import validate
 
 PACKAGED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

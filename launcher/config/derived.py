@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import ConfigError
-from .schema import BatchConfig, LauncherConfig, OptimConfig
+from launcher.config.errors import ConfigError
+from launcher.config.schema import BatchConfig, LauncherConfig, OptimConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -57,7 +57,7 @@ def scaled_lr(optim: OptimConfig, global_batch: int) -> float:
 
 def pricing_of(cfg: LauncherConfig):
     """The cost inputs of a config (cluster price and spot discount, sweep token budget)."""
-    from ..analysis import Pricing
+    from launcher.results.policy import Pricing
 
     c = cfg.cluster
     return Pricing(usd_per_device_hour=c.usd_per_device_hour, spot_discount=c.spot_discount,
@@ -66,7 +66,7 @@ def pricing_of(cfg: LauncherConfig):
 
 def policy_of(cfg: LauncherConfig):
     """The recommendation policy of a config."""
-    from ..analysis import Policy
+    from launcher.results.policy import Policy
 
     s = cfg.sweep
     return Policy(name=s.policy, threshold=s.threshold, budget_device_hours=s.budget_device_hours,

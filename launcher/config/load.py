@@ -6,13 +6,13 @@ import dataclasses
 import typing
 from typing import Any, Mapping
 
-from .schema import LauncherConfig
-from .store import config_key, fields_of
+from launcher.config.schema import LauncherConfig
+from launcher.config.store import config_key, fields_of
 
 
 def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     """Build dataclass `cls` from a mapping keyed by config keys; unknown keys are errors."""
-    from .errors import ConfigError
+    from launcher.config.errors import ConfigError
 
     known = {config_key(f) for f, _, _ in fields_of(cls)}
     unknown = sorted(set(data) - known)
@@ -39,7 +39,7 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
 
 def _as_list(key: str, value: Any, elem: type) -> list[Any]:
     """A list of `elem`; a bare value (`sweep.world_sizes=4`) means a one-element list."""
-    from .errors import ConfigError
+    from launcher.config.errors import ConfigError
 
     items = value if isinstance(value, (list, tuple)) else [value]
     if not all(isinstance(v, elem) and not isinstance(v, bool) for v in items):

@@ -21,7 +21,7 @@ from omegaconf import (
     StringNode,
 )
 
-from .schema import LauncherConfig
+from launcher.config.schema import LauncherConfig
 
 SCHEMA_NAME = "launcher_schema"
 

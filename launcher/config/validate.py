@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .schema import LauncherConfig
-from .store import config_key, fields_of
+from launcher.config.errors import ConfigError
+from launcher.config.schema import LauncherConfig
+from launcher.config.store import config_key, fields_of
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.

@@ -15,10 +15,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..ends import mentions_oom
-from ..io import atomic_write_json, read_json
-from ..plan import from_document
+from launcher import __version__
+from launcher.trials.ends import mentions_oom
+from launcher.io import atomic_write_json, read_json
+from launcher.trials.spec import from_document
 
 RECORD_SCHEMA_VERSION = 1
 
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from . import checkpoint as ckpt
-    from . import dist as tdist
-    from .loop import NonFiniteLoss, train
+    from launcher.train import checkpoint as ckpt
+    from launcher.train import dist as tdist
+    from launcher.train.loop import NonFiniteLoss, train
 
     # Before anything slow: USR1 (Slurm's warning before the time limit) would otherwise kill the
     # rank at once. A checkpointing run saves and requeues on it; a sweep trial runs on to its end.

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from ..io import atomic_write_json, read_json
+from launcher.io import atomic_write_json, read_json
 
 KEEP = 2  # checkpoints kept: the latest, and one before it in case the latest is cut short
 

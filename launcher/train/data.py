@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from ..config.schema import DataConfig, ModelConfig
+from launcher.config.schema import DataConfig, ModelConfig
 
 
 class SyntheticTokens(Dataset):

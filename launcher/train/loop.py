@@ -15,13 +15,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..config.schema import LauncherConfig, OptimConfig
-from ..flops import flops_per_token
-from ..plan import Trial
-from . import metrics
-from .data import MicroBatches, build_dataset
-from .dist import RankInfo, sync
-from .models import build_model, param_counts
+from launcher.config.schema import LauncherConfig, OptimConfig
+from launcher.model.flops import flops_per_token
+from launcher.trials.spec import Trial
+from launcher.train import metrics
+from launcher.train.data import MicroBatches, build_dataset
+from launcher.train.dist import RankInfo, sync
+from launcher.train.models import build_model, param_counts
 
 COMM_WARMUP, COMM_ITERS = 2, 5
 
@@ -77,9 +77,9 @@ def train(
     """Train `trial.steps` steps and measure; returns the metrics every rank agrees on.
     With `checkpoint_dir`: resume from its latest checkpoint, save every
     `trial.checkpoint_every` steps, and on `stop.set` (USR1) save and raise Preempted."""
-    from . import checkpoint as ckpt
-    from .engines import build_engine
-    from .engines.base import Topology
+    from launcher.train import checkpoint as ckpt
+    from launcher.train.engines import build_engine
+    from launcher.train.engines.base import Topology
 
     topo = Topology.build(trial, info.rank, device)
     torch.manual_seed(cfg.seed)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config.schema import ModelConfig
+from launcher.config.schema import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):

@@ -15,8 +15,8 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from ...config.schema import LauncherConfig
-from ...plan import Trial
+from launcher.config.schema import LauncherConfig
+from launcher.trials.spec import Trial
 
 
 @dataclass(kw_only=True, frozen=True)

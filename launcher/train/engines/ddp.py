@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ...config.schema import LauncherConfig
-from ..dist import sync
-from ..models import TokenModel
-from .base import Engine, Topology, autocast
+from launcher.config.schema import LauncherConfig
+from launcher.train.dist import sync
+from launcher.train.models import TokenModel
+from launcher.train.engines.base import Engine, Topology, autocast
 
 COMPUTE_ITERS = 3
 

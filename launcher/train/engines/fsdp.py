@@ -25,11 +25,11 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from ...config.schema import LauncherConfig
-from ..dist import sync
-from ..models import TokenModel
-from .base import Engine, Topology
-from .tp import apply_tensor_parallel, local_scalar, mixed_params, tp_collective_seconds
+from launcher.config.schema import LauncherConfig
+from launcher.train.dist import sync
+from launcher.train.models import TokenModel
+from launcher.train.engines.base import Engine, Topology
+from launcher.train.engines.tp import apply_tensor_parallel, local_scalar, mixed_params, tp_collective_seconds
 
 COMM_WARMUP, COMM_ITERS = 1, 3
 PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -31,11 +31,11 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ...config.schema import LauncherConfig
-from ..dist import sync
-from ..models import TokenModel
-from .base import Engine, Topology, autocast
-from .stages import StageModule, rank_stages
+from launcher.config.schema import LauncherConfig
+from launcher.train.dist import sync
+from launcher.train.models import TokenModel
+from launcher.train.engines.base import Engine, Topology, autocast
+from launcher.train.engines.stages import StageModule, rank_stages
 
 
 class _RunState:

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
-from ..models import TokenModel
+from launcher.train.models import TokenModel
 
 
 def stage_blocks(n_layers: int, n_stages: int, stage: int) -> range:

@@ -31,10 +31,10 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...config.schema import LauncherConfig
-from ..dist import sync
-from ..models import Block, MLPBlock, TokenModel
-from .base import Engine, Topology, autocast
+from launcher.config.schema import LauncherConfig
+from launcher.train.dist import sync
+from launcher.train.models import Block, MLPBlock, TokenModel
+from launcher.train.engines.base import Engine, Topology, autocast
 
 MEASURE_ITERS = 3
 

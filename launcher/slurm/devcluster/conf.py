@@ -170,7 +170,7 @@ def host_veth(node: str) -> str:
 
 def hosts_text(nodes: tuple[str, ...]) -> str:
     lines = [
-        "# Written by launcher.devcluster: the /etc/hosts every dev-cluster daemon and job sees.",
+        "# Written by launcher.slurm.devcluster: the /etc/hosts every dev-cluster daemon and job sees.",
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
         f"{CONTROLLER_IP}\t{CONTROLLER}",
@@ -184,7 +184,7 @@ def resolv_text() -> str:
     # DNS server, an address outside this machine, and stall ~10 s. The node's own loopback
     # refuses at once, so lookups end on the hosts file and no packet leaves our addresses.
     return (
-        "# Written by launcher.devcluster: dev-cluster nodes resolve names from their hosts file only.\n"
+        "# Written by launcher.slurm.devcluster: dev-cluster nodes resolve names from their hosts file only.\n"
         "nameserver 127.0.0.1\n"
         "options timeout:1 attempts:1\n"
     )
@@ -194,7 +194,7 @@ def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports
     r = layout
     sock = r.munge_socket
     lines = [
-        "# Written by launcher.devcluster on every `launcher cluster up`; edits are overwritten.",
+        "# Written by launcher.slurm.devcluster on every `launcher cluster up`; edits are overwritten.",
         f"ClusterName={CLUSTER_NAME}",
         f"SlurmctldHost={CONTROLLER}({CONTROLLER_IP})",
         f"SlurmctldPort={ports.ctld}",
@@ -257,7 +257,7 @@ def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports
 def slurmdbd_conf_text(layout: Layout, db_password: str, ports: Ports = Ports()) -> str:
     r = layout
     lines = [
-        "# Written by launcher.devcluster on every `launcher cluster up`; edits are overwritten.",
+        "# Written by launcher.slurm.devcluster on every `launcher cluster up`; edits are overwritten.",
         "AuthType=auth/munge",
         f"AuthInfo=socket={r.munge_socket}",
         # slurmdbd checks DbdHost against its own hostname; "localhost" is always accepted.
@@ -289,7 +289,7 @@ def gres_conf_text(layout: Layout, nodes: tuple[str, ...]) -> str:
     # 0 < 2 GPUs, INVALID. Empty regular files in the cluster folder satisfy it: nothing opens
     # them under task/none, and no CUDA program can mistake them for a device.
     files = f"{layout.fake_gpu_dir}/gpu[0-{NODE_GPUS - 1}]" if NODE_GPUS > 1 else str(fake_gpu_files(layout)[0])
-    lines = ["# Written by launcher.devcluster: fake GPUs backed by empty files.", "AutoDetect=off"]
+    lines = ["# Written by launcher.slurm.devcluster: fake GPUs backed by empty files.", "AutoDetect=off"]
     lines += [f"NodeName={n} Name=gpu Count={NODE_GPUS} File={files}" for n in nodes]
     return "\n".join(lines) + "\n"
 

@@ -17,11 +17,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from .analysis import Recommendation, add_cost, add_scaling, recommend
-from .config.derived import batch_math, policy_of, pricing_of
-from .config.errors import ConfigError
-from .config.schema import LauncherConfig
-from .perfmodel import LINKS, PerfModel, Shape, from_presets, pipeline_bubble
+from launcher.results.policy import Recommendation, add_cost, add_scaling, recommend
+from launcher.config.derived import batch_math, policy_of, pricing_of
+from launcher.config.errors import ConfigError
+from launcher.config.schema import LauncherConfig
+from launcher.model.perfmodel import LINKS, PerfModel, Shape, from_presets, pipeline_bubble
 
 MAX_SIZES = 64
 
@@ -61,8 +61,8 @@ class Forecast:
 
 
 def _shape_presets(cfg: LauncherConfig, n: int) -> tuple[Shape, int]:
-    from .flops import param_counts
-    from .plan import layout_degrees, ranks_per_node
+    from launcher.model.flops import param_counts
+    from launcher.trials.spec import layout_degrees, ranks_per_node
 
     dp, tp, pp = layout_degrees(cfg, n)
     bm = batch_math(cfg.batch, dp)
@@ -93,7 +93,7 @@ def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None
 
 
 def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float) -> Forecast:
-    from .flops import flops_per_token, param_counts
+    from launcher.model.flops import flops_per_token, param_counts
 
     peak = cfg.cluster.peak_flops_per_device
     if peak is None:
@@ -124,13 +124,13 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
 
 
 def _rpn(cfg: LauncherConfig) -> int:
-    from .plan import ranks_per_node
+    from launcher.trials.spec import ranks_per_node
 
     return ranks_per_node(cfg.cluster)
 
 
 def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:
-    from .calibrate import fit_layouts, load_measured, shape_at
+    from launcher.model.calibrate import fit_layouts, load_measured, shape_at
 
     measured = load_measured(sweep_dir)
     if not measured:
@@ -174,8 +174,8 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str) -> Forecast:
 def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     """The measured sweep's own overrides (its first combination) with the user's pricing and
     policy overrides after them; anything else would not be the recipe that was measured."""
-    from .expand import expand
-    from .io import read_json
+    from launcher.trials.expand import expand
+    from launcher.io import read_json
 
     for o in user:
         key = o.split("=", 1)[0].lstrip("+~")

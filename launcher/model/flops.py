@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .config.schema import ModelConfig
+from launcher.config.schema import ModelConfig
 
 
 def param_counts(cfg: ModelConfig) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .conf import (
+from launcher.slurm.devcluster.conf import (
     BRIDGE,
     CONTROLLER_IP,
     PREFIX_LEN,
@@ -20,7 +20,7 @@ from .conf import (
     netns_name,
     node_ip,
 )
-from .install import program
+from launcher.slurm.devcluster.install import program
 
 
 class NetError(RuntimeError):

@@ -59,7 +59,7 @@ def start(name: str, argv: list[str], *, log: Path, env: dict[str, str] | None =
     """Start a foreground daemon in its own session, its stdout/stderr appended to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} launcher.devcluster starts: {argv}\n".encode())
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} launcher.slurm.devcluster starts: {argv}\n".encode())
         out.flush()
         # Own session: the daemon must outlive the `launcher` process and ignore its Ctrl-C.
         p = subprocess.Popen(

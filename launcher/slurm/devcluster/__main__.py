@@ -1,4 +1,4 @@
-"""`python -m launcher.devcluster up|down|status [--nodes N] [--root DIR]`."""
+"""`python -m launcher.slurm.devcluster up|down|status [--nodes N] [--root DIR]`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cluster import DEFAULT_ROOT, DevClusterError, down, status, up
+from launcher.slurm.devcluster.cluster import DEFAULT_ROOT, DevClusterError, down, status, up
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m launcher.devcluster", description="Start, stop or show the dev Slurm cluster."
+        prog="python -m launcher.slurm.devcluster", description="Start, stop or show the dev Slurm cluster."
     )
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--nodes", type=int, default=4, help="compute nodes for `up` (default 4)")

@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis import Pricing, add_cost, add_scaling
-from .ends import mentions_oom
-from .io import atomic_write_text
+from launcher.results.policy import Pricing, add_cost, add_scaling
+from launcher.trials.ends import mentions_oom
+from launcher.io import atomic_write_text
 
 TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
 

@@ -20,17 +20,17 @@ from typing import Sequence
 
 import pandas as pd
 
-from . import __version__
-from .analysis import Recommendation, recommend
-from .config.derived import policy_of, pricing_of
-from .config.errors import ConfigError
-from .config.load import load_config, to_dict
-from .config.schema import LauncherConfig
-from .io import atomic_write_json, read_json
-from .local import run_trial_dir
-from .plan import Trial, plan_sweep, trial_document
-from .report import print_table, write_report
-from .results import TABLE_SCHEMA_VERSION, build_table, write_table
+from launcher import __version__
+from launcher.results.policy import Recommendation, recommend
+from launcher.config.derived import policy_of, pricing_of
+from launcher.config.errors import ConfigError
+from launcher.config.load import load_config, to_dict
+from launcher.config.schema import LauncherConfig
+from launcher.io import atomic_write_json, read_json
+from launcher.run.local import run_trial_dir
+from launcher.trials.spec import Trial, plan_sweep, trial_document
+from launcher.report.report import print_table, write_report
+from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -64,8 +64,8 @@ def plan_all(overrides: Sequence[str], recipes: str | None = None) -> SweepPlan:
     """Expand swept overrides, compose and plan each combination. One combination: strict (any
     impossible size is an error). Several: impossible combinations are skipped with a reason;
     none possible is an error."""
-    from .config.compose import compose_config
-    from .expand import expand
+    from launcher.config.compose import compose_config
+    from launcher.trials.expand import expand
 
     variants = expand(overrides)
     if len(variants) == 1:
@@ -154,8 +154,8 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
-    from .adaptive import summary as search_summary
-    from .report import model_summary
+    from launcher.run.adaptive import summary as search_summary
+    from launcher.report.report import model_summary
 
     notes = [n for n in [search_summary(sweep_dir)] if n]
     write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir,
@@ -194,7 +194,7 @@ def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progre
 def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
     from rich.console import Console
 
-    from .submit import env_for, plan_jobs, submit_jobs, write_scripts
+    from launcher.slurm.submit import env_for, plan_jobs, submit_jobs, write_scripts
 
     done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
     jobs = plan_jobs(cfg, sweep_dir, trials, first_index=len(done))
@@ -210,7 +210,7 @@ def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progres
     if cfg.cluster.kind == "local":
         _run_local(sweep_dir, cfg, batch, progress_bars)
         return
-    from .submit import submissions, track
+    from launcher.slurm.submit import submissions, track
 
     submitted = submissions(sweep_dir)
     _submit(sweep_dir, cfg, [t for t in batch if t.trial_id not in submitted])
@@ -224,11 +224,11 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
     pending = [t for t in trials if not is_done(sweep_dir, t)]
     try:
         if cfg.sweep.search == "adaptive":
-            from .adaptive import run_adaptive
+            from launcher.run.adaptive import run_adaptive
 
             run_adaptive(sweep_dir, cfg, trials, lambda batch: _run_batch(sweep_dir, cfg, batch, progress_bars))
         elif detach:  # slurm only (the CLI refuses it locally): submit what is not yet, and return
-            from .submit import submissions
+            from launcher.slurm.submit import submissions
 
             submitted = submissions(sweep_dir)
             _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
@@ -253,7 +253,7 @@ def run_sweep(plan: SweepPlan, overrides: Sequence[str], *, progress_bars: bool 
     for line in plan.skipped:
         console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
     if cfg.cluster.kind == "slurm":
-        from .submit import plan_jobs
+        from launcher.slurm.submit import plan_jobs
 
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
         plan_jobs(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
@@ -272,7 +272,7 @@ def collect(sweep_dir: str | Path, *, ask_scheduler: bool = True) -> SweepResult
     """Ask the scheduler once (Slurm), then rebuild the table and report from the folder."""
     path, cfg, _ = load_sweep(sweep_dir)
     if cfg.cluster.kind == "slurm" and ask_scheduler:
-        from .submit import refresh
+        from launcher.slurm.submit import refresh
 
         refresh(path, cfg)
     return finish(path, cfg)

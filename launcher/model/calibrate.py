@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .io import read_json
-from .perfmodel import LINKS, Observation, PerfModel, Shape, fit
+from launcher.io import read_json
+from launcher.model.perfmodel import LINKS, Observation, PerfModel, Shape, fit
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -9,10 +9,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .config.derived import batch_math, scaled_lr
-from .config.errors import ConfigError
-from .config.load import load_config, to_dict
-from .config.schema import ClusterConfig, LauncherConfig
+from launcher.config.derived import batch_math, scaled_lr
+from launcher.config.errors import ConfigError
+from launcher.config.load import load_config, to_dict
+from launcher.config.schema import ClusterConfig, LauncherConfig
 
 
 @dataclass(kw_only=True, frozen=True)

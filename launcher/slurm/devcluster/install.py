@@ -30,7 +30,7 @@ PROGRAMS = {
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 # Exit 101 = "action forbidden": package scripts then start no system-wide munge, mariadb or
 # slurm daemon, which would hold the default ports and the system's own munge socket.
-POLICY_TEXT = "#!/bin/sh\n# Written by launcher.devcluster for the duration of one apt-get install.\nexit 101\n"
+POLICY_TEXT = "#!/bin/sh\n# Written by launcher.slurm.devcluster for the duration of one apt-get install.\nexit 101\n"
 
 
 class InstallError(RuntimeError):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .config.errors import ConfigError
+from launcher.config.errors import ConfigError
 
 
 @dataclass(kw_only=True, frozen=True)

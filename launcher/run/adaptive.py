@@ -16,12 +16,12 @@ from typing import Callable
 
 import pandas as pd
 
-from .config.derived import pricing_of
-from .config.schema import LauncherConfig
-from .io import atomic_write_json, read_json
-from .plan import Trial
-from .results import build_table
-from .search import Decision, next_size
+from launcher.config.derived import pricing_of
+from launcher.config.schema import LauncherConfig
+from launcher.io import atomic_write_json, read_json
+from launcher.trials.spec import Trial
+from launcher.results.table import build_table
+from launcher.run.next_size import Decision, next_size
 
 
 def _efficiencies(df: pd.DataFrame, trials: list[Trial], done: Callable[[Trial], bool]) -> dict[int, float | None]:
@@ -39,7 +39,7 @@ def _efficiencies(df: pd.DataFrame, trials: list[Trial], done: Callable[[Trial],
 
 def _upper_bound(sweep_dir: Path, cfg: LauncherConfig, variant: str):
     """The model's upper bound on efficiency at unmeasured sizes, once ≥ 2 sizes completed."""
-    from .calibrate import fit_layouts, load_measured
+    from launcher.model.calibrate import fit_layouts, load_measured
 
     measured = [m for m in load_measured(sweep_dir) if m.variant == variant]
     if len({m.trial["world_size"] for m in measured}) < 2:
@@ -52,7 +52,7 @@ def _upper_bound(sweep_dir: Path, cfg: LauncherConfig, variant: str):
 
 
 def _predicted(measured, models, n: int) -> float | None:
-    from .calibrate import predictions
+    from launcher.model.calibrate import predictions
 
     pred = predictions(measured, models, [n])
     row = pred[pred["world_size"] == n]
@@ -62,7 +62,7 @@ def _predicted(measured, models, n: int) -> float | None:
 def run_adaptive(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], run: Callable[[list[Trial]], None],
                  log: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Measure sizes one at a time until the search ends for every variant; returns search.json."""
-    from .sweep import is_done
+    from launcher.run.sweep import is_done
 
     threshold = cfg.sweep.threshold
     variants = sorted({t.variant for t in trials})
@@ -99,7 +99,7 @@ def run_adaptive(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], run:
 def _cost(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> dict:
     """Device-hours the search spent, and what the whole grid would have cost: measured trials
     at their cost, the rest at the calibrated model's predicted trial time."""
-    from .calibrate import fit_layouts, load_measured, predictions
+    from launcher.model.calibrate import fit_layouts, load_measured, predictions
 
     df = build_table(sweep_dir, pricing_of(cfg)).set_index("trial_id")
     spent = float(df["device_hours"].fillna(0).sum())

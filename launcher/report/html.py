@@ -12,7 +12,7 @@ import pandas as pd
 from jinja2 import Environment
 from markupsafe import Markup, escape
 
-from .io import atomic_write_text
+from launcher.io import atomic_write_text
 
 # Cells that read as numbers (1, 6,150, -0.0832, 1.2e-05, 95%, 1.30×), and the ways a table says "no value".
 _NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d*)(\.\d+)?([eE][-+]?\d+)?[%×]?$")

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import accounting, conf, daemons, netns
-from .conf import Layout, Ports
-from .daemons import Proc
-from .errors import DevClusterError
-from .install import DAEMON_PATH, InstallError, ensure_packages, program
-from .state import State, load, locked, save
+from launcher.slurm.devcluster import accounting, conf, daemons, netns
+from launcher.slurm.devcluster.conf import Layout, Ports
+from launcher.slurm.devcluster.daemons import Proc
+from launcher.slurm.devcluster.errors import DevClusterError
+from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
+from launcher.slurm.devcluster.state import State, load, locked, save
 
 DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
 PORTS = Ports()

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config.validate import env_pairs
-from .io import atomic_write_json, read_json
+from launcher.config.validate import env_pairs
+from launcher.io import atomic_write_json, read_json
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25

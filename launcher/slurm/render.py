@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__
-from .config.errors import ConfigError
-from .config.schema import ClusterConfig
-from .config.validate import env_pairs
-from .plan import Trial, ranks_per_node
+from launcher import __version__
+from launcher.config.errors import ConfigError
+from launcher.config.schema import ClusterConfig
+from launcher.config.validate import env_pairs
+from launcher.trials.spec import Trial, ranks_per_node
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "sbatch_templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "sbatch_templates"
 # Paths that appear on #SBATCH lines (the batch log): sbatch does not shell-parse them.
 _SBATCH_PATH = re.compile(r"^[A-Za-z0-9_./+=,@%-]+$")
 

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .analysis import Recommendation
-from .io import atomic_write_text, read_json
+from launcher.results.policy import Recommendation
+from launcher.io import atomic_write_text, read_json
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
@@ -111,7 +111,7 @@ class ModelSummary:
 def model_summary(sweep_dir: Path, cfg) -> ModelSummary | None:
     """Fit the performance model on the sweep's completed trials and predict the grid's sizes
     plus 2× and 4× the largest; None when nothing completed (or the fit is impossible)."""
-    from .calibrate import fit_layouts, load_measured, mape, predictions
+    from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
 
     measured = load_measured(sweep_dir)
     if not measured:
@@ -141,8 +141,8 @@ def model_summary(sweep_dir: Path, cfg) -> ModelSummary | None:
 def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
                  sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = ()) -> None:  # fmt: skip
     """report.md and a self-contained report.html, with the PNG plots beside them."""
-    from . import plots
-    from .html_report import write_html
+    from launcher.report import plots
+    from launcher.report.html import write_html
 
     images = [
         ("Throughput vs GPUs, with the ideal linear line", plots.plot_throughput(df, sweep_dir / "throughput.png")),

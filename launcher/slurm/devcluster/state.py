@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .conf import Layout
-from .daemons import Proc
-from .errors import DevClusterError
+from launcher.slurm.devcluster.conf import Layout
+from launcher.slurm.devcluster.daemons import Proc
+from launcher.slurm.devcluster.errors import DevClusterError
 
 
 @dataclass(kw_only=True)

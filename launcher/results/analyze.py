@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analysis import Policy, Pricing, Recommendation, add_cost, add_scaling, recommend
-from .config.errors import ConfigError
+from launcher.results.policy import Policy, Pricing, Recommendation, add_cost, add_scaling, recommend
+from launcher.config.errors import ConfigError
 
 SIZE_COLUMNS = ("gpus", "world_size", "devices", "ranks", "nodes")
 RATE_COLUMNS = ("tokens_per_s", "samples_per_s", "throughput")

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .config.schema import LauncherConfig
-from .io import atomic_write_json, atomic_write_text, read_json
-from .plan import Trial
-from .render import JobRequest, job_request, render_script
-from .slurm import JobState, query, sbatch, slurm_env
+from launcher.config.schema import LauncherConfig
+from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.trials.spec import Trial
+from launcher.slurm.render import JobRequest, job_request, render_script
+from launcher.slurm.commands import JobState, query, sbatch, slurm_env
 
 POLL_S = 2.0
 
@@ -128,7 +128,7 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
     """What the trial's own files say about a failed attempt: the first task srun saw fail,
     srun's exit code (the job script records it), and the end of the first rank log that holds
     an error, else of rank 0's."""
-    from .local import last_lines
+    from launcher.run.local import last_lines
 
     codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
     parts = []

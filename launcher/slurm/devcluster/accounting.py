@@ -8,10 +8,10 @@ import secrets
 import subprocess
 import time
 
-from . import conf
-from .conf import Layout
-from .errors import DevClusterError
-from .install import program
+from launcher.slurm.devcluster import conf
+from launcher.slurm.devcluster.conf import Layout
+from launcher.slurm.devcluster.errors import DevClusterError
+from launcher.slurm.devcluster.install import program
 
 
 def db_password(layout: Layout) -> str:
