@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from launcher.config.errors import ConfigError
-from launcher.config.schema import BatchConfig, LauncherConfig, OptimConfig
+from launcher.config.schema import BatchConfig, ClusterConfig, LauncherConfig, OptimConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -43,6 +43,16 @@ def batch_math(batch: BatchConfig, dp: int) -> BatchMath:
             f"dp({dp}) = {per_step * batch.accum}; set batch.accum={accum} or leave it at 1 to derive it"
         )
     return BatchMath(micro=batch.micro, accum=accum, dp=dp, global_batch=batch.global_batch)
+
+
+def scaling_mode(cfg: LauncherConfig) -> str:
+    """`weak` (per-rank batch fixed) unless batch.global fixes the global batch (`strong`)."""
+    return "weak" if cfg.batch.global_batch is None else "strong"
+
+
+def ranks_per_node(cluster: ClusterConfig) -> int:
+    """Ranks on one node: tasks_per_node, else one per GPU, else 1."""
+    return cluster.tasks_per_node or cluster.gpus_per_node or 1
 
 
 def scaled_lr(optim: OptimConfig, global_batch: int) -> float:

@@ -62,7 +62,8 @@ class Forecast:
 
 def _shape_presets(cfg: LauncherConfig, n: int) -> tuple[Shape, int]:
     from launcher.model.flops import param_counts
-    from launcher.trials.spec import layout_degrees, ranks_per_node
+    from launcher.config.derived import ranks_per_node
+    from launcher.trials.layout import layout_degrees
 
     dp, tp, pp = layout_degrees(cfg, n)
     bm = batch_math(cfg.batch, dp)
@@ -124,7 +125,7 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
 
 
 def _rpn(cfg: LauncherConfig) -> int:
-    from launcher.trials.spec import ranks_per_node
+    from launcher.config.derived import ranks_per_node
 
     return ranks_per_node(cfg.cluster)
 

@@ -18,7 +18,8 @@ from launcher import __version__
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate import env_pairs
-from launcher.trials.spec import Trial, ranks_per_node
+from launcher.config.derived import ranks_per_node
+from launcher.trials.spec import Trial
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "sbatch_templates"
 # Paths that appear on #SBATCH lines (the batch log): sbatch does not shell-parse them.

@@ -9,10 +9,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.config.derived import batch_math, scaled_lr
+from launcher.config.derived import batch_math, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
-from launcher.config.schema import ClusterConfig, LauncherConfig
+from launcher.config.schema import LauncherConfig
+from launcher.trials.layout import layout_degrees
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -61,15 +62,6 @@ class Trial:
         return dataclasses.asdict(self)
 
 
-def scaling_mode(cfg: LauncherConfig) -> str:
-    return "weak" if cfg.batch.global_batch is None else "strong"
-
-
-def ranks_per_node(cluster: ClusterConfig) -> int:
-    """Ranks on one node: tasks_per_node, else one per GPU, else 1."""
-    return cluster.tasks_per_node or cluster.gpus_per_node or 1
-
-
 def plan_trial(
     cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0,
     variant: str = "",
@@ -97,71 +89,6 @@ def plan_trial(
         repeat=repeat,
         variant=variant,
     )
-
-
-PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp")
-TP_LAYOUTS = ("tp", "fsdp_tp")
-
-
-def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]:
-    """(dp, tp, pp) of `cfg.parallel.layout` at `world_size`, with every impossibility as one
-    ConfigError line carrying the numbers."""
-    par, model = cfg.parallel, cfg.model
-    layout = par.layout
-    if layout in ("ddp", "fsdp"):
-        dp, tp, pp = world_size, 1, 1
-    elif layout == "pipeline":
-        dp, tp, pp = 1, 1, world_size
-    elif layout == "tp":
-        dp, tp, pp = 1, world_size, 1
-    else:
-        key, degree = ("parallel.tp", par.tp) if layout == "fsdp_tp" else ("parallel.pp", par.pp)
-        if degree is None or degree < 1:
-            raise ConfigError(f"parallel.layout={layout} needs {key}=<degree ≥ 1>; set e.g. {key}=2")
-        if world_size % degree:
-            raise ConfigError(
-                f"world size {world_size} is not a multiple of {key}={degree}; dp × tp × pp must equal the "
-                f"world size: pick sizes that are multiples of {degree}"
-            )
-        dp = world_size // degree
-        tp, pp = (degree, 1) if layout == "fsdp_tp" else (1, degree)
-    if pp > 1 or layout in PIPELINE_LAYOUTS:
-        v = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
-        stages = pp * v
-        if v < 1:
-            raise ConfigError(f"parallel.virtual_stages={v} must be a positive integer; set e.g. parallel.virtual_stages=2")
-        if model.n_layers % stages:
-            raise ConfigError(
-                f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
-                "change model.n_layers, the world size or parallel.virtual_stages"
-            )
-        if par.microbatches < pp:
-            raise ConfigError(
-                f"parallel.microbatches={par.microbatches} < pp={pp} pipeline ranks: a schedule needs at least one "
-                f"microbatch per rank; set parallel.microbatches={pp} or more"
-            )
-        rounds = max(1, par.microbatches // pp)  # torch's interleaved schedules run m in rounds of ~pp
-        if par.schedule == "interleaved_1f1b" and par.microbatches % rounds:
-            raise ConfigError(
-                f"parallel.microbatches={par.microbatches} is not a multiple of its {rounds} rounds of pp={pp} that "
-                f"interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches={rounds * pp}"
-            )
-        if cfg.batch.micro % par.microbatches:
-            raise ConfigError(
-                f"batch.micro={cfg.batch.micro} is not divisible by parallel.microbatches={par.microbatches}; each "
-                "micro-batch is split into that many pipeline microbatches"
-            )
-    if tp > 1 or layout in TP_LAYOUTS:
-        for key, value in (("model.n_heads", model.n_heads), ("model.seq_len", model.seq_len),
-                           ("model.vocab_size", model.vocab_size)):  # fmt: skip
-            if model.arch == "mlp" and key == "model.n_heads":
-                continue
-            if value % tp:
-                raise ConfigError(
-                    f"{key}={value} is not divisible by tp={tp}; tensor parallel splits it across ranks: "
-                    f"choose a tp that divides {value}"
-                )
-    return dp, tp, pp
 
 
 def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:

@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
+from launcher.trials.layout import virtual_stages
 from launcher.train.dist import sync
 from launcher.train.models import TokenModel
 from launcher.train.engines.base import Engine, Topology, autocast
@@ -106,7 +107,7 @@ class PipelineEngine(Engine):
         self.cfg, self.device, self.topo = cfg, device, topo
         self.layout, self.schedule_name = par.layout, par.schedule
         self.pp, self.m = topo.pp, par.microbatches
-        self.v = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
+        self.v = virtual_stages(par)
         self.n_stages = self.pp * self.v
         self.pp_group = topo.mesh["pp"].get_group()
         self.dp_group = topo.mesh["dp"].get_group()
