@@ -27,14 +27,14 @@ sys.path.insert(0, str(HERE.parent))
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from launcher.run.local import free_port, rank_env, run_local  # noqa: E402
-from launcher.trials.spec import plan_trial, trial_document  # noqa: E402
+from launcher.trials.spec import make_trial, trial_document  # noqa: E402
 
 GOAL = 0.98
 
 
 def launcher_trial(work: Path, ranks: int, micro: int, steps: int, warmup: int) -> float:
     cfg = compose_config([f"batch.micro={micro}"])
-    trial = plan_trial(cfg, index=0, world_size=ranks, steps=steps, warmup_steps=warmup)
+    trial = make_trial(cfg, index=0, world_size=ranks, steps=steps, warmup_steps=warmup)
     tdir = Path(tempfile.mkdtemp(dir=work))
     atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
     out = run_local(tdir, world_size=ranks, threads=1, timeout_s=600)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from launcher.run.local import run_local  # noqa: E402
-from launcher.trials.spec import plan_trial, trial_document  # noqa: E402
+from launcher.trials.spec import make_trial, trial_document  # noqa: E402
 
 RANKS = 2
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2)]
@@ -38,7 +38,7 @@ CASE_FIELDS = ("step_time_s", "bubble_measured", "bubble_measured_per_rank")
 def run_case(work: Path, schedule: str, v: int, m: int, micro: int, steps: int, warmup: int) -> dict:
     cfg = compose_config(MODEL + [f"batch.micro={micro}", "parallel=pipeline", f"parallel.schedule={schedule}",
                                   f"parallel.microbatches={m}", f"parallel.virtual_stages={v}"])  # fmt: skip
-    trial = plan_trial(cfg, index=0, world_size=RANKS, steps=steps, warmup_steps=warmup)
+    trial = make_trial(cfg, index=0, world_size=RANKS, steps=steps, warmup_steps=warmup)
     tdir = Path(tempfile.mkdtemp(dir=work))
     atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
     out = run_local(tdir, world_size=RANKS, threads=1, timeout_s=300)

@@ -27,9 +27,9 @@ sys.path.insert(0, str(HERE.parent))
 from launcher.slurm import devcluster  # noqa: E402
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.trials.spec import plan_sweep  # noqa: E402
+from launcher.trials.spec import sweep_trials  # noqa: E402
 from launcher.slurm.render import job_request, render_script  # noqa: E402
-from launcher.slurm.submit import PlannedJob, plan_jobs, submit_jobs, track, write_scripts  # noqa: E402
+from launcher.slurm.submit import PreparedJob, job_requests, submit_jobs, track, write_scripts  # noqa: E402
 from launcher.run.sweep import create_sweep_dir  # noqa: E402
 
 GOAL_S = 2.0
@@ -40,18 +40,18 @@ HELD = ["cluster=devcluster", "sweep.nodes=[1,2,3,4]", "sweep.repeats=64", "clus
 def submit_256(work: Path, arrays: bool, env: dict) -> dict:
     """Render + write + sbatch every job of a 256-trial sweep; return timings and job ids."""
     cfg = compose_config(HELD + [f"sweep.results_dir={work}"])
-    trials = plan_sweep(cfg)
+    trials = sweep_trials(cfg)
     assert len(trials) == 256
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
     t0 = time.perf_counter()
     if arrays:
-        jobs = plan_jobs(cfg, sweep_dir, trials)
+        jobs = job_requests(cfg, sweep_dir, trials)
     else:  # one job per trial: what a launcher without arrays would submit
         jobs = []
         for i, t in enumerate(trials):
             req = job_request(cfg.cluster, [t], [sweep_dir.resolve() / "trials" / t.trial_id], job_name=f"lnch-{sweep_dir.name}",
                               log_dir=sweep_dir.resolve() / "jobs", python=sys.executable)  # fmt: skip
-            jobs.append(PlannedJob(name=f"job-{i:03d}", trials=(t,), request=req, script=render_script(req)))
+            jobs.append(PreparedJob(name=f"job-{i:03d}", trials=(t,), request=req, script=render_script(req)))
     write_scripts(sweep_dir, jobs)
     t1 = time.perf_counter()
     ids: list[str] = []
@@ -64,9 +64,9 @@ def submit_256(work: Path, arrays: bool, env: dict) -> dict:
 def first_step(work: Path, env: dict) -> dict:
     cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1]", "sweep.steps=3", "sweep.warmup_steps=1",
                           f"sweep.results_dir={work}"])  # fmt: skip
-    trials = plan_sweep(cfg)
+    trials = sweep_trials(cfg)
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
-    jobs = plan_jobs(cfg, sweep_dir, trials)
+    jobs = job_requests(cfg, sweep_dir, trials)
     write_scripts(sweep_dir, jobs)
     t0 = time.time()
     submit_jobs(sweep_dir, jobs, env)

@@ -11,7 +11,7 @@ import torch
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import plan_trial, trial_document
+from launcher.trials.spec import make_trial, trial_document
 from launcher.train.models import build_model
 
 STEPS = 5
@@ -22,7 +22,7 @@ BASE = ["optim=sgd", "optim.lr=0.05", "seed=11", "model.n_layers=4", "model.n_he
 
 def launch(tmp: Path, name: str, world_size: int, overrides: list[str]) -> tuple[list[float], dict[str, torch.Tensor]]:
     cfg = compose_config(BASE + overrides)
-    trial = plan_trial(cfg, index=0, world_size=world_size, steps=STEPS, warmup_steps=1)
+    trial = make_trial(cfg, index=0, world_size=world_size, steps=STEPS, warmup_steps=1)
     tdir = tmp / name
     atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
     out = run_local(tdir, world_size=world_size, threads=1, timeout_s=300,

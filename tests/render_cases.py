@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.compose import compose_config
-from launcher.trials.spec import plan_sweep
+from launcher.trials.spec import sweep_trials
 from launcher.slurm.render import JobRequest
-from launcher.slurm.submit import plan_jobs
+from launcher.slurm.submit import job_requests
 
 SWEEP_DIR = Path("/scratch/results/golden-sweep")
 PY = "cluster.python=/opt/venv/bin/python"
@@ -36,11 +36,11 @@ PAYLOAD_ARGS = {"quoted_payload_args": ("--save-params", "/scratch/it's here/$(p
 
 
 def scripts(name: str, sweep_dir: Path = SWEEP_DIR) -> list[tuple[JobRequest, str]]:
-    from launcher.cli import _run_as_sweep, _run_trials
+    from launcher.run.run import as_sweep, run_trials
 
     cfg = compose_config(CASES[name])
     if name in RUNS:
-        cfg = _run_as_sweep(cfg)
-    trials = _run_trials(cfg) if name in RUNS else plan_sweep(cfg)
-    jobs = plan_jobs(cfg, sweep_dir, trials, payload_args=PAYLOAD_ARGS.get(name, ()))
+        cfg = as_sweep(cfg)
+    trials = run_trials(cfg) if name in RUNS else sweep_trials(cfg)
+    jobs = job_requests(cfg, sweep_dir, trials, payload_args=PAYLOAD_ARGS.get(name, ()))
     return [(j.request, j.script) for j in jobs]

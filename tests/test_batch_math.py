@@ -10,7 +10,7 @@ from launcher.config.compose import compose_config
 from launcher.config.derived import batch_math, scaled_lr
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, OptimConfig
-from launcher.trials.spec import plan_sweep
+from launcher.trials.spec import sweep_trials
 
 
 @pytest.mark.parametrize(
@@ -55,13 +55,13 @@ def test_lr_scaling_rules(rule, global_batch, want):
 
 
 def test_sweep_plan_weak_and_strong():
-    weak = plan_sweep(compose_config(["sweep.world_sizes=[4,1,2]", "optim.lr_scaling=linear"]))
+    weak = sweep_trials(compose_config(["sweep.world_sizes=[4,1,2]", "optim.lr_scaling=linear"]))
     assert [(t.trial_id, t.world_size, t.global_batch, t.accum, t.lr, t.scaling) for t in weak] == [
         ("000-ws1", 1, 8, 1, 1e-3, "weak"),
         ("001-ws2", 2, 16, 1, 2e-3, "weak"),
         ("002-ws4", 4, 32, 1, 4e-3, "weak"),
     ]
-    strong = plan_sweep(compose_config(["sweep.world_sizes=[1,2,4]", "batch.global=32"]))
+    strong = sweep_trials(compose_config(["sweep.world_sizes=[1,2,4]", "batch.global=32"]))
     assert [(t.world_size, t.global_batch, t.accum, t.scaling) for t in strong] == [
         (1, 32, 4, "strong"),
         (2, 32, 2, "strong"),

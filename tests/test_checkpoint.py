@@ -11,7 +11,7 @@ import torch
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import plan_trial, trial_document
+from launcher.trials.spec import make_trial, trial_document
 
 pytestmark = pytest.mark.torch_dist
 
@@ -21,7 +21,7 @@ STEPS, EVERY = 20, 5
 @pytest.mark.parametrize("layout", ["ddp", "fsdp"])  # tp resumes the same way (DTensor shards, like fsdp)
 def test_killed_run_resumes_to_the_uninterrupted_parameters(layout, tmp_path, monkeypatch):
     cfg = compose_config(["optim=sgd", "optim.lr=0.05", "seed=3", f"parallel={layout}"])
-    trial = plan_trial(cfg, index=0, world_size=2, steps=STEPS, warmup_steps=2)
+    trial = make_trial(cfg, index=0, world_size=2, steps=STEPS, warmup_steps=2)
     for name, t in (("plain", trial), ("ckpt", dataclasses.replace(trial, checkpoint=True, checkpoint_every=EVERY))):
         (tmp_path / name).mkdir()
         atomic_write_json(tmp_path / name / "trial.json", trial_document(t, cfg))

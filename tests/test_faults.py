@@ -15,12 +15,12 @@ import pytest
 import torch
 from waiting import wait_for
 
-from launcher.cli import _run_as_sweep, _run_trials
+from launcher.run.run import as_sweep, run_trials
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import plan_trial, trial_document
-from launcher.slurm.submit import plan_jobs, submit_jobs, write_scripts
+from launcher.trials.spec import make_trial, trial_document
+from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
 from launcher.run.sweep import create_sweep_dir, execute
 
 pytestmark = pytest.mark.slurm
@@ -67,7 +67,7 @@ def uninterrupted(tmp_path_factory):
     """The same 2-rank run, locally and never interrupted: the parameters to match."""
     tmp = tmp_path_factory.mktemp("uninterrupted")
     cfg = compose_config(DEV[1:])
-    trial = plan_trial(cfg, index=0, world_size=2, steps=STEPS, warmup_steps=2)
+    trial = make_trial(cfg, index=0, world_size=2, steps=STEPS, warmup_steps=2)
     atomic_write_json(tmp / "trial.json", trial_document(trial, cfg))
     outcome = run_local(tmp, world_size=2, threads=1, timeout_s=300, extra_args=["--save-params", str(tmp / "p.pt")])
     assert outcome.reason() is None
@@ -82,13 +82,13 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
     env = devcluster.env()
     overrides = [*DEV, "cluster.nodes=2", f"run.steps={STEPS}", "run.warmup_steps=2", f"run.checkpoint_every={EVERY}",
                  "run.requeue=true", f"sweep.results_dir={tmp_path}"]  # fmt: skip
-    cfg = _run_as_sweep(compose_config(overrides))
-    trials = _run_trials(cfg)
+    cfg = as_sweep(compose_config(overrides))
+    trials = run_trials(cfg)
     (trial,) = trials
     assert trial.checkpoint and trial.checkpoint_every == EVERY
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], overrides)
     tdir = sweep_dir / "trials" / trial.trial_id
-    jobs = plan_jobs(cfg, sweep_dir, trials, payload_args=("--save-params", str(sweep_dir / "params.pt")))
+    jobs = job_requests(cfg, sweep_dir, trials, payload_args=("--save-params", str(sweep_dir / "params.pt")))
     assert "#SBATCH --requeue" in jobs[0].script and 'scontrol requeue "$SLURM_JOB_ID"' in jobs[0].script
     write_scripts(sweep_dir, jobs)
     submit_jobs(sweep_dir, jobs, env)
@@ -169,14 +169,14 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     from launcher.cli import main
     from launcher.slurm.devcluster.conf import Layout, host_veth
     from launcher.slurm.devcluster.state import locked
-    from launcher.trials.spec import plan_trial
+    from launcher.trials.spec import make_trial
 
     env = devcluster.env()
     base = compose_config([*COMMON, f"sweep.results_dir={tmp_path}"])
     items = []
     for i, (name, (overrides, nodes)) in enumerate(KINDS.items()):
         cfg = compose_config([*COMMON, *overrides, f"sweep.results_dir={tmp_path}"])
-        t = plan_trial(cfg, index=i, world_size=nodes, nodes=nodes, steps=cfg.sweep.steps,
+        t = make_trial(cfg, index=i, world_size=nodes, nodes=nodes, steps=cfg.sweep.steps,
                        warmup_steps=cfg.sweep.warmup_steps, variant=name)  # fmt: skip
         if name == "requeue":
             t = dataclasses.replace(t, checkpoint=True, checkpoint_every=20)

@@ -16,7 +16,7 @@ import pytest
 from launcher.report import plots
 from launcher.results.policy import add_scaling
 from launcher.report.html import write_html
-from launcher.report.report import display_rows
+from launcher.report.terminal import display_rows
 from launcher.results.table import COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,7 @@ from layout_parity import BASE, assert_same, launch, reference
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import plan_trial, trial_document
+from launcher.trials.spec import make_trial, trial_document
 
 pytestmark = pytest.mark.torch_dist
 
@@ -82,7 +82,7 @@ def test_pipeline_record_has_bubble_theory_and_measured(gpipe):
 def test_bf16_pipeline_runs(tmp_path):
     """bf16 autocast is ~10× slower than fp32 on this CPU: a 3-step smoke test only."""
     cfg = compose_config(BASE + ["parallel=pipeline", "precision=bf16"])
-    trial = plan_trial(cfg, index=0, world_size=2, steps=3, warmup_steps=1)
+    trial = make_trial(cfg, index=0, world_size=2, steps=3, warmup_steps=1)
     tdir: Path = tmp_path / "bf16"
     atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
     out = run_local(tdir, world_size=2, threads=1, timeout_s=300)

@@ -20,9 +20,9 @@ from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import plan_sweep, plan_trial, trial_document
+from launcher.trials.spec import sweep_trials, make_trial, trial_document
 from launcher.slurm.commands import sbatch_test_only, slurm_env
-from launcher.slurm.submit import plan_jobs, submit_jobs, track, write_scripts
+from launcher.slurm.submit import job_requests, submit_jobs, track, write_scripts
 from launcher.run.sweep import create_sweep_dir
 
 pytestmark = pytest.mark.slurm
@@ -46,10 +46,10 @@ def test_every_golden_script_passes_sbatch_test_only(devcluster, name, tmp_path)
 def _final_params(tmp_path: Path, overrides: list[str]) -> tuple[dict, dict]:
     """Run one trial through sbatch; return (its record, its final parameters)."""
     cfg = compose_config(DEV + PARITY + overrides + [f"sweep.results_dir={tmp_path}"])
-    trials = plan_sweep(cfg)
+    trials = sweep_trials(cfg)
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], overrides)
     params = sweep_dir / "params.pt"
-    jobs = plan_jobs(cfg, sweep_dir, trials, payload_args=("--save-params", str(params)))
+    jobs = job_requests(cfg, sweep_dir, trials, payload_args=("--save-params", str(params)))
     write_scripts(sweep_dir, jobs)
     submit_jobs(sweep_dir, jobs, devcluster_env(cfg))
     track(sweep_dir, cfg, trials, progress_bars=False)
@@ -67,7 +67,7 @@ def reference(tmp_path_factory):
     """1 process, micro-batch 8, run locally: the reference for the multi-node runs."""
     tmp = tmp_path_factory.mktemp("ref")
     cfg = compose_config(PARITY + ["batch.micro=8"])
-    trial = plan_trial(cfg, index=0, world_size=1, steps=5, warmup_steps=1)
+    trial = make_trial(cfg, index=0, world_size=1, steps=5, warmup_steps=1)
     atomic_write_json(tmp / "trial.json", trial_document(trial, cfg))
     assert run_local(tmp, world_size=1, threads=1, timeout_s=300, extra_args=["--save-params", str(tmp / "p.pt")]).ok
     return read_json(tmp / "record.json")["metrics"]["losses"], torch.load(tmp / "p.pt")

@@ -55,11 +55,11 @@ def test_plan_lists_a_size_the_layout_cannot_split(capsys):
 def _fake_sweep(tmp_path, sizes, thr_of, *, search="adaptive", threshold=0.8):
     """A planned sweep folder (real plan, real trial.json files) and a `run` that writes the
     record a payload would (tokens/s from `thr_of`), so the driver is tested on its decisions."""
-    from launcher.run.sweep import create_sweep_dir, plan_all
+    from launcher.run.sweep import create_sweep_dir, prepare_sweep
 
     overrides = [f"sweep.world_sizes=[{','.join(map(str, sizes))}]", f"sweep.search={search}",
                  f"sweep.threshold={threshold}", f"sweep.results_dir={tmp_path}", "sweep.name=s"]  # fmt: skip
-    plan = plan_all(overrides)
+    plan = prepare_sweep(overrides)
     sweep_dir = create_sweep_dir(plan.cfg, plan.items, overrides)
     ran = []
 

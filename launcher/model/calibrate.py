@@ -14,8 +14,12 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from launcher.config.derived import BatchMath
 from launcher.io import read_json
-from launcher.model.perfmodel import LINKS, Observation, PerfModel, Shape, fit
+from launcher.model.fit import fit
+from launcher.model.links import LINKS
+from launcher.model.shapes import build_shape
+from launcher.model.step import Observation, PerfModel, Shape
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -76,28 +80,31 @@ def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | N
     """The shape of trial `m`'s recipe at another world size (None: the layout cannot split it)."""
     t = m.trial
     n = world_size or t["world_size"]
-    model_par = t["tp"] * t["pp"]
-    if n % model_par:
+    if n % (t["tp"] * t["pp"]):
         return None
-    dp = n // model_par
-    if t["scaling"] == "strong":
-        global_batch, accum = t["global_batch"], max(1, round(t["global_batch"] / (t["micro"] * dp)))
-    else:
-        global_batch, accum = t["micro"] * t["accum"] * dp, t["accum"]
     par = m.config.get("parallel") or {}
-    fsdp_reshard = t["layout"].startswith("fsdp") and par.get("reshard_after_forward", True)
-    bubble = (m.metrics.get("layout") or {}).get("bubble_theory") or 0.0
-    return Shape(
+    return build_shape(
         world_size=n,
         ranks_per_node=ranks_per_node or (n if m.local else m.ranks_per_node),
-        dp=dp,
-        global_batch=global_batch,
-        accum=accum,
+        tp=t["tp"],
+        pp=t["pp"],
+        batch=_batch_at(t, n // (t["tp"] * t["pp"])),
         grad_bytes=int(m.metrics.get("allreduce_bytes") or 0),
-        bubble=bubble,
+        bubble=(m.metrics.get("layout") or {}).get("bubble_theory") or 0.0,
+        layout=t["layout"],
+        reshard_after_forward=par.get("reshard_after_forward", True),
         contention=_contention(m, n),
-        comm_factor=1.5 if fsdp_reshard else 1.0,
     )
+
+
+def _batch_at(t: dict[str, Any], dp: int) -> BatchMath:
+    """The trial's batch recipe at data-parallel degree `dp`. Unlike config.derived.batch_math,
+    strong scaling rounds the accumulation instead of refusing a size it does not divide: a
+    prediction there is still worth showing."""
+    if t["scaling"] == "strong":
+        accum = max(1, round(t["global_batch"] / (t["micro"] * dp)))
+        return BatchMath(micro=t["micro"], accum=accum, dp=dp, global_batch=t["global_batch"])
+    return BatchMath(micro=t["micro"], accum=t["accum"], dp=dp, global_batch=t["micro"] * t["accum"] * dp)
 
 
 def _contention(m: Measured, n: int) -> float:

@@ -10,6 +10,7 @@ Two sources for the model:
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,21 @@ from typing import Sequence
 import pandas as pd
 
 from launcher.results.policy import Recommendation, add_cost, add_scaling, recommend
-from launcher.config.derived import batch_math, policy_of, pricing_of
+from launcher.config.compose import compose_config
+from launcher.report.terminal import print_table
+from launcher.config.derived import batch_math, policy_of, pricing_of, ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
-from launcher.model.perfmodel import LINKS, PerfModel, Shape, from_presets, pipeline_bubble
+from launcher.io import read_json
+from launcher.model.calibrate import fit_layouts, load_measured, shape_at
+from launcher.model.flops import flops_per_token, param_counts
+from launcher.model.links import LINKS
+from launcher.model.presets import from_presets
+from launcher.model.shapes import build_shape
+from launcher.model.step import PerfModel, Shape
+from launcher.model.summary import residual_phrase
+from launcher.trials.expand import expand
+from launcher.trials.layout import layout_degrees, pipeline_bubble, virtual_stages
 
 MAX_SIZES = 64
 
@@ -61,23 +73,24 @@ class Forecast:
 
 
 def _shape_presets(cfg: LauncherConfig, n: int) -> tuple[Shape, int]:
-    from launcher.model.flops import param_counts
-    from launcher.config.derived import ranks_per_node
-    from launcher.trials.layout import layout_degrees
-
+    """The config's shape at `n` ranks and the nodes it takes; ConfigError when the layout cannot split n."""
     dp, tp, pp = layout_degrees(cfg, n)
-    bm = batch_math(cfg.batch, dp)
     par = cfg.parallel
-    bubble = 0.0
-    if pp > 1:
-        v = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
-        bubble = pipeline_bubble(pp, par.microbatches, v)
+    rpn = ranks_per_node(cfg.cluster)
     total, _ = param_counts(cfg.model)
-    fsdp_reshard = par.layout.startswith("fsdp") and par.reshard_after_forward
-    shape = Shape(world_size=n, ranks_per_node=ranks_per_node(cfg.cluster), dp=dp, global_batch=bm.global_batch,
-                  accum=bm.accum, grad_bytes=4 * total // (tp * pp), bubble=bubble,
-                  comm_factor=1.5 if fsdp_reshard else 1.0)  # fmt: skip
-    return shape, math.ceil(n / ranks_per_node(cfg.cluster))
+    shape = build_shape(
+        world_size=n,
+        ranks_per_node=rpn,
+        tp=tp,
+        pp=pp,
+        batch=batch_math(cfg.batch, dp),
+        # fp32 gradients; tp and pp leave each rank only its share of the parameters to all-reduce.
+        grad_bytes=4 * total // (tp * pp),
+        bubble=pipeline_bubble(pp, par.microbatches, virtual_stages(par)) if pp > 1 else 0.0,
+        layout=par.layout,
+        reshard_after_forward=par.reshard_after_forward,
+    )
+    return shape, math.ceil(n / rpn)
 
 
 def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None, seq: int, reason: str | None) -> dict:
@@ -94,8 +107,7 @@ def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None
 
 
 def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float) -> Forecast:
-    from launcher.model.flops import flops_per_token, param_counts
-
+    """Every size predicted by the model built from presets: FLOPs ÷ (peak × assumed MFU), nominal links."""
     peak = cfg.cluster.peak_flops_per_device
     if peak is None:
         raise ConfigError(
@@ -119,20 +131,13 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
     source = (
         f"presets: {cfg.model.name} ({per_sample / cfg.model.seq_len:.3g} FLOPs/token), {c.device_name} at "
         f"{peak:.3g} FLOP/s × assumed MFU {assume_mfu:.2f}; {c.intra_link} in-node, {c.inter_link} between nodes, "
-        f"{_rpn(cfg)} devices per node; all-reduce not overlapped; interval ±{model.rel_sigma:.0%}"
+        f"{ranks_per_node(c)} devices per node; all-reduce not overlapped; interval ±{model.rel_sigma:.0%}"
     )
     return _finish(rows, cfg, source)
 
 
-def _rpn(cfg: LauncherConfig) -> int:
-    from launcher.config.derived import ranks_per_node
-
-    return ranks_per_node(cfg.cluster)
-
-
 def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:
-    from launcher.model.calibrate import fit_layouts, load_measured, shape_at
-
+    """Every size predicted by the model calibrated on the sweep's trials of its first variant's layout."""
     measured = load_measured(sweep_dir)
     if not measured:
         raise ConfigError(f"{str(sweep_dir)!r} has no completed trial to calibrate on; run the sweep (or collect it) first")
@@ -155,7 +160,7 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
         + (f" ({variant})" if variant else "")
         + f": {model.compute_s_per_sample * 1e3:.3g} ms/sample, inter-node {inter.bandwidth_gbps:.3g} GB/s "
         f"α {inter.latency_s * 1e6:.3g} µs ({model.source('inter')}), {model.exposed_comm:.0%} of the all-reduce "
-        f"exposed, residual {model.rel_sigma:.1%}; "
+        f"exposed, {residual_phrase(model)}; "
         + ("all ranks on this machine, as measured" if template.local else f"{template.ranks_per_node} ranks per node as measured")
     )
     return _finish(rows, cfg, source)
@@ -175,9 +180,6 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str) -> Forecast:
 def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     """The measured sweep's own overrides (its first combination) with the user's pricing and
     policy overrides after them; anything else would not be the recipe that was measured."""
-    from launcher.trials.expand import expand
-    from launcher.io import read_json
-
     for o in user:
         key = o.split("=", 1)[0].lstrip("+~")
         if not (key.startswith("sweep.") or key in ("cluster.usd_per_device_hour", "cluster.spot_discount")):
@@ -189,3 +191,19 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     if not spec.is_file():
         raise ConfigError(f"--from {str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
     return [*expand(read_json(spec)["overrides"])[0].overrides, *user]
+
+
+def main(args: argparse.Namespace) -> int:
+    """`launcher plan`: predict sizes from presets or a measured sweep; nothing runs."""
+    sizes = parse_gpus(args.gpus)
+    if args.from_sweep:
+        sweep_dir = Path(args.from_sweep)
+        cfg = compose_config(sweep_overrides(sweep_dir, args.overrides), args.recipes)
+        result = from_sweep_forecast(sweep_dir, cfg, sizes)
+    else:
+        cfg = compose_config(args.overrides, args.recipes)
+        result = from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, unit="GPU",
+                title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
+                footer=f"model: {result.source}")  # fmt: skip
+    return 0 if result.recommendation.world_size is not None else 1

@@ -9,6 +9,7 @@ Optional: status (rows other than `completed` are ignored), variant, scaling (we
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from launcher.results.policy import Policy, Pricing, Recommendation, add_cost, add_scaling, recommend
 from launcher.config.errors import ConfigError
+from launcher.report.terminal import print_table
 
 SIZE_COLUMNS = ("gpus", "world_size", "devices", "ranks", "nodes")
 RATE_COLUMNS = ("tokens_per_s", "samples_per_s", "throughput")
@@ -110,3 +112,19 @@ def check_policy(policy: Policy, pricing: Pricing) -> None:
         raise ConfigError(f"--threshold {policy.threshold} must be in (0, 1]; e.g. --threshold 0.8")
     if not 0 <= pricing.spot_discount < 1:
         raise ConfigError(f"--spot-discount {pricing.spot_discount} must be in [0, 1); e.g. --spot-discount 0.6")
+
+
+def main(args: argparse.Namespace) -> int:
+    """`launcher analyze TABLE`: judge a scaling table measured anywhere."""
+    policy = Policy(name=args.policy, threshold=args.threshold, budget_device_hours=args.budget_gpu_hours,
+                    budget_usd=args.budget_usd)  # fmt: skip
+    pricing = Pricing(usd_per_device_hour=args.usd_per_gpu_hour, spot_discount=args.spot_discount,
+                      token_budget=args.token_budget)  # fmt: skip
+    for flag, value in (("--usd-per-gpu-hour", args.usd_per_gpu_hour), ("--token-budget", args.token_budget),
+                        ("--budget-gpu-hours", args.budget_gpu_hours), ("--budget-usd", args.budget_usd)):  # fmt: skip
+        if value is not None and not value > 0:
+            raise ConfigError(f"{flag} {value:g} must be a positive number")
+    check_policy(policy, pricing)
+    result = analyze(read_table(args.table), policy, pricing, scaling=args.scaling)
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, title=f"{args.table} ({args.policy})", unit=result.unit)
+    return 0 if result.recommendation.world_size is not None else 1

@@ -13,6 +13,7 @@ Any later command (`status`, `collect`, `sweep --resume`) works from the folder 
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,9 @@ from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_trial_dir
-from launcher.trials.spec import Trial, plan_sweep, trial_document
-from launcher.report.report import print_table, write_report
+from launcher.trials.spec import Trial, sweep_trials, trial_document
+from launcher.report.markdown import write_report
+from launcher.report.terminal import print_table
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 
 
@@ -51,7 +53,7 @@ def sweep_id(cfg: LauncherConfig, now: float) -> str:
 
 
 @dataclass(kw_only=True, frozen=True)
-class SweepPlan:
+class PreparedSweep:
     cfg: LauncherConfig
     """The first combination's config: cluster and sweep settings shared by all."""
     items: list[tuple[Trial, LauncherConfig]]
@@ -60,7 +62,7 @@ class SweepPlan:
     """Impossible combinations, each with its reason (listed before anything runs)."""
 
 
-def plan_all(overrides: Sequence[str], recipes: str | None = None) -> SweepPlan:
+def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> PreparedSweep:
     """Expand swept overrides, compose and plan each combination. One combination: strict (any
     impossible size is an error). Several: impossible combinations are skipped with a reason;
     none possible is an error."""
@@ -70,7 +72,7 @@ def plan_all(overrides: Sequence[str], recipes: str | None = None) -> SweepPlan:
     variants = expand(overrides)
     if len(variants) == 1:
         cfg = compose_config(variants[0].overrides, recipes)
-        return SweepPlan(cfg=cfg, items=[(t, cfg) for t in plan_sweep(cfg)], skipped=[])
+        return PreparedSweep(cfg=cfg, items=[(t, cfg) for t in sweep_trials(cfg)], skipped=[])
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
     base: LauncherConfig | None = None
@@ -83,11 +85,11 @@ def plan_all(overrides: Sequence[str], recipes: str | None = None) -> SweepPlan:
         if base is not None and cfg.cluster != base.cluster:
             raise ConfigError(f"{v.label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps")
         base = base or cfg
-        items += [(t, cfg) for t in plan_sweep(cfg, first_index=len(items), variant=v.label, skipped=skipped)]
+        items += [(t, cfg) for t in sweep_trials(cfg, first_index=len(items), variant=v.label, skipped=skipped)]
     if not items:
         raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
     assert base is not None
-    return SweepPlan(cfg=base, items=items, skipped=skipped)
+    return PreparedSweep(cfg=base, items=items, skipped=skipped)
 
 
 def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],
@@ -194,10 +196,10 @@ def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progre
 def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
     from rich.console import Console
 
-    from launcher.slurm.submit import env_for, plan_jobs, submit_jobs, write_scripts
+    from launcher.slurm.submit import env_for, job_requests, submit_jobs, write_scripts
 
     done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
-    jobs = plan_jobs(cfg, sweep_dir, trials, first_index=len(done))
+    jobs = job_requests(cfg, sweep_dir, trials, first_index=len(done))
     write_scripts(sweep_dir, jobs)
     console = Console(stderr=True)
     submit_jobs(sweep_dir, jobs, env_for(cfg),
@@ -242,9 +244,9 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
     return finish(sweep_dir, cfg)
 
 
-def run_sweep(plan: SweepPlan, overrides: Sequence[str], *, progress_bars: bool = True,
+def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: bool = True,
               detach: bool = False) -> SweepResult | None:  # fmt: skip
-    """Every trial is planned and checked (plan_all) before this runs; create the folder, then execute."""
+    """Every trial is planned and checked (prepare_sweep) before this runs; create the folder, then execute."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -253,10 +255,10 @@ def run_sweep(plan: SweepPlan, overrides: Sequence[str], *, progress_bars: bool 
     for line in plan.skipped:
         console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
     if cfg.cluster.kind == "slurm":
-        from launcher.slurm.submit import plan_jobs
+        from launcher.slurm.submit import job_requests
 
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
-        plan_jobs(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
+        job_requests(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
     console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True)
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
@@ -266,6 +268,29 @@ def resume_sweep(sweep_dir: str | Path, *, progress_bars: bool = True, detach: b
     """Carry on a sweep from its folder: finished trials are kept, the rest run (or are tracked)."""
     path, cfg, trials = load_sweep(sweep_dir)
     return execute(path, cfg, trials, progress_bars=progress_bars, detach=detach)
+
+
+def show_and_exit_code(result: SweepResult | None) -> int:
+    """Print the table; exit 0 when something completed (or the sweep detached), else 1."""
+    if result is None:
+        return 0
+    show(result)
+    return 0 if (result.table["status"] == "completed").any() else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    """`launcher sweep`: plan and check every trial, then run (local) or submit and track (Slurm)."""
+    if args.resume:
+        if args.overrides:
+            raise ConfigError(f"--resume takes no overrides (got {' '.join(args.overrides)}); the sweep folder holds its config")
+        return show_and_exit_code(resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach))
+    prepared = prepare_sweep(args.overrides, args.recipes)
+    if args.detach and prepared.cfg.cluster.kind != "slurm":
+        raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
+    if args.detach and prepared.cfg.sweep.search == "adaptive":
+        raise ConfigError("--detach with sweep.search=adaptive: the search picks each size from the last result, "
+                          "so it must stay attached; use sweep.search=grid to detach")  # fmt: skip
+    return show_and_exit_code(run_sweep(prepared, args.overrides, progress_bars=not args.quiet, detach=args.detach))
 
 
 def collect(sweep_dir: str | Path, *, ask_scheduler: bool = True) -> SweepResult:

@@ -24,7 +24,7 @@ POLL_S = 2.0
 
 
 @dataclass(kw_only=True, frozen=True)
-class PlannedJob:
+class PreparedJob:
     name: str
     """Script file stem, e.g. `job-000`."""
     trials: tuple[Trial, ...]
@@ -49,8 +49,8 @@ def env_for(cfg: LauncherConfig) -> dict[str, str]:
     return slurm_env(cfg.cluster.slurm_conf)
 
 
-def plan_jobs(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, first_index: int = 0,
-              payload_args: tuple[str, ...] = ()) -> list[PlannedJob]:  # fmt: skip
+def job_requests(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, first_index: int = 0,
+              payload_args: tuple[str, ...] = ()) -> list[PreparedJob]:  # fmt: skip
     """Render every job of these trials (pure apart from reading templates)."""
     sweep_dir = sweep_dir.resolve()
     python = cfg.cluster.python or sys.executable
@@ -67,17 +67,17 @@ def plan_jobs(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, firs
             payload_args=payload_args,
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
         )
-        jobs.append(PlannedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request)))
+        jobs.append(PreparedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request)))
     return jobs
 
 
-def write_scripts(sweep_dir: Path, jobs: list[PlannedJob]) -> None:
+def write_scripts(sweep_dir: Path, jobs: list[PreparedJob]) -> None:
     for job in jobs:
         atomic_write_text(sweep_dir / "jobs" / f"{job.name}.sbatch", job.script)
 
 
-def submit_jobs(sweep_dir: Path, jobs: list[PlannedJob], env: dict[str, str],
-                on_submit: Callable[[PlannedJob, str], None] | None = None) -> None:  # fmt: skip
+def submit_jobs(sweep_dir: Path, jobs: list[PreparedJob], env: dict[str, str],
+                on_submit: Callable[[PreparedJob, str], None] | None = None) -> None:  # fmt: skip
     for job in jobs:
         job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
         for i, t in enumerate(job.trials):

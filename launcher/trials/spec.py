@@ -62,7 +62,7 @@ class Trial:
         return dataclasses.asdict(self)
 
 
-def plan_trial(
+def make_trial(
     cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0,
     variant: str = "",
 ) -> Trial:  # fmt: skip
@@ -109,7 +109,7 @@ def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:
     return sizes
 
 
-def plan_sweep(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
+def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
                skipped: list[str] | None = None) -> list[Trial]:  # fmt: skip
     """All trials of the sweep, smallest size first, `sweep.repeats` of each.
 
@@ -121,7 +121,7 @@ def plan_sweep(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
         for repeat in range(cfg.sweep.repeats):
             try:
                 trials.append(
-                    plan_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
+                    make_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
                                warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat, variant=variant)  # fmt: skip
                 )
             except ConfigError as exc:

@@ -7,7 +7,7 @@ liveness and stop by pid), install (Debian packages), accounting (MariaDB, sacct
 (the record of what `up` started), cluster (the life cycle).
 """
 
-from launcher.slurm.devcluster.cluster import DEFAULT_ROOT, DevCluster, current, down, status, up
+from launcher.slurm.devcluster.lifecycle import DEFAULT_ROOT, DevCluster, current, down, status, up
 from launcher.slurm.devcluster.errors import DevClusterError
 
 __all__ = ["DEFAULT_ROOT", "DevCluster", "DevClusterError", "current", "down", "status", "up"]

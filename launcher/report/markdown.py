@@ -1,0 +1,57 @@
+"""report.md and report.html: the table, the recommendation, the model's fit and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import pandas as pd
+
+from launcher.io import atomic_write_text
+from launcher.report import plots
+from launcher.report.html import write_html
+from launcher.report.terminal import SHORT, display_rows
+from launcher.results.policy import Recommendation
+
+if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
+    from launcher.report.report import ModelSummary
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    header, rows = display_rows(df)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
+                 sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = ()) -> None:  # fmt: skip
+    """report.md and a self-contained report.html, with the PNG plots beside them."""
+    images = [
+        ("Throughput vs GPUs, with the ideal linear line", plots.plot_throughput(df, sweep_dir / "throughput.png")),
+        ("Scaling efficiency vs GPUs, with the threshold", plots.plot_efficiency(df, threshold, sweep_dir / "efficiency.png")),
+        ("$ per 1M tokens vs GPUs", plots.plot_cost(df, sweep_dir / "cost.png")),
+    ]  # fmt: skip
+    plots.plot_scaling(df, threshold, sweep_dir / "scaling.png")
+    model_lines: list[str] = []
+    if model is not None:
+        images.append(("Measured vs predicted throughput (calibrated model, interval shaded)",
+                       plots.plot_predicted(model.predictions, sweep_dir / "predicted.png")))  # fmt: skip
+        model_lines = ["Performance model (step = compute + exposed all-reduce + bubble + overhead):", *model.lines]
+    size = "none" if rec.world_size is None else str(rec.world_size)
+    recommendation = f"Recommended world size: {size} — {rec.reason}"
+    text = "\n".join([
+        f"# Sweep {sweep_id}", "", summary, "",
+        f"**Recommended world size: {size}** — {rec.reason}", "",
+        markdown_table(df), "",
+        *[f"{n}\n" for n in notes],
+        *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)], "",
+        *[f"![{caption}]({path.name})" for caption, path in images], "",
+        "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`. "
+        "The same report as one file: `report.html`.", "",
+    ])  # fmt: skip
+    atomic_write_text(sweep_dir / "report.md", text)
+    header, rows = display_rows(df)
+    short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
+    write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
+               table=pd.DataFrame(rows, columns=short), images=images, notes=[*notes, *model_lines])  # fmt: skip

@@ -1,0 +1,462 @@
+"""`up`, `down`, `status`, `current`: the dev cluster's life cycle.
+
+The state file (`cluster.json` in the cluster folder) records every pid `up` started and every
+namespace or bridge it created; `down` acts on that record only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.slurm.devcluster import accounting, conf, daemons, netns
+from launcher.slurm.devcluster.conf import Layout, Ports
+from launcher.slurm.devcluster.daemons import Proc
+from launcher.slurm.devcluster.errors import DevClusterError
+from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
+from launcher.slurm.devcluster.state import State, load, locked, save
+
+DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
+PORTS = Ports()
+# Nodes that work. Besides idle/alloc/mix: `comp` (a job's epilog is finishing) and `plnd`
+# (idle, held by backfill for a pending job) are normal on a busy cluster, not a fault.
+HEALTHY_STATES = ("idle", "alloc", "mix", "comp", "plnd")
+NODES_TIMEOUT_S = 60.0
+DAEMON_TIMEOUT_S = 60.0
+NOT_ROOT = (
+    "launcher cluster up needs root: it installs Debian packages and creates network namespaces; "
+    "run it as root, or use cluster=local"
+)
+
+
+@dataclass(kw_only=True, frozen=True)
+class DevCluster:
+    root: Path
+    """The cluster folder."""
+    slurm_conf: Path
+    """`export SLURM_CONF=` this for sbatch, squeue, sacct, scontrol, sinfo."""
+    nodes: tuple[str, ...]
+    """Compute node names, ("n1", ..., "nN")."""
+    partition: str
+    """The default partition, "debug"."""
+
+    def env(self) -> dict[str, str]:
+        """A copy of os.environ with SLURM_CONF: what Slurm's client commands need."""
+        return dict(os.environ, SLURM_CONF=str(self.slurm_conf))
+
+
+def _cluster(layout: Layout, nodes: tuple[str, ...]) -> DevCluster:
+    return DevCluster(root=layout.root, slurm_conf=layout.slurm_conf, nodes=nodes, partition=conf.PARTITION)
+
+
+def _daemon_env(layout: Layout) -> dict[str, str]:
+    # Daemons get a small fixed environment, not the caller's (a test runner's variables
+    # would otherwise leak into every job step's slurmstepd).
+    return {"PATH": DAEMON_PATH, "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(layout.slurm_conf)}
+
+
+def _client_env(layout: Layout) -> dict[str, str]:
+    return dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
+
+
+def _run(argv: list[str], layout: Layout, timeout: float = 20.0) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            argv,
+            check=False,
+            capture_output=True,
+            text=True,
+            env=_client_env(layout),
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout:.0f} s")
+
+
+def _sinfo_states(layout: Layout) -> dict[str, str] | None:
+    """Node → compact state (`idle`, `down*`, ...) or None if slurmctld does not answer."""
+    r = _run([program("sinfo"), "--noheader", "--Node", "--format=%N %t"], layout, timeout=10)
+    if r.returncode != 0:
+        return None
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def _configs(layout: Layout, nodes: tuple[str, ...], db_password: str) -> dict[Path, tuple[str, int]]:
+    return {
+        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS), 0o644),
+        layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),
+        layout.gres_conf: (conf.gres_conf_text(layout, nodes), 0o644),
+        layout.hosts: (conf.hosts_text(nodes), 0o644),
+        layout.resolv_conf: (conf.resolv_text(), 0o644),
+    }
+
+
+def _configs_current(layout: Layout, nodes: tuple[str, ...]) -> bool:
+    try:
+        pw = layout.db_password_file.read_text().strip()
+        return all(p.read_text() == text for p, (text, _) in _configs(layout, nodes, pw).items())
+    except OSError:
+        return False
+
+
+def _names(nodes: tuple[str, ...]) -> list[str]:
+    return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
+
+
+def _healthy(layout: Layout, st: State, nodes: tuple[str, ...]) -> bool:
+    if st.nodes != nodes:
+        return False
+    if not all(name in st.procs and daemons.alive(st.procs[name]) for name in _names(nodes)):
+        return False
+    if not all(netns.node_ok(n) for n in nodes) or not _configs_current(layout, nodes):
+        return False
+    states = _sinfo_states(layout)
+    return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
+
+
+# ---------------------------------------------------------------- up
+
+
+def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print) -> DevCluster:
+    """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers."""
+    if os.geteuid() != 0:
+        raise DevClusterError(NOT_ROOT)
+    try:
+        names = conf.node_names(nodes)
+    except ValueError as exc:
+        raise DevClusterError(str(exc)) from None
+    layout = Layout(root=Path(root))
+    if layout.state_file.exists() and _healthy(layout, load(layout), names):
+        return _cluster(layout, names)
+    try:
+        with locked(layout):
+            return _up(layout, names, log)
+    except (InstallError, netns.NetError, OSError, subprocess.SubprocessError) as exc:
+        raise DevClusterError(f"{exc} (logs in {layout.log})") from None
+
+
+def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> DevCluster:
+    t0 = time.monotonic()
+    st = load(layout)
+    if _healthy(layout, st, names):  # another `up` finished while we waited for the lock
+        return _cluster(layout, names)
+    ensure_packages(log, layout.log_file("apt"))
+    _make_dirs(layout, names)
+    changed = _write_configs(layout, names)
+    if st.nodes and st.nodes != names:
+        log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
+    env = _daemon_env(layout)
+
+    if layout.slurmdbd_conf in changed and "slurmdbd" in st.procs:
+        daemons.stop(st.procs.pop("slurmdbd"))
+    _start_munged(layout, st, env)
+    _start_mariadb(layout, st, env)
+    # Namespaces are made while MariaDB starts: both take a moment, neither needs the other.
+    _network_up(layout, st, names)
+    _wait_unix(layout.mysql_socket, "mariadb", layout.log_file("mariadb"), st.procs["mariadb"])
+    accounting.ensure_db_user(layout)
+    # As the controller host: with NoInAddrAny it binds the address lnch-ctl resolves to, 10.77.0.1.
+    _start(layout, st, "slurmdbd", netns.as_host_argv(conf.CONTROLLER, layout, [program("slurmdbd"), "-D"]), env)
+    _wait_tcp(conf.CONTROLLER_IP, PORTS.dbd, "slurmdbd", layout.log_file("slurmdbd"), st.procs["slurmdbd"])
+    if not st.accounting:
+        accounting.ensure_associations(layout, DAEMON_TIMEOUT_S)
+        st.accounting = True
+        save(layout, st)
+
+    # Slurm 22.05 reads the node list only at start, and the hosts files are bound in at start:
+    # any change restarts slurmctld and the nodes.
+    stale = [n for n in st.nodes if n not in names]
+    if (changed - {layout.slurmdbd_conf}) or stale:
+        _stop_slurm(layout, st, st.nodes)
+    for n in stale:
+        _node_net_down(st, n)
+    save(layout, st)
+
+    ctld_argv = netns.as_host_argv(conf.CONTROLLER, layout, [program("slurmctld"), "-D"])
+    _start(layout, st, "slurmctld", ctld_argv, env)
+    for n in names:
+        argv = netns.in_node_argv(n, layout, [program("slurmd"), "-D", "-N", n])
+        _start(layout, st, f"slurmd-{n}", argv, env)
+    st.nodes = names
+    save(layout, st)
+    _wait_ready(layout, st, names)
+    log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
+    return _cluster(layout, names)
+
+
+def _make_dirs(layout: Layout, names: tuple[str, ...]) -> None:
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.root.chmod(0o755)
+    for d in (layout.etc, layout.munge_lib, layout.mysql_dir, layout.state_dir, layout.spool, layout.run, layout.log):
+        d.mkdir(parents=True, exist_ok=True)
+    # munged refuses a key folder others can read and a socket folder others cannot enter.
+    layout.munge_key_dir.mkdir(parents=True, exist_ok=True)
+    layout.munge_key_dir.chmod(0o700)
+    layout.munge_socket_dir.mkdir(parents=True, exist_ok=True)
+    layout.munge_socket_dir.chmod(0o755)
+    layout.munge_lib.chmod(0o700)
+    _make_fake_gpus(layout)
+    for n in names:  # slurmd does not create its spool folder
+        layout.slurmd_spool(n).mkdir(parents=True, exist_ok=True)
+
+
+def _make_fake_gpus(layout: Layout) -> None:
+    """Device files behind the fake GPUs: character devices 1:3, i.e. what /dev/null is, so
+    anything that opens one reads nothing and writes nowhere. slurmd accepts a regular file
+    too, with an error line in its log, which is the fallback where mknod is refused."""
+    layout.fake_gpu_dir.mkdir(exist_ok=True)
+    for f in conf.fake_gpu_files(layout):
+        if f.exists() and stat.S_ISCHR(f.stat().st_mode):
+            continue
+        f.unlink(missing_ok=True)
+        try:
+            os.mknod(f, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except OSError:
+            f.touch()
+
+
+def _write_configs(layout: Layout, names: tuple[str, ...]) -> set[Path]:
+    """Write the config files; returns those whose text changed (their readers must restart)."""
+    pw = accounting.db_password(layout)
+    changed = set()
+    for path, (text, mode) in _configs(layout, names, pw).items():
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.chmod(mode)
+            tmp.replace(path)
+            changed.add(path)
+    return changed
+
+
+def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
+    old = st.procs.get(name)
+    if old is not None and daemons.alive(old):
+        return
+    st.procs[name] = daemons.start(name, argv, log=layout.log / f"{name}.out", env=env)
+    save(layout, st)
+
+
+def _start_munged(layout: Layout, st: State, env: dict[str, str]) -> None:
+    if not layout.munge_key.exists():
+        r = subprocess.run(
+            [program("mungekey"), "--create", f"--keyfile={layout.munge_key}"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            raise DevClusterError(f"mungekey failed: {r.stderr.strip()}")
+        layout.munge_key.chmod(0o600)
+    old = st.procs.get("munged")
+    if old is not None and daemons.alive(old):
+        return
+    # A socket left by a killed munged makes the next one refuse to start.
+    layout.munge_socket.unlink(missing_ok=True)
+    argv = [
+        program("munged"),
+        "--foreground",
+        f"--socket={layout.munge_socket}",
+        f"--key-file={layout.munge_key}",
+        f"--pid-file={layout.run}/munged.pid",
+        f"--log-file={layout.log}/munged.log",
+        f"--seed-file={layout.munge_lib}/munged.seed",
+    ]
+    _start(layout, st, "munged", argv, env)
+    _wait_unix(layout.munge_socket, "munged", layout.log_file("munged"), st.procs["munged"])
+
+
+def _start_mariadb(layout: Layout, st: State, env: dict[str, str]) -> None:
+    old = st.procs.get("mariadb")
+    if old is not None and daemons.alive(old):
+        return
+    accounting.init_datadir(layout)
+    layout.mysql_socket.unlink(missing_ok=True)
+    _start(layout, st, "mariadb", conf.mariadb_argv(layout, PORTS, program("mariadbd")), env)
+
+
+def _network_up(layout: Layout, st: State, names: tuple[str, ...]) -> None:
+    if netns.bridge_up():
+        st.bridge = True
+        save(layout, st)
+    for n in names:
+        if netns.node_up(n) and n not in st.netns:
+            st.netns.append(n)
+            save(layout, st)
+
+
+def _node_net_down(st: State, n: str) -> None:
+    if n in st.netns:
+        netns.node_down(n)
+        st.netns.remove(n)
+    else:
+        netns.kill_all_in(n)
+
+
+def _stop_slurm(layout: Layout, st: State, nodes: tuple[str, ...]) -> None:
+    """Stop the nodes' slurmd (and every process in their namespaces) and slurmctld."""
+    node_procs = [st.procs[f"slurmd-{n}"] for n in nodes if f"slurmd-{n}" in st.procs]
+    for p in node_procs:
+        if daemons.alive(p):
+            daemons.signal_pid(p.pid, 15)
+    daemons.wait_dead(node_procs, 10.0)
+    for n in nodes:
+        # slurmstepd and the jobs' tasks outlive slurmd; they were started by this cluster.
+        netns.kill_all_in(n)
+        st.procs.pop(f"slurmd-{n}", None)
+    if "slurmctld" in st.procs:
+        daemons.stop(st.procs.pop("slurmctld"))
+    save(layout, st)
+
+
+# ---------------------------------------------------------------- waiting
+
+
+def _fail(what: str, log_file: Path, proc: Proc | None) -> DevClusterError:
+    dead = ""
+    if proc is not None and not daemons.alive(proc):
+        rc = daemons.exit_code(proc)
+        dead = f" (it exited{'' if rc is None else f' with {rc}'})"
+    return DevClusterError(f"{what} did not come up{dead}; read {log_file}")
+
+
+def _wait(
+    check: Callable[[], bool], what: str, log_file: Path, proc: Proc | None, timeout: float = DAEMON_TIMEOUT_S
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if (proc is not None and not daemons.alive(proc)) or time.monotonic() > deadline:
+            raise _fail(what, log_file, proc)
+        time.sleep(0.05)
+
+
+def _wait_unix(path: Path, what: str, log_file: Path, proc: Proc) -> None:
+    def ok() -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(path))
+                return True
+            except OSError:
+                return False
+
+    _wait(ok, what, log_file, proc)
+
+
+def _wait_tcp(host: str, port: int, what: str, log_file: Path, proc: Proc) -> None:
+    def ok() -> bool:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    _wait(ok, what, log_file, proc)
+
+
+def _wait_ready(layout: Layout, st: State, names: tuple[str, ...]) -> None:
+    ctld = st.procs["slurmctld"]
+    _wait_tcp(conf.CONTROLLER_IP, PORTS.ctld, "slurmctld", layout.log_file("slurmctld"), ctld)
+    deadline = time.monotonic() + NODES_TIMEOUT_S
+    resumed: set[str] = set()
+    while True:
+        states = _sinfo_states(layout) or {}
+        bad = {n: states.get(n, "?") for n in names if states.get(n) not in HEALTHY_STATES}
+        if not bad:
+            break
+        for n, s in bad.items():
+            # A node that answers but stays down/drained (after a failure test) needs a resume.
+            if s in ("down", "drain") and n not in resumed:
+                _run([program("scontrol"), "update", f"nodename={n}", "state=resume"], layout)
+                resumed.add(n)
+        dead = [n for n in names if not daemons.alive(st.procs[f"slurmd-{n}"])]
+        if dead or not daemons.alive(ctld) or time.monotonic() > deadline:
+            if not daemons.alive(ctld):
+                raise _fail("slurmctld", layout.log_file("slurmctld"), ctld)
+            n = dead[0] if dead else next(iter(bad))
+            detail = ", ".join(f"{k}={v}" for k, v in bad.items())
+            raise DevClusterError(
+                f"node {n} did not come up ({detail}); read {layout.log / f'slurmd-{n}.log'} and {layout.log_file('slurmctld')}"
+            )
+        time.sleep(0.1)
+    while True:
+        r = _run([program("sacct"), "--noheader", "-X", "--format=JobID", "-j", "1"], layout)
+        if r.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise DevClusterError(f"sacct does not answer ({r.stderr.strip()}); read {layout.log_file('slurmdbd')}")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- down, status, current
+
+
+def down(root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print) -> None:
+    """Stop what `up` started (by recorded pid) and remove the namespaces and bridge it made."""
+    layout = Layout(root=Path(root))
+    if not layout.state_file.exists():
+        log(f"no dev cluster recorded in {layout.root}; nothing to stop")
+        return
+    if os.geteuid() != 0:
+        raise DevClusterError(
+            "launcher cluster down needs root: it stops root's daemons and removes network namespaces"
+        )
+    with locked(layout):
+        st = load(layout)
+        nodes = tuple(sorted({*st.nodes, *st.netns, *(k[7:] for k in st.procs if k.startswith("slurmd-"))}))
+        _stop_slurm(layout, st, nodes)
+        for name in ("slurmdbd", "mariadb", "munged"):
+            if name in st.procs:
+                daemons.stop(st.procs.pop(name), timeout=20.0)
+                save(layout, st)
+        for name in list(st.procs):  # anything recorded that the names above missed
+            daemons.stop(st.procs.pop(name))
+        for n in list(st.netns):
+            _node_net_down(st, n)
+        if st.bridge:
+            netns.bridge_down()
+            st.bridge = False
+        st.nodes = ()
+        save(layout, st)
+    log(f"dev cluster down (its folder {layout.root} is kept)")
+
+
+def status(root: Path = DEFAULT_ROOT) -> str:
+    layout = Layout(root=Path(root))
+    st = load(layout)
+    if not st.procs:
+        return f"no dev cluster running (folder {layout.root}); start one with `launcher cluster up`"
+    lines = []
+    for name in _names(st.nodes) + [k for k in st.procs if k not in _names(st.nodes)]:
+        p = st.procs.get(name)
+        lines.append(
+            f"{name:<12} {'not started' if p is None else f'pid {p.pid:<8} ' + ('alive' if daemons.alive(p) else 'DEAD')}"
+        )
+    r = _run([program("sinfo"), "--Node"], layout, timeout=10)
+    lines.append("")
+    lines.append((r.stdout if r.returncode == 0 else f"sinfo failed: {r.stderr.strip()}\n").rstrip("\n"))
+    lines.append(f"export SLURM_CONF={layout.slurm_conf}")
+    return "\n".join(lines)
+
+
+def current(root: Path = DEFAULT_ROOT) -> DevCluster | None:
+    """The running cluster (all its recorded daemons alive), or None."""
+    layout = Layout(root=Path(root))
+    try:
+        st = load(layout)
+    except DevClusterError:
+        return None
+    if not st.nodes or not all(n in st.procs and daemons.alive(st.procs[n]) for n in _names(st.nodes)):
+        return None
+    return _cluster(layout, st.nodes)

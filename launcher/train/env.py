@@ -1,0 +1,112 @@
+"""Who this process is in the job: the one place in the payload that reads rank, local rank,
+world size and the rendezvous address from the environment.
+
+- torchrun, and the local executor (which sets the same variables): RANK, LOCAL_RANK, WORLD_SIZE.
+- plain `srun`, one task per rank: Slurm sets only SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS.
+  (Under `launch=torchrun` on Slurm both are set; SLURM_PROCID is then the node's task, not the
+  rank, so torchrun's variables win.)
+- neither: a lone process, rank 0 of 1.
+
+MASTER_ADDR/MASTER_PORT are kept when set (the sbatch template exports them per trial); under
+Slurm without them, the first host of SLURM_JOB_NODELIST and 20000 + SLURM_JOB_ID % 20000.
+
+Slurm's variables are read here rather than through submitit's helpers: `submitit.JobEnvironment`
+and `helpers.TorchDistributedEnvironment` only recognise a job that submitit itself submitted
+(SUBMITIT_EXECUTOR=slurm; under plain srun they raise "Could not figure out which environment"),
+they read os.environ rather than a given mapping, and TorchDistributedEnvironment draws
+MASTER_PORT at random from the job id instead of the template's rule. The host-list parsing is
+checked against submitit's in tests/test_rank_env.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SLURM_PORT_BASE = 20000
+"""Under Slurm, MASTER_PORT = 20000 + SLURM_JOB_ID % 20000 (the sbatch template's rule): a port
+fixed per job keeps two jobs' ranks on a shared node from joining each other."""
+DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 29500  # torch's own defaults; only a lone process uses them
+DEFAULT = "default"
+"""The source named for a value no variable gave."""
+
+TORCHRUN = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}
+SLURM = {"rank": "SLURM_PROCID", "local_rank": "SLURM_LOCALID", "world_size": "SLURM_NTASKS"}
+
+
+@dataclass(kw_only=True, frozen=True)
+class RankEnv:
+    rank: int
+    """Global rank, 0 ≤ rank < world_size."""
+    local_rank: int
+    """Rank on this node (selects the GPU)."""
+    world_size: int
+    """Ranks in the trial (the job step under srun)."""
+    master_addr: str
+    """Host of the rendezvous store (rank 0's, or torchrun's agent's)."""
+    master_port: int
+    """Port of the rendezvous store."""
+    sources: dict[str, str]
+    """Field name → the variable it came from ("SLURM_JOB_ID" for a derived port, "default" for none)."""
+
+
+def process_env(environ: Mapping[str, str]) -> RankEnv:
+    """This process's place in the job, from `environ` (os.environ in the payload)."""
+    names = TORCHRUN if "RANK" in environ else SLURM if "SLURM_PROCID" in environ else None
+    ranks = {field: read_int(environ, name) for field, name in names.items()} if names else {}
+    rank, local_rank, world_size = ranks.get("rank", 0), ranks.get("local_rank", 0), ranks.get("world_size", 1)
+    where = {field: names[field] if names else DEFAULT for field in TORCHRUN}
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} ({where['rank']}) is outside 0..{world_size - 1} ({where['world_size']}={world_size})")
+    if not 0 <= local_rank < world_size:
+        raise ValueError(f"local rank {local_rank} ({where['local_rank']}) is outside 0..{world_size - 1}")
+    addr, where["master_addr"] = master_addr(environ, slurm=names is SLURM)
+    port, where["master_port"] = master_port(environ, slurm=names is SLURM)
+    return RankEnv(rank=rank, local_rank=local_rank, world_size=world_size, master_addr=addr, master_port=port,
+                   sources=where)  # fmt: skip
+
+
+def read_int(environ: Mapping[str, str], name: str) -> int:
+    if name not in environ:
+        raise ValueError(f"{name} is not set (the other rank variables of its launcher are)")
+    try:
+        return int(environ[name])
+    except ValueError:
+        raise ValueError(f"{name}={environ[name]!r} is not an integer") from None
+
+
+def master_addr(environ: Mapping[str, str], *, slurm: bool) -> tuple[str, str]:
+    """(address, where it came from)."""
+    if environ.get("MASTER_ADDR"):
+        return environ["MASTER_ADDR"], "MASTER_ADDR"
+    if slurm:
+        if not environ.get("SLURM_JOB_NODELIST"):
+            raise ValueError("under Slurm without MASTER_ADDR, SLURM_JOB_NODELIST must name the hosts")
+        return first_host(environ["SLURM_JOB_NODELIST"]), "SLURM_JOB_NODELIST"
+    return DEFAULT_ADDR, DEFAULT
+
+
+def master_port(environ: Mapping[str, str], *, slurm: bool) -> tuple[int, str]:
+    """(port, where it came from)."""
+    if environ.get("MASTER_PORT"):
+        port, source = read_int(environ, "MASTER_PORT"), "MASTER_PORT"
+    elif slurm:
+        port, source = SLURM_PORT_BASE + read_int(environ, "SLURM_JOB_ID") % 20000, "SLURM_JOB_ID"
+    else:
+        port, source = DEFAULT_PORT, DEFAULT
+    if not 0 < port < 65536:
+        raise ValueError(f"MASTER_PORT={port} is not a TCP port (1..65535)")
+    return port, source
+
+
+_FIRST_GROUP = re.compile(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*")
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list: "gpu-[003-004,010],cpu1" → "gpu-003" (each bracket
+    range's first value, zero padding kept; what `scontrol show hostnames` would list first)."""
+    group = _FIRST_GROUP.match(nodelist).group()  # type: ignore[union-attr]  # matches "" at worst
+    if not group or (len(group) < len(nodelist) and nodelist[len(group)] != ","):
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a Slurm host list")
+    return re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[,-]", m.group(1))[0], group)
