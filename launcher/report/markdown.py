@@ -14,7 +14,7 @@ from launcher.report.terminal import SHORT, display_rows
 from launcher.results.policy import Recommendation
 
 if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
-    from launcher.report.report import ModelSummary
+    from launcher.model.summary import ModelSummary
 
 
 def markdown_table(df: pd.DataFrame) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from launcher.config.validate import env_pairs
-from launcher.io import atomic_write_json, read_json
+from launcher.io import atomic_write_json, last_lines, read_json
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
@@ -193,15 +193,6 @@ def _stop(procs: list[subprocess.Popen]) -> set[int]:
             procs[i].kill()
             procs[i].wait()
     return alive
-
-
-def last_lines(path: Path, n: int = 2, width: int = 160) -> str:
-    """The last non-empty lines of a log, each cut to `width`, joined with ' | ' (for a reason)."""
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return " | ".join(ln if len(ln) <= width else ln[: width - 1] + "…" for ln in lines[-n:])
 
 
 _STEP = re.compile(rb"step (\d+)/(\d+)")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import jinja2
+
 from launcher import __version__
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
@@ -93,9 +95,7 @@ class JobRequest:
 
 
 @lru_cache(maxsize=1)
-def _environment():
-    import jinja2
-
+def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,

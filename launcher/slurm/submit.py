@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.io import atomic_write_json, atomic_write_text, last_lines, read_json
 from launcher.trials.spec import Trial
 from launcher.slurm.render import JobRequest, job_request, render_script
 from launcher.slurm.commands import JobState, query, sbatch, slurm_env
@@ -128,8 +131,6 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
     """What the trial's own files say about a failed attempt: the first task srun saw fail,
     srun's exit code (the job script records it), and the end of the first rank log that holds
     an error, else of rank 0's."""
-    from launcher.run.local import last_lines
-
     codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
     parts = []
     task = first_task_error(batch_log, tdir.resolve()) if batch_log else None
@@ -199,9 +200,6 @@ def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
 
 def track(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True) -> None:
     """Poll until every submitted trial has reached a terminal state, showing each one's state."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     console = Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from launcher.slurm.devcluster.errors import DevClusterError
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -133,3 +137,48 @@ def wait_dead(procs: list[Proc], timeout: float) -> bool:
 def proc_of(pid: int, name: str) -> Proc | None:
     st = _stat(pid)
     return None if st is None else Proc(name=name, pid=pid, start=st[1])
+
+
+# ---------------------------------------------------------------- waiting until one answers
+
+
+def failure(what: str, log_file: Path, proc: Proc | None) -> DevClusterError:
+    """The error for a daemon that did not come up: whether it died, and its log."""
+    dead = ""
+    if proc is not None and not alive(proc):
+        rc = exit_code(proc)
+        dead = f" (it exited{'' if rc is None else f' with {rc}'})"
+    return DevClusterError(f"{what} did not come up{dead}; read {log_file}")
+
+
+def wait_until(
+    check: Callable[[], bool], what: str, log_file: Path, proc: Proc | None, timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if (proc is not None and not alive(proc)) or time.monotonic() > deadline:
+            raise failure(what, log_file, proc)
+        time.sleep(0.05)
+
+
+def wait_unix(path: Path, what: str, log_file: Path, proc: Proc) -> None:
+    def ok() -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(path))
+                return True
+            except OSError:
+                return False
+
+    wait_until(ok, what, log_file, proc)
+
+
+def wait_tcp(host: str, port: int, what: str, log_file: Path, proc: Proc) -> None:
+    def ok() -> bool:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(ok, what, log_file, proc)

@@ -7,23 +7,20 @@ namespace or bridge it created; `down` acts on that record only.
 from __future__ import annotations
 
 import os
-import socket
-import stat
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm.devcluster import accounting, conf, daemons, netns
-from launcher.slurm.devcluster.conf import Layout, Ports
-from launcher.slurm.devcluster.daemons import Proc
+from launcher.slurm.devcluster import accounting, conf, daemons, files, netns
+from launcher.slurm.devcluster.conf import Layout
 from launcher.slurm.devcluster.errors import DevClusterError
 from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
 from launcher.slurm.devcluster.state import State, load, locked, save
 
 DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
-PORTS = Ports()
+PORTS = files.PORTS
 # Nodes that work. Besides idle/alloc/mix: `comp` (a job's epilog is finishing) and `plnd`
 # (idle, held by backfill for a pending job) are normal on a busy cluster, not a fault.
 HEALTHY_STATES = ("idle", "alloc", "mix", "comp", "plnd")
@@ -93,24 +90,6 @@ def _sinfo_states(layout: Layout) -> dict[str, str] | None:
     return out
 
 
-def _configs(layout: Layout, nodes: tuple[str, ...], db_password: str) -> dict[Path, tuple[str, int]]:
-    return {
-        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS), 0o644),
-        layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),
-        layout.gres_conf: (conf.gres_conf_text(layout, nodes), 0o644),
-        layout.hosts: (conf.hosts_text(nodes), 0o644),
-        layout.resolv_conf: (conf.resolv_text(), 0o644),
-    }
-
-
-def _configs_current(layout: Layout, nodes: tuple[str, ...]) -> bool:
-    try:
-        pw = layout.db_password_file.read_text().strip()
-        return all(p.read_text() == text for p, (text, _) in _configs(layout, nodes, pw).items())
-    except OSError:
-        return False
-
-
 def _names(nodes: tuple[str, ...]) -> list[str]:
     return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
 
@@ -120,7 +99,7 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...]) -> bool:
         return False
     if not all(name in st.procs and daemons.alive(st.procs[name]) for name in _names(nodes)):
         return False
-    if not all(netns.node_ok(n) for n in nodes) or not _configs_current(layout, nodes):
+    if not all(netns.node_ok(n) for n in nodes) or not files.configs_current(layout, nodes):
         return False
     states = _sinfo_states(layout)
     return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
@@ -153,8 +132,8 @@ def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> D
     if _healthy(layout, st, names):  # another `up` finished while we waited for the lock
         return _cluster(layout, names)
     ensure_packages(log, layout.log_file("apt"))
-    _make_dirs(layout, names)
-    changed = _write_configs(layout, names)
+    files.make_dirs(layout, names)
+    changed = files.write_configs(layout, names)
     if st.nodes and st.nodes != names:
         log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
     env = _daemon_env(layout)
@@ -165,11 +144,11 @@ def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> D
     _start_mariadb(layout, st, env)
     # Namespaces are made while MariaDB starts: both take a moment, neither needs the other.
     _network_up(layout, st, names)
-    _wait_unix(layout.mysql_socket, "mariadb", layout.log_file("mariadb"), st.procs["mariadb"])
+    daemons.wait_unix(layout.mysql_socket, "mariadb", layout.log_file("mariadb"), st.procs["mariadb"])
     accounting.ensure_db_user(layout)
     # As the controller host: with NoInAddrAny it binds the address lnch-ctl resolves to, 10.77.0.1.
     _start(layout, st, "slurmdbd", netns.as_host_argv(conf.CONTROLLER, layout, [program("slurmdbd"), "-D"]), env)
-    _wait_tcp(conf.CONTROLLER_IP, PORTS.dbd, "slurmdbd", layout.log_file("slurmdbd"), st.procs["slurmdbd"])
+    daemons.wait_tcp(conf.CONTROLLER_IP, PORTS.dbd, "slurmdbd", layout.log_file("slurmdbd"), st.procs["slurmdbd"])
     if not st.accounting:
         accounting.ensure_associations(layout, DAEMON_TIMEOUT_S)
         st.accounting = True
@@ -194,51 +173,6 @@ def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> D
     _wait_ready(layout, st, names)
     log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
     return _cluster(layout, names)
-
-
-def _make_dirs(layout: Layout, names: tuple[str, ...]) -> None:
-    layout.root.mkdir(parents=True, exist_ok=True)
-    layout.root.chmod(0o755)
-    for d in (layout.etc, layout.munge_lib, layout.mysql_dir, layout.state_dir, layout.spool, layout.run, layout.log):
-        d.mkdir(parents=True, exist_ok=True)
-    # munged refuses a key folder others can read and a socket folder others cannot enter.
-    layout.munge_key_dir.mkdir(parents=True, exist_ok=True)
-    layout.munge_key_dir.chmod(0o700)
-    layout.munge_socket_dir.mkdir(parents=True, exist_ok=True)
-    layout.munge_socket_dir.chmod(0o755)
-    layout.munge_lib.chmod(0o700)
-    _make_fake_gpus(layout)
-    for n in names:  # slurmd does not create its spool folder
-        layout.slurmd_spool(n).mkdir(parents=True, exist_ok=True)
-
-
-def _make_fake_gpus(layout: Layout) -> None:
-    """Device files behind the fake GPUs: character devices 1:3, i.e. what /dev/null is, so
-    anything that opens one reads nothing and writes nowhere. slurmd accepts a regular file
-    too, with an error line in its log, which is the fallback where mknod is refused."""
-    layout.fake_gpu_dir.mkdir(exist_ok=True)
-    for f in conf.fake_gpu_files(layout):
-        if f.exists() and stat.S_ISCHR(f.stat().st_mode):
-            continue
-        f.unlink(missing_ok=True)
-        try:
-            os.mknod(f, stat.S_IFCHR | 0o666, os.makedev(1, 3))
-        except OSError:
-            f.touch()
-
-
-def _write_configs(layout: Layout, names: tuple[str, ...]) -> set[Path]:
-    """Write the config files; returns those whose text changed (their readers must restart)."""
-    pw = accounting.db_password(layout)
-    changed = set()
-    for path, (text, mode) in _configs(layout, names, pw).items():
-        if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.chmod(mode)
-            tmp.replace(path)
-            changed.add(path)
-    return changed
 
 
 def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
@@ -275,7 +209,7 @@ def _start_munged(layout: Layout, st: State, env: dict[str, str]) -> None:
         f"--seed-file={layout.munge_lib}/munged.seed",
     ]
     _start(layout, st, "munged", argv, env)
-    _wait_unix(layout.munge_socket, "munged", layout.log_file("munged"), st.procs["munged"])
+    daemons.wait_unix(layout.munge_socket, "munged", layout.log_file("munged"), st.procs["munged"])
 
 
 def _start_mariadb(layout: Layout, st: State, env: dict[str, str]) -> None:
@@ -324,50 +258,9 @@ def _stop_slurm(layout: Layout, st: State, nodes: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------- waiting
 
 
-def _fail(what: str, log_file: Path, proc: Proc | None) -> DevClusterError:
-    dead = ""
-    if proc is not None and not daemons.alive(proc):
-        rc = daemons.exit_code(proc)
-        dead = f" (it exited{'' if rc is None else f' with {rc}'})"
-    return DevClusterError(f"{what} did not come up{dead}; read {log_file}")
-
-
-def _wait(
-    check: Callable[[], bool], what: str, log_file: Path, proc: Proc | None, timeout: float = DAEMON_TIMEOUT_S
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if (proc is not None and not daemons.alive(proc)) or time.monotonic() > deadline:
-            raise _fail(what, log_file, proc)
-        time.sleep(0.05)
-
-
-def _wait_unix(path: Path, what: str, log_file: Path, proc: Proc) -> None:
-    def ok() -> bool:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            try:
-                s.connect(str(path))
-                return True
-            except OSError:
-                return False
-
-    _wait(ok, what, log_file, proc)
-
-
-def _wait_tcp(host: str, port: int, what: str, log_file: Path, proc: Proc) -> None:
-    def ok() -> bool:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    _wait(ok, what, log_file, proc)
-
-
 def _wait_ready(layout: Layout, st: State, names: tuple[str, ...]) -> None:
     ctld = st.procs["slurmctld"]
-    _wait_tcp(conf.CONTROLLER_IP, PORTS.ctld, "slurmctld", layout.log_file("slurmctld"), ctld)
+    daemons.wait_tcp(conf.CONTROLLER_IP, PORTS.ctld, "slurmctld", layout.log_file("slurmctld"), ctld)
     deadline = time.monotonic() + NODES_TIMEOUT_S
     resumed: set[str] = set()
     while True:
@@ -383,7 +276,7 @@ def _wait_ready(layout: Layout, st: State, names: tuple[str, ...]) -> None:
         dead = [n for n in names if not daemons.alive(st.procs[f"slurmd-{n}"])]
         if dead or not daemons.alive(ctld) or time.monotonic() > deadline:
             if not daemons.alive(ctld):
-                raise _fail("slurmctld", layout.log_file("slurmctld"), ctld)
+                raise daemons.failure("slurmctld", layout.log_file("slurmctld"), ctld)
             n = dead[0] if dead else next(iter(bad))
             detail = ", ".join(f"{k}={v}" for k, v in bad.items())
             raise DevClusterError(
