@@ -3,7 +3,7 @@ of the grid's GPU-hours?
 
 Two families on the grid 8…4096 GPUs (doubling), thresholds 0.7/0.8/0.9:
   smooth   efficiency 1/(1 + (log2(N/8)/log2(knee/8))²), knees 24…1500
-  α-β      strong scaling (global batch 2048 fixed), step time from launcher.model.perfmodel (DDP, 1.3B
+  α-β      strong scaling (global batch 2048 fixed), step time from launcher.model.step (DDP, 1.3B
            parameters, 8 GPUs per node, NVLink in-node, InfiniBand 200/400 Gb/s or Ethernet 100 Gb/s
            between nodes, compute 0.5–2 s per step at 8 GPUs);
            the search may also stop early on the calibrated model's upper bound (model-guided).
@@ -22,7 +22,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.model.perfmodel import LINKS, Observation, Shape, fit, from_presets, ring_allreduce_s  # noqa: E402
+from launcher.model.fit import fit  # noqa: E402
+from launcher.model.links import LINKS, ring_allreduce_s  # noqa: E402
+from launcher.model.presets import from_presets  # noqa: E402
+from launcher.model.step import Observation, Shape  # noqa: E402
 from launcher.run.next_size import run_search  # noqa: E402
 
 GRID = [8 * 2**k for k in range(10)]  # 8 … 4096

@@ -8,17 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from launcher.model.perfmodel import (
-    LINKS,
-    Link,
-    Observation,
-    PerfModel,
-    Shape,
-    fit,
-    from_presets,
-    pipeline_bubble,
-    ring_allreduce_s,
-)
+from launcher.model.fit import SIGMA_WITHOUT_DOF, fit
+from launcher.model.links import LINKS, Link, ring_allreduce_s
+from launcher.model.presets import from_presets
+from launcher.model.step import Observation, PerfModel, Shape
+from launcher.model.summary import layout_line, residual_phrase
+from launcher.trials.layout import pipeline_bubble
 
 # Ground truth for the synthetic trials; the presets handed to `fit` differ from it on purpose,
 # so a parameter left at its preset would fail the recovery test.
@@ -155,7 +150,7 @@ def test_pipeline_bubble_compute_over_one_minus_b():
     p, m = 4, 8
     b = pipeline_bubble(p, m)
     assert b == pytest.approx(3 / 11, rel=1e-15)
-    assert pipeline_bubble(p, m, virtual_stages=2) == pytest.approx(3 / 19, rel=1e-15)
+    assert pipeline_bubble(p, m, virtual=2) == pytest.approx(3 / 19, rel=1e-15)
     shape = Shape(world_size=8, ranks_per_node=8, dp=2, global_batch=64, bubble=b)
     pred = truth_model().predict(shape)
     assert pred.compute_s == pytest.approx(C * 64 / 8, rel=1e-15)
@@ -200,7 +195,25 @@ def test_no_communication_fixes_exposure_and_few_trials_fix_overhead():
     assert model.source("overhead_s") == "fixed at 0 (1 step time for 3 parameters)"
     assert model.source("exposed_comm") == "fixed at 1 (1 step time for 2 parameters)"
     assert model.predict(strong(8, 64)).step_s == pytest.approx(0.05, rel=1e-12)
-    assert model.rel_sigma == 0.10  # no residual degrees of freedom: the assumed scatter
+    assert model.rel_sigma_measured is None  # no residual degrees of freedom to measure it on
+
+
+def test_no_residual_is_recorded_and_said_not_printed_as_a_percentage():
+    # One trial for one free parameter (overhead and exposure fixed): n ≤ p, nothing to measure.
+    model = fit([Observation(shape=strong(8, 64), step_s=0.05)], intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert (model.n_observations, model.n_parameters, model.rel_sigma_measured) == (1, 1, None)
+    # Intervals still need a scatter: they assume one, and the record says it was assumed.
+    assert model.rel_sigma == SIGMA_WITHOUT_DOF
+    assert model.to_dict()["rel_sigma_measured"] is None
+    assert residual_phrase(model) == "no residual (n ≤ p: 1 trial, 1 parameter)"
+    line = layout_line("ddp", model)
+    assert line.endswith("fitted on 1 trial, no residual (n ≤ p: 1 trial, 1 parameter)")
+    assert "%" not in line.split("fitted on")[1]
+
+    # Spare trials: the residual is measured, and that is what the line reports.
+    fitted = fit(synthetic(weak_grid(), noise=0.01, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    assert fitted.n_parameters == 3 and fitted.rel_sigma_measured == fitted.rel_sigma
+    assert layout_line("ddp", fitted).endswith(f"fitted on 21 trials, residual {fitted.rel_sigma:.1%}")
 
 
 def test_same_work_everywhere_cannot_separate_overhead():

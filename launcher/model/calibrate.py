@@ -15,11 +15,11 @@ from typing import Any, Sequence
 import pandas as pd
 
 from launcher.config.derived import BatchMath
-from launcher.io import read_json
 from launcher.model.fit import fit
 from launcher.model.links import LINKS
 from launcher.model.shapes import build_shape
 from launcher.model.step import Observation, PerfModel, Shape
+from launcher.trials.folder import read_record, read_trial, trial_dirs
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -57,22 +57,23 @@ class Measured:
         return -(-self.trial["world_size"] // max(1, self.trial["nodes"]))
 
 
-def load_measured(sweep_dir: Path) -> list[Measured]:
-    """Every trial of the sweep whose payload completed (record present, status completed)."""
+def load_measured(sweep_dir: Path, unreadable: list[str] | None = None) -> list[Measured]:
+    """Every trial of the sweep whose payload completed (record present, status completed).
+    A trial whose record.json or trial.json is damaged cannot be calibrated on: it is left out,
+    and `<trial-id>: <reason>` is appended to `unreadable` (when given) so the caller can say so."""
     out = []
-    for tdir in sorted((sweep_dir / "trials").glob("*/")):
-        rec_path = tdir / "record.json"
-        if not rec_path.exists():
+    for tdir in trial_dirs(sweep_dir):
+        rec = read_record(tdir)
+        m = (rec.doc or {}).get("metrics") or {}
+        if rec.missing or (rec.ok and (rec.doc["status"] != "completed" or not m.get("step_time_median_s"))):
+            continue  # not completed: nothing to calibrate on, and nothing wrong with the files
+        spec = read_trial(tdir)
+        if rec.doc is None or spec.doc is None:
+            if unreadable is not None:
+                unreadable.append(f"{tdir.name}: {rec.reason if rec.doc is None else spec.reason}")
             continue
-        try:
-            rec = read_json(rec_path)
-        except (OSError, ValueError):
-            continue
-        m = rec.get("metrics") or {}
-        if rec.get("status") != "completed" or not m.get("step_time_median_s"):
-            continue
-        trial = read_json(tdir / "trial.json")["trial"]
-        out.append(Measured(trial=trial, metrics=m, config=rec.get("config") or {}, wall_s=rec.get("wall_s") or 0.0))
+        out.append(Measured(trial=spec.doc["trial"], metrics=m, config=rec.doc.get("config") or {},
+                            wall_s=rec.doc.get("wall_s") or 0.0))  # fmt: skip
     return out
 
 

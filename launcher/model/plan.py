@@ -64,6 +64,8 @@ def parse_gpus(spec: str) -> list[int]:
 
 @dataclass(kw_only=True, frozen=True)
 class Forecast:
+    """What `launcher plan` prints: the predicted table, the pick, and where the model came from."""
+
     table: pd.DataFrame
     """Per size: predicted tokens/s with its interval, efficiency, cost; impossible sizes with the reason."""
     recommendation: Recommendation

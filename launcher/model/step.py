@@ -200,7 +200,8 @@ class PerfModel:
         if self.rel_sigma_measured is not None and not self.rel_sigma_measured >= 0:
             raise ValueError(f"rel_sigma_measured must be ≥ 0 or None, got {self.rel_sigma_measured}")
         if len(self.cov) != len(self.free) or any(len(row) != len(self.free) for row in self.cov):
-            raise ValueError(f"cov must be {len(self.free)}×{len(self.free)} for free={self.free}")
+            shape = [len(row) for row in self.cov]
+            raise ValueError(f"cov must be {len(self.free)}×{len(self.free)} for free={self.free}, got row lengths {shape}")
 
     def source(self, key: str) -> str:
         """Where parameter `key` ("intra", "inter", or a field name) came from."""

@@ -1,0 +1,70 @@
+"""The sweep's calibrated model as a report shows it: one model per layout fitted on the
+completed trials, its predictions at the grid's sizes and beyond, and one line per layout saying
+what was fitted and where each figure came from. The report only renders what this returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from launcher.config.schema import LauncherConfig
+from launcher.io import read_json
+from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
+from launcher.model.step import PerfModel
+
+
+@dataclass(kw_only=True, frozen=True)
+class ModelSummary:
+    """What the report shows of the performance model."""
+
+    predictions: pd.DataFrame
+    """calibrate.predictions(): per variant and size, predicted vs measured tokens/s."""
+    lines: list[str]
+    """One line per layout: the fitted parameters and where each came from; then the in-sample error."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def residual_phrase(model: PerfModel) -> str:
+    """The fit's residual as measured, or that there was none to measure: with no more trials
+    than parameters the intervals rest on an assumed scatter, which must not read as a measurement."""
+    if model.rel_sigma_measured is None:
+        n, p = model.n_observations, model.n_parameters
+        return f"no residual (n ≤ p: {_count(n, 'trial')}, {_count(p, 'parameter')})"
+    return f"residual {model.rel_sigma_measured:.1%}"
+
+
+def layout_line(layout: str, m: PerfModel) -> str:
+    """One layout's fitted parameters and their sources, for report.md."""
+    inter, intra = m.inter, m.intra
+    contention = f"oversubscribed CPU compute × contention^{m.contention_exponent:.2f}; "
+    return (
+        f"`{layout}`: {m.compute_s_per_sample * 1e3:.3g} ms of compute per sample, "
+        f"{m.overhead_s * 1e3:.3g} ms overhead per step, {m.exposed_comm:.0%} of the all-reduce exposed; "
+        f"inter-node {inter.bandwidth_gbps:.3g} GB/s, α {inter.latency_s * 1e6:.3g} µs ({m.source('inter')}); "
+        f"intra-node {intra.bandwidth_gbps:.3g} GB/s ({m.source('intra')}); "
+        + (contention if m.contention_exponent != 1 else "")
+        + f"fitted on {_count(m.n_observations, 'trial')}, {residual_phrase(m)}"
+    )
+
+
+def model_summary(sweep_dir: Path, cfg: LauncherConfig) -> ModelSummary | None:
+    """Fit the performance model on the sweep's completed trials and predict the grid's sizes
+    plus 2× and 4× the largest; None when nothing completed (or the fit is impossible)."""
+    measured = load_measured(sweep_dir)
+    if not measured:
+        return None
+    try:
+        models = fit_layouts(measured, cfg.cluster.intra_link, cfg.cluster.inter_link)
+    except ValueError:
+        return None
+    largest = max(m.trial["world_size"] for m in measured)
+    grid = {t["world_size"] for t in (read_json(sweep_dir / "sweep.json").get("trials") or [])}
+    pred = predictions(measured, models, sorted(grid | {2 * largest, 4 * largest}))
+    lines = [layout_line(layout, m) for layout, m in models.items()]
+    lines.append(f"In-sample error (MAPE) of predicted tokens/s: {mape(pred):.1f}%.")
+    return ModelSummary(predictions=pred, lines=lines)
