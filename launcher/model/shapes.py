@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from launcher.config.derived import BatchMath
 from launcher.model.step import Shape
-from launcher.trials.layout import fsdp_comm_factor
-
-
-def comm_factor(layout: str, reshard_after_forward: bool) -> float:
-    """All-reduce volumes per step of `layout`: FSDP's factor for the FSDP layouts, 1 otherwise."""
-    return fsdp_comm_factor(reshard_after_forward) if layout.startswith("fsdp") else 1.0
+from launcher.trials.layout import comm_factor
 
 
 def build_shape(

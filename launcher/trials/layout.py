@@ -8,6 +8,7 @@ from launcher.config.schema import LauncherConfig, ParallelConfig
 
 PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp")
 TP_LAYOUTS = ("tp", "fsdp_tp")
+FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp")
 
 
 def virtual_stages(par: ParallelConfig) -> int:
@@ -31,8 +32,15 @@ def fsdp_comm_factor(reshard_after_forward: bool) -> float:
     return 1.5 if reshard_after_forward else 1.0
 
 
+def comm_factor(layout: str, reshard_after_forward: bool) -> float:
+    """Data-parallel communication per step of `layout` in all-reduces of the gradients: FSDP's
+    factor for the FSDP layouts, 1 for the rest."""
+    return fsdp_comm_factor(reshard_after_forward) if layout in FSDP_LAYOUTS else 1.0
+
+
 PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp")
 TP_LAYOUTS = ("tp", "fsdp_tp")
+FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp")
 
 
 def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]:
