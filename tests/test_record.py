@@ -44,5 +44,5 @@ def test_record_values_agree(record):
     assert m["allreduce_bytes"] == 4 * m["params"]
     assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * 2 * (2 - 1) / 2)
     assert m["ccr"] == pytest.approx(m["allreduce_time_s"] / m["compute_time_s"])
-    assert record["config"]["batch"] == {"micro": 8, "accum": 1, "global": None}
+    assert record["config"]["batch"] == {"micro": 8, "accum": 1, "global_batch": None}
     assert record["versions"]["torch"].startswith("2.")

@@ -12,7 +12,7 @@ from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.model.plan import from_presets_forecast, parse_gpus
 from launcher.io import atomic_write_json
-from launcher.model.perfmodel import LINKS, ring_allreduce_s
+from launcher.model.links import LINKS, ring_allreduce_s
 
 
 def test_gpu_ranges():

@@ -24,29 +24,29 @@ class BatchMath:
 def batch_math(batch: BatchConfig, dp: int) -> BatchMath:
     """Global batch = micro × accum × dp.
 
-    Without batch.global the per-rank batch is fixed (weak scaling). With batch.global the
+    Without batch.global_batch the per-rank batch is fixed (weak scaling). With it the
     global batch is fixed (strong scaling): accum left at 1 is derived as
-    global ÷ (micro × dp); an explicit accum must agree with it.
+    global_batch ÷ (micro × dp); an explicit accum must agree with it.
     """
     per_step = batch.micro * dp
     if batch.global_batch is None:
         return BatchMath(micro=batch.micro, accum=batch.accum, dp=dp, global_batch=per_step * batch.accum)
     if batch.global_batch % per_step:
         raise ConfigError(
-            f"batch.global={batch.global_batch} is not divisible by batch.micro({batch.micro}) × dp({dp}) = "
+            f"batch.global_batch={batch.global_batch} is not divisible by batch.micro({batch.micro}) × dp({dp}) = "
             f"{per_step}; choose a multiple of {per_step} or another batch.micro"
         )
     accum = batch.global_batch // per_step
     if batch.accum not in (1, accum):
         raise ConfigError(
-            f"batch.global={batch.global_batch} ≠ batch.micro({batch.micro}) × batch.accum({batch.accum}) × "
+            f"batch.global_batch={batch.global_batch} ≠ batch.micro({batch.micro}) × batch.accum({batch.accum}) × "
             f"dp({dp}) = {per_step * batch.accum}; set batch.accum={accum} or leave it at 1 to derive it"
         )
     return BatchMath(micro=batch.micro, accum=accum, dp=dp, global_batch=batch.global_batch)
 
 
 def scaling_mode(cfg: LauncherConfig) -> str:
-    """`weak` (per-rank batch fixed) unless batch.global fixes the global batch (`strong`)."""
+    """`weak` (per-rank batch fixed) unless batch.global_batch fixes the global batch (`strong`)."""
     return "weak" if cfg.batch.global_batch is None else "strong"
 
 
@@ -67,7 +67,7 @@ def scaled_lr(optim: OptimConfig, global_batch: int) -> float:
 
 def pricing_of(cfg: LauncherConfig):
     """The cost inputs of a config (cluster price and spot discount, sweep token budget)."""
-    from launcher.results.policy import Pricing
+    from launcher.results.policy import Pricing  # lazy: it imports pandas (~0.3 s); trial payloads import this module
 
     c = cfg.cluster
     return Pricing(usd_per_device_hour=c.usd_per_device_hour, spot_discount=c.spot_discount,
@@ -76,7 +76,7 @@ def pricing_of(cfg: LauncherConfig):
 
 def policy_of(cfg: LauncherConfig):
     """The recommendation policy of a config."""
-    from launcher.results.policy import Policy
+    from launcher.results.policy import Policy  # lazy: pandas, as above
 
     s = cfg.sweep
     return Policy(name=s.policy, threshold=s.threshold, budget_device_hours=s.budget_device_hours,

@@ -1,62 +1,89 @@
-"""Composed config (plain dict) → typed dataclasses, and back."""
+"""The OmegaConf schema of LauncherConfig, and stored documents (plain dicts) ↔ typed configs.
+
+`schema()` is `OmegaConf.structured(LauncherConfig)`: compose.py registers it in Hydra's
+ConfigStore, and `load_config` merges a stored document onto it, so both paths check keys,
+types and choices the same way; `OmegaConf.to_object` gives the frozen dataclasses back.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import typing
+import re
 from typing import Any, Mapping
 
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from launcher.config.errors import ConfigError
+from launcher.config.messages import RENAMED, bad_value, describe
 from launcher.config.schema import LauncherConfig
-from launcher.config.store import config_key, fields_of
 
 
-def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a mapping keyed by config keys; unknown keys are errors."""
-    from launcher.config.errors import ConfigError
+def schema() -> DictConfig:
+    """LauncherConfig as a structured OmegaConf node that recipes and overrides merge onto.
 
-    known = {config_key(f) for f, _, _ in fields_of(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        where = prefix.rstrip(".") or "the top level"
-        raise ConfigError(
-            f"unknown config key '{prefix}{unknown[0]}'; {where} has: {', '.join(sorted(known))}"
-        )
-    kwargs = {}
-    for f, tp, optional in fields_of(cls):
-        key = config_key(f)
-        if key not in data:
-            continue
-        value = data[key]
-        if value is None and optional:
-            pass
-        elif dataclasses.is_dataclass(tp):
-            value = from_dict(tp, value, prefix=f"{prefix}{key}.")
-        elif typing.get_origin(tp) in (list, typing.List):
-            value = _as_list(f"{prefix}{key}", value, typing.get_args(tp)[0])
-        kwargs[f.name] = value
-    return cls(**kwargs)
+    OmegaConf marks the nodes of frozen dataclasses read-only; the flag is cleared (on every
+    node: a child's own flag wins over its parent's) so merging works. Frozen still holds for
+    the objects `to_object` returns.
+    """
+    node = OmegaConf.structured(LauncherConfig)
+    _writable(node)
+    return node
 
 
-def _as_list(key: str, value: Any, elem: type) -> list[Any]:
-    """A list of `elem`; a bare value (`sweep.world_sizes=4`) means a one-element list."""
-    from launcher.config.errors import ConfigError
-
-    items = value if isinstance(value, (list, tuple)) else [value]
-    if not all(isinstance(v, elem) and not isinstance(v, bool) for v in items):
-        what = {int: "integers", str: "strings"}.get(elem, elem.__name__)
-        example = "[1,2]" if elem is int else "['a','b']"
-        raise ConfigError(f"{key}={value!r} must be a list of {what}; e.g. {key}={example}")
-    return list(items)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    """Dataclass → mapping keyed by config keys (inverse of from_dict)."""
-    out: dict[str, Any] = {}
-    for f, _, _ in fields_of(type(obj)):
-        value = getattr(obj, f.name)
-        out[config_key(f)] = to_dict(value) if dataclasses.is_dataclass(value) else value
-    return out
+def _writable(node: DictConfig) -> None:
+    OmegaConf.set_readonly(node, None)
+    for child in node.values():
+        if isinstance(child, DictConfig):
+            _writable(child)
 
 
 def load_config(data: Mapping[str, Any]) -> LauncherConfig:
-    return from_dict(LauncherConfig, data)
+    """A resolved document (config keys → values) → typed config; ConfigError names a bad key or value.
+
+    The document is resolved already: `${` in its strings is text, never an interpolation.
+    """
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(schema(), escaped(_upgraded(data))))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(describe(exc)) from None
+    _check_list_items(cfg)
+    return cfg  # type: ignore[return-value]
+
+
+def to_dict(cfg: LauncherConfig) -> dict[str, Any]:
+    """Typed config → plain dict (choices as their strings): what trial.json and sweep.json store."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+
+
+def _check_list_items(obj: Any, prefix: str = "") -> None:
+    """OmegaConf checks the scalars in a typed list but lets a nested list or mapping through."""
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value):
+            _check_list_items(value, key + ".")
+        elif isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
+            raise ConfigError(bad_value(key, value))
+
+
+def _upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A document written before a key was renamed (RENAMED), with the key's new name."""
+    out = dict(data)
+    for old, new in RENAMED.items():
+        group, old_leaf = old.rsplit(".", 1)
+        new_leaf = new.rsplit(".", 1)[1]
+        section = out.get(group)
+        if isinstance(section, Mapping) and old_leaf in section and new_leaf not in section:
+            out[group] = {new_leaf if k == old_leaf else k: v for k, v in section.items()}
+    return out
+
+
+def escaped(value: Any) -> Any:
+    """Strings with `${` escaped, so OmegaConf keeps them as text (exact round trip)."""
+    if isinstance(value, str):
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    if isinstance(value, Mapping):
+        return {k: escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escaped(v) for v in value]
+    return value

@@ -1,25 +1,51 @@
 """Typed configs: keyword-only dataclasses, one docstring per field.
 
-These classes are the single source of the config's shape. `store.py` derives the
-Hydra/OmegaConf schema from them (so composition rejects unknown keys and wrong types),
-and `load.py` turns a composed config back into these objects.
+These classes are the single source of the config's shape. `OmegaConf.structured` turns them
+into the schema Hydra composes recipes onto (`load.schema`, registered by `compose.py`), so
+composition rejects unknown keys, wrong types and values outside a choice; `OmegaConf.to_object`
+turns a composed config back into these objects. Every config key is its field's name.
 
-A field whose config key differs from its Python name (``batch.global`` — ``global`` is a
-Python keyword) says so with ``metadata={"key": ...}``. A string field with a closed set of
-values lists them in ``metadata={"choices": ...}``.
+A field with a closed set of values is typed by a `StrEnum` (OmegaConf supports Enum, not
+Literal). Its members are `str`s, so code compares them to strings (`layout == "ddp"`) and writes
+them to JSON and f-strings as their values. OmegaConf looks members up by name, so every member's
+name is its value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import List, Optional
+
+
+def _choices(name: str, values: str) -> type[StrEnum]:
+    """A StrEnum whose member names are its values (`1f1b` is no identifier: class syntax cannot)."""
+    return StrEnum(name, [(v, v) for v in values.split()], module=__name__)  # type: ignore[return-value]
+
+
+Arch = _choices("Arch", "gpt mlp")
+Layout = _choices("Layout", "ddp fsdp pipeline tp dp_pp fsdp_tp fsdp_pp")
+Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
+Backend = _choices("Backend", "auto gloo nccl")
+OptimName = _choices("OptimName", "adamw sgd")
+LrScaling = _choices("LrScaling", "none linear sqrt")
+DataKind = _choices("DataKind", "synthetic file")
+TokenDtype = _choices("TokenDtype", "uint16 int32 int64")
+ClusterKind = _choices("ClusterKind", "local slurm")
+DeviceKind = _choices("DeviceKind", "auto cpu cuda")
+# Interconnect presets; launcher/model/links.py holds their bandwidth and latency.
+Link = _choices("Link", "nvlink pcie ib400 ib200 eth100 eth10")
+Launch = _choices("Launch", "srun torchrun")
+Search = _choices("Search", "grid adaptive")
+PolicyName = _choices("PolicyName", "max_efficient min_cost fastest_within_budget")
+Precision = _choices("Precision", "fp32 bf16 fp16")
 
 
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
-    arch: str = field(default="gpt", metadata={"choices": ("gpt", "mlp")})
+    arch: Arch = Arch.gpt
     """`gpt`: decoder-only transformer. `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
@@ -35,23 +61,16 @@ class ModelConfig:
     """Feed-forward width as a multiple of d_model."""
 
 
-# Interconnect presets (launcher/perfmodel.py LINKS holds their bandwidth and latency).
-LINK_NAMES = ("nvlink", "pcie", "ib400", "ib200", "eth100", "eth10")
-POLICIES = ("max_efficient", "min_cost", "fastest_within_budget")
-
-LAYOUTS = ("ddp", "fsdp", "pipeline", "tp", "dp_pp", "fsdp_tp", "fsdp_pp")
-
-
 @dataclass(kw_only=True, frozen=True)
 class ParallelConfig:
-    layout: str = field(default="ddp", metadata={"choices": LAYOUTS})
+    layout: Layout = Layout.ddp
     """How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;
     pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D."""
     tp: Optional[int] = None
     """Tensor-parallel degree for fsdp_tp (tp layout: the world size)."""
     pp: Optional[int] = None
     """Pipeline degree (ranks holding stages) for dp_pp and fsdp_pp (pipeline layout: the world size)."""
-    schedule: str = field(default="1f1b", metadata={"choices": ("gpipe", "1f1b", "interleaved_1f1b")})
+    schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
     """Pipeline microbatches per micro-step (m); batch.micro must be divisible by it."""
@@ -59,7 +78,7 @@ class ParallelConfig:
     """Stages per pipeline rank for interleaved_1f1b (v)."""
     reshard_after_forward: bool = True
     """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
-    backend: str = field(default="auto", metadata={"choices": ("auto", "gloo", "nccl")})
+    backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
 
 
@@ -69,14 +88,14 @@ class BatchConfig:
     """Samples per rank per forward/backward (micro-batch)."""
     accum: int = 1
     """Micro-steps per optimizer step (gradient accumulation)."""
-    global_batch: Optional[int] = field(default=None, metadata={"key": "global"})
-    """Optional global batch (config key `batch.global`); fixing it makes a sweep strong-scaling.
-    Per trial, accum left at 1 is derived as global ÷ (micro × dp); any other accum must agree."""
+    global_batch: Optional[int] = None
+    """Optional global batch; fixing it makes a sweep strong-scaling. Per trial, accum left at 1
+    is derived as global_batch ÷ (micro × dp); any other accum must agree. (Was `batch.global`.)"""
 
 
 @dataclass(kw_only=True, frozen=True)
 class OptimConfig:
-    name: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
+    name: OptimName = OptimName.adamw
     """Optimizer: adamw, or sgd (with momentum)."""
     lr: float = 1e-3
     """Learning rate at `base_global_batch`; scaled by `lr_scaling` for other global batches."""
@@ -90,7 +109,7 @@ class OptimConfig:
     """SGD momentum."""
     warmup_steps: int = 0
     """Linear LR warm-up steps (optimizer steps)."""
-    lr_scaling: str = field(default="none", metadata={"choices": ("none", "linear", "sqrt")})
+    lr_scaling: LrScaling = LrScaling.none
     """How lr follows the global batch: none, linear (lr·G/G₀) or sqrt (lr·√(G/G₀))."""
     base_global_batch: int = 8
     """G₀: the global batch at which `lr` was tuned."""
@@ -98,11 +117,11 @@ class OptimConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class DataConfig:
-    kind: str = field(default="synthetic", metadata={"choices": ("synthetic", "file")})
+    kind: DataKind = DataKind.synthetic
     """`synthetic`: seeded learnable token sequences. `file`: a flat binary token file."""
     path: Optional[str] = None
     """Token file for kind=file (little-endian integers of `dtype`)."""
-    dtype: str = field(default="uint16", metadata={"choices": ("uint16", "int32", "int64")})
+    dtype: TokenDtype = TokenDtype.uint16
     """Element type of the token file."""
 
 
@@ -110,9 +129,9 @@ class DataConfig:
 class ClusterConfig:
     name: str = "local"
     """Cluster preset name, recorded with every trial."""
-    kind: str = field(default="local", metadata={"choices": ("local", "slurm")})
+    kind: ClusterKind = ClusterKind.local
     """Executor: `local` runs a trial's ranks as processes here; `slurm` submits sbatch jobs."""
-    device: str = field(default="auto", metadata={"choices": ("auto", "cpu", "cuda")})
+    device: DeviceKind = DeviceKind.auto
     """Device per rank; `auto` is CUDA when available, else CPU."""
     device_name: str = "cpu"
     """Human name of the device (recorded; e.g. A100-80GB)."""
@@ -123,9 +142,9 @@ class ClusterConfig:
     (device-hours per 1M tokens are always shown)."""
     spot_discount: float = 0.0
     """Fraction off the device-hour price for spot/preemptible capacity, in [0, 1): $ uses price × (1 − d)."""
-    intra_link: str = field(default="nvlink", metadata={"choices": LINK_NAMES})
+    intra_link: Link = Link.nvlink
     """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
-    inter_link: str = field(default="ib400", metadata={"choices": LINK_NAMES})
+    inter_link: Link = Link.ib400
     """Link between nodes (per device), for `launcher plan` when nothing measured says otherwise."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS)."""
@@ -164,7 +183,7 @@ class ClusterConfig:
     """Environment variables for every rank, `NAME=value` each (quoted in the script, so values
     stay data). Not for secrets: the script is a file; let secrets reach jobs through the
     environment sbatch inherits from your shell."""
-    launch: str = field(default="srun", metadata={"choices": ("srun", "torchrun")})
+    launch: Launch = Launch.srun
     """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
     python: Optional[str] = None
     """Python that runs the payload on the nodes; null → the launcher's own interpreter."""
@@ -192,11 +211,11 @@ class SweepConfig:
     """Leading steps excluded from throughput."""
     threshold: float = 0.8
     """Scaling efficiency a size must keep (max_efficient policy; adaptive search stops below it)."""
-    search: str = field(default="grid", metadata={"choices": ("grid", "adaptive")})
+    search: Search = Search.grid
     """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds,
     stop when it falls below the threshold (or the calibrated model says the next size cannot meet
     it), then refine between the last good and the first bad size."""
-    policy: str = field(default="max_efficient", metadata={"choices": POLICIES})
+    policy: PolicyName = PolicyName.max_efficient
     """How to pick the size: `max_efficient` (largest with efficiency ≥ threshold), `min_cost`
     (lowest cost per token), `fastest_within_budget` (highest throughput whose cost of
     `token_budget` tokens fits budget_device_hours and/or budget_usd)."""
@@ -248,5 +267,5 @@ class LauncherConfig:
     """A single `launcher run`."""
     seed: int = 0
     """Seed for weights and synthetic data."""
-    precision: str = field(default="fp32", metadata={"choices": ("fp32", "bf16", "fp16")})
+    precision: Precision = Precision.fp32
     """Training precision: fp32, or autocast (FSDP: MixedPrecisionPolicy) to bf16/fp16."""

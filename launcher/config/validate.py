@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -10,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.errors import ConfigError
-from launcher.config.schema import LauncherConfig
-from launcher.config.store import config_key, fields_of
+from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, ModelConfig
+from launcher.config.schema import OptimConfig, RunConfig, SweepConfig
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
@@ -20,6 +19,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # each rank as a process on this machine.
 _MAX_SIZE = 1 << 20
 _MAX_LOCAL_RANKS = 256
+_ITEMSIZE = {"uint16": 2, "int32": 4, "int64": 8}  # bytes per token of data.dtype
 
 
 def _at_least(key: str, value: Any, minimum: int, example: Any) -> None:
@@ -33,24 +33,26 @@ def _positive(key: str, value: float, example: Any) -> None:
         raise ConfigError(f"{key}={value} must be a positive number; set e.g. {key}={example}")
 
 
-def check_choices(obj: Any, prefix: str = "") -> None:
-    """Every string field with declared choices holds one of them."""
-    for f, tp, _ in fields_of(type(obj)):
-        value = getattr(obj, f.name)
-        key = prefix + config_key(f)
-        if dataclasses.is_dataclass(tp):
-            check_choices(value, key + ".")
-        elif "choices" in f.metadata and value not in f.metadata["choices"]:
-            raise ConfigError(
-                f"{key}={value!r} is not one of {', '.join(f.metadata['choices'])}; "
-                f"set e.g. {key}={f.metadata['choices'][0]}"
-            )
-
-
 def validate(cfg: LauncherConfig) -> LauncherConfig:
-    """Raise ConfigError on the first impossible value; return cfg unchanged otherwise."""
-    check_choices(cfg)
-    m = cfg.model
+    """Raise ConfigError on the first impossible value; return cfg unchanged otherwise.
+
+    Types and choices were checked when the config was built (OmegaConf); these are the rules
+    between and within values that a schema cannot state.
+    """
+    _check_model(cfg.model)
+    _check_names(cfg)
+    _check_batch(cfg.batch)
+    _check_optim(cfg.optim)
+    _check_data(cfg.data, cfg.model)
+    _check_cluster(cfg.cluster)
+    _check_sweep(cfg.sweep, cfg.cluster)
+    _check_slurm(cfg.cluster)
+    _check_run(cfg.run, cfg)
+    _at_least("seed", cfg.seed, 0, 0)
+    return cfg
+
+
+def _check_model(m: ModelConfig) -> None:
     _at_least("model.vocab_size", m.vocab_size, 2, 256)
     for key, value, example in (
         ("model.seq_len", m.seq_len, 64),
@@ -60,25 +62,37 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         ("model.ffn_mult", m.ffn_mult, 4),
     ):
         _at_least(key, value, 1, example)
-    for key, value in (("model.name", m.name), ("cluster.name", cfg.cluster.name)):
-        if not _SAFE_NAME.fullmatch(value):
-            raise ConfigError(
-                f"{key}={value!r} names folders and jobs: use letters, digits, '.', '_' or '-' (≤100); "
-                f"set e.g. {key}=mine"
-            )
     if m.arch == "gpt" and m.d_model % m.n_heads:
         raise ConfigError(
             f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
             f"pick heads that divide the width, e.g. model.n_heads={_divisor_near(m.d_model, m.n_heads)}"
         )
 
-    b = cfg.batch
+
+def _check_names(cfg: LauncherConfig) -> None:
+    """Names that become folder and job names."""
+    for key, value in (("model.name", cfg.model.name), ("cluster.name", cfg.cluster.name)):
+        if not _SAFE_NAME.fullmatch(value):
+            raise ConfigError(
+                f"{key}={value!r} names folders and jobs: use letters, digits, '.', '_' or '-' (≤100); "
+                f"set e.g. {key}=mine"
+            )
+    name = cfg.sweep.name
+    if name is not None and not _SAFE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"sweep.name={name!r} must be letters, digits, '.', '_' or '-' (≤100, not starting with "
+            "'.' or '-'); set e.g. sweep.name=gpt-ddp-1"
+        )
+
+
+def _check_batch(b: BatchConfig) -> None:
     _at_least("batch.micro", b.micro, 1, 8)
     _at_least("batch.accum", b.accum, 1, 1)
     if b.global_batch is not None:
-        _at_least("batch.global", b.global_batch, 1, b.micro * b.accum)
+        _at_least("batch.global_batch", b.global_batch, 1, b.micro * b.accum)
 
-    o = cfg.optim
+
+def _check_optim(o: OptimConfig) -> None:
     _positive("optim.lr", o.lr, 0.001)
     if not (math.isfinite(o.weight_decay) and o.weight_decay >= 0):
         raise ConfigError(f"optim.weight_decay={o.weight_decay} must be ≥ 0; set e.g. optim.weight_decay=0.1")
@@ -88,26 +102,30 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
     _at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
 
-    d = cfg.data
-    if d.kind == "file":
-        if not d.path:
-            raise ConfigError("data.kind=file needs data.path; set data.path=/path/to/tokens.bin")
-        try:
-            size = Path(d.path).stat().st_size if Path(d.path).is_file() else None
-        except OSError as exc:  # e.g. a name too long for the filesystem
-            raise ConfigError(
-                f"data.path={_short(d.path)} is not a readable file ({exc.strerror}); point it at a token file"
-            ) from None
-        if size is None:
-            raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
-        tokens = size // _itemsize(d.dtype)
-        if tokens < m.seq_len + 1:
-            raise ConfigError(
-                f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
-                "use a larger file or a shorter model.seq_len"
-            )
 
-    c = cfg.cluster
+def _check_data(d: DataConfig, m: ModelConfig) -> None:
+    if d.kind != "file":
+        return
+    if not d.path:
+        raise ConfigError("data.kind=file needs data.path; set data.path=/path/to/tokens.bin")
+    try:
+        size = Path(d.path).stat().st_size if Path(d.path).is_file() else None
+    except OSError as exc:  # e.g. a name too long for the filesystem
+        raise ConfigError(
+            f"data.path={_short(d.path)} is not a readable file ({exc.strerror}); point it at a token file"
+        ) from None
+    if size is None:
+        raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
+    tokens = size // _ITEMSIZE[d.dtype]
+    if tokens < m.seq_len + 1:
+        raise ConfigError(
+            f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
+            "use a larger file or a shorter model.seq_len"
+        )
+
+
+def _check_cluster(c: ClusterConfig) -> None:
+    """Prices, threads and timeouts (every executor)."""
     if c.peak_flops_per_device is not None:
         _positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
     if c.usd_per_device_hour is not None and not (
@@ -122,18 +140,13 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
     _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
 
-    s = cfg.sweep
+
+def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
     _check_sizes("sweep.world_sizes", s.world_sizes, local=c.kind == "local")
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
     _check_policy(s, c)
-    if s.name is not None and not _SAFE_NAME.fullmatch(s.name):
-        raise ConfigError(
-            f"sweep.name={s.name!r} must be letters, digits, '.', '_' or '-' (≤100, not starting with "
-            "'.' or '-'); set e.g. sweep.name=gpt-ddp-1"
-        )
-
     if s.nodes is not None:
         _check_sizes("sweep.nodes", s.nodes)
         if c.kind != "slurm":
@@ -152,9 +165,10 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         )
     if s.pack and c.kind != "slurm":
         raise ConfigError("sweep.pack=true runs trials as steps of one Slurm allocation; use cluster=slurm")
-    _check_slurm(c)
 
-    r = cfg.run
+
+def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
+    c = cfg.cluster
     _at_least("run.world_size", r.world_size, 1, 1)
     _check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
     _check_steps("run", r.steps, r.warmup_steps)
@@ -166,11 +180,9 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
         )
     if r.requeue and c.kind != "slurm":
         raise ConfigError("--requeue (run.requeue=true) needs a Slurm cluster; use cluster=slurm or cluster=devcluster")
-    _at_least("seed", cfg.seed, 0, 0)
-    return cfg
 
 
-def _check_policy(s, c) -> None:
+def _check_policy(s: SweepConfig, c: ClusterConfig) -> None:
     for key, value, example in (("sweep.token_budget", s.token_budget, "2e11"),
                                 ("sweep.budget_device_hours", s.budget_device_hours, 10000),
                                 ("sweep.budget_usd", s.budget_usd, 50000)):  # fmt: skip
@@ -232,7 +244,22 @@ _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
 _RESULTS_DIR = re.compile(r"^[A-Za-z0-9_./+=,@-]+$")
 
 
-def _check_slurm(c) -> None:
+def _check_slurm(c: ClusterConfig) -> None:
+    """Values a Slurm job script carries (checked on every cluster kind: `run --dry-run` renders one)."""
+    _check_slurm_values(c)
+    _check_script_lines(c)
+    _check_node_shape(c)
+    if c.python is not None and (
+        "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
+    ):
+        raise ConfigError(
+            f"cluster.python={_short(c.python)} must be one interpreter path (no newline or NUL, not starting "
+            "with '-', which srun reads as an option); set e.g. cluster.python=/opt/venv/bin/python"
+        )
+
+
+def _check_slurm_values(c: ClusterConfig) -> None:
+    """Names and expressions on #SBATCH lines."""
     for key, value, example in (
         ("cluster.partition", c.partition, "gpu"),
         ("cluster.account", c.account, "myproject"),
@@ -255,13 +282,17 @@ def _check_slurm(c) -> None:
         )
     if c.mem is not None and not _SLURM_MEM.fullmatch(c.mem):
         raise ConfigError(f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G")
+
+
+def _check_script_lines(c: ClusterConfig) -> None:
+    """Extra #SBATCH options, environment variables and setup lines."""
     for opt in c.sbatch_extra:
         if not _SBATCH_OPTION.fullmatch(opt):
             raise ConfigError(
                 f"cluster.sbatch_extra holds {opt!r}, not one --option[=value] without spaces, quotes or shell "
                 "characters; write e.g. cluster.sbatch_extra=['--mail-type=END']"
             )
-    _check_env(c.env)
+    env_pairs(c.env)
     for line in c.setup:
         if "\x00" in line:
             raise ConfigError("cluster.setup holds a NUL character; setup lines are shell code, one line per item")
@@ -270,6 +301,10 @@ def _check_slurm(c) -> None:
                 f"cluster.setup holds {_short(line)}, with a CR-LF (DOS) line break that sbatch refuses in a script; "
                 "remove the \\r"
             )
+
+
+def _check_node_shape(c: ClusterConfig) -> None:
+    """Nodes, GPUs, tasks and CPUs of a job, and its signal warning."""
     _at_least("cluster.nodes", c.nodes, 1, 1)
     _check_sizes("cluster.nodes", [c.nodes])
     _at_least("cluster.gpus_per_node", c.gpus_per_node, 0, 8)
@@ -287,13 +322,6 @@ def _check_slurm(c) -> None:
         raise ConfigError(
             f"cluster.signal_warning_s={c.signal_warning_s} is over 65535 s, the most Slurm's --signal takes; "
             "set e.g. cluster.signal_warning_s=120"
-        )
-    if c.python is not None and (
-        "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
-    ):
-        raise ConfigError(
-            f"cluster.python={_short(c.python)} must be one interpreter path (no newline or NUL, not starting "
-            "with '-', which srun reads as an option); set e.g. cluster.python=/opt/venv/bin/python"
         )
 
 
@@ -332,10 +360,6 @@ def env_pairs(items: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _check_env(items: list[str]) -> None:
-    env_pairs(items)
-
-
 def _check_results_dir(path: str, kind: str) -> None:
     """A folder path mkdir can make (no NUL, not too long); on Slurm also one an #SBATCH line carries."""
     if "\x00" in path or len(path.encode()) > 3000 or any(len(part.encode()) > 255 for part in Path(path).parts):
@@ -370,6 +394,3 @@ def _check_steps(group: str, steps: int, warmup: int) -> None:
 def _divisor_near(width: int, heads: int) -> int:
     return min((h for h in range(1, width + 1) if width % h == 0), key=lambda h: abs(h - heads))
 
-
-def _itemsize(dtype: str) -> int:
-    return {"uint16": 2, "int32": 4, "int64": 8}[dtype]

@@ -23,6 +23,7 @@ from launcher.config.compose import compose_config
 from launcher.report.terminal import print_table
 from launcher.config.derived import batch_math, policy_of, pricing_of, ranks_per_node
 from launcher.config.errors import ConfigError
+from launcher.config.messages import RENAMED
 from launcher.config.schema import LauncherConfig
 from launcher.io import read_json
 from launcher.model.calibrate import fit_layouts, load_measured, shape_at
@@ -192,7 +193,15 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     spec = sweep_dir / "sweep.json"
     if not spec.is_file():
         raise ConfigError(f"--from {str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
-    return [*expand(read_json(spec)["overrides"])[0].overrides, *user]
+    return [*map(_current_spelling, expand(read_json(spec)["overrides"])[0].overrides), *user]
+
+
+def _current_spelling(override: str) -> str:
+    """A sweep measured before a key was renamed still plans: its stored override is respelled."""
+    key, sep, value = override.partition("=")
+    prefix = key[: len(key) - len(key.lstrip("+~"))]
+    new = RENAMED.get(key.lstrip("+~"))
+    return f"{prefix}{new}{sep}{value}" if new else override
 
 
 def main(args: argparse.Namespace) -> int:

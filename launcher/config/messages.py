@@ -1,0 +1,168 @@
+"""One line for an OmegaConf error about a config key: what is wrong, the value, the fix.
+
+OmegaConf reports a bad key or value as a multi-line message aimed at config authors. Both
+paths that build a LauncherConfig meet these errors (Hydra composition in compose.py, stored
+documents in load.py); `describe` turns each into the line the user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import typing
+from typing import Any, Sequence
+
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    ConfigTypeError,
+    InterpolationKeyError,
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
+
+from launcher.config.schema import LauncherConfig
+
+# Config keys that were renamed: old dotted key → new one. Stored documents are upgraded on
+# load (load.py); on the command line and in recipes the old key is refused, naming the new one.
+RENAMED = {"batch.global": "batch.global_batch"}
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+# --- the schema, by dotted config key -------------------------------------------------------------
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is typing.Union and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner
+    return tp
+
+
+def field_at(path: str) -> tuple[dataclasses.Field, Any] | None:
+    """(field, type without Optional) of the schema field at dotted config key `path`, or None."""
+    cls: Any = LauncherConfig
+    hit = None
+    for part in re.sub(r"\[\d+\]$", "", path).split("."):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return None
+        hit = fields[part], _unwrap_optional(typing.get_type_hints(cls)[part])
+        cls = hit[1]
+    return hit
+
+
+def keys_under(path: str) -> list[str]:
+    """Config keys of the group at dotted `path` ('' for the top level)."""
+    cls: Any = LauncherConfig
+    if path:
+        hit = field_at(path)
+        cls = hit[1] if hit else None
+    return sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else []
+
+
+def _is_list(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list, typing.List)
+
+
+def _is_choice(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def type_words(key: str) -> str:
+    """What a value of `key` must be, in words: 'an integer', 'one of gpt, mlp', ..."""
+    hit = field_at(key)
+    if hit is None:
+        return "of another type"
+    tp = hit[1]
+    if _is_list(tp):
+        return "a list of integers" if typing.get_args(tp)[0] is int else "a list of strings"
+    if _is_choice(tp):
+        return f"one of {', '.join(tp)}"
+    return _TYPE_WORDS.get(tp, f"of type {getattr(tp, '__name__', tp)}")
+
+
+def example(key: str) -> str:
+    """`key=value` with a value of the right type: the first choice, else the default."""
+    hit = field_at(key)
+    if hit is None:
+        return f"{key}=<value>"
+    f, tp = hit
+    if _is_list(tp):
+        return f"{key}=[1,2]" if typing.get_args(tp)[0] is int else f"{key}=['a','b']"
+    if _is_choice(tp):
+        return f"{key}={next(iter(tp))}"
+    value = None if f.default is dataclasses.MISSING else f.default
+    if value is None:
+        value = {int: 1, float: 1.0, str: "name", bool: True}.get(tp, "<value>")
+    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+def override_for(key: str, overrides: Sequence[str]) -> str | None:
+    """The command-line override that sets `key`, if any."""
+    for ov in overrides:
+        if re.sub(r"^[+~]{1,2}", "", ov).split("=", 1)[0] == key:
+            return ov
+    return None
+
+
+def unknown_key(key: str, overrides: Sequence[str] = (), recipe: str | None = None) -> str:
+    """A key the schema does not have (or no longer has: RENAMED names its new spelling)."""
+    ov = override_for(key, overrides)
+    if key in RENAMED:
+        new = RENAMED[key]
+        if ov and "=" in ov:
+            return f"{key} was renamed {new}; use {new}={ov.split('=', 1)[1]}"
+        old_leaf, new_leaf = key.rsplit(".", 1)[-1], new.rsplit(".", 1)[-1]
+        where = f"recipe {recipe}" if recipe else "your recipes"
+        return f"{key} was renamed {new}; write `{new_leaf}:` for `{old_leaf}:` in {where}"
+    parent = key.rsplit(".", 1)[0] if "." in key else ""
+    source = f" (from {ov!r})" if ov and "=" in ov else ""
+    return f"unknown config key '{key}'{source}; {parent or 'the top level'} has: {', '.join(keys_under(parent))}"
+
+
+def bad_value(key: str, value: Any, overrides: Sequence[str] = ()) -> str:
+    """A value of the wrong type or outside a choice; `value` as OmegaConf saw it."""
+    base = re.sub(r"\[\d+\]$", "", key)
+    hit = field_at(base)
+    if hit and _is_choice(hit[1]) and isinstance(value, (str, int)) and not isinstance(value, bool):
+        choice = str(value)
+        return f"{base}={choice!r} is not one of {', '.join(hit[1])}; set e.g. {example(base)}"
+    ov = override_for(base, overrides)
+    if ov and "=" in ov:
+        return f"{base}={ov.split('=', 1)[1]} must be {type_words(base)}; e.g. {example(base)}"
+    if base != key:  # one element of a list, in a recipe or stored document
+        return f"{base} holds {value!r}; it must be {type_words(base)}; e.g. {example(base)}"
+    shown = "null" if value is None else repr(value)
+    return f"{base}={shown} must be {type_words(base)}; e.g. {example(base)}"
+
+
+def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = (), recipe: str | None = None) -> str:
+    """One line for an OmegaConf error (composition or a stored document); `recipe` names the
+    recipe file being merged when Hydra says which."""
+    key = getattr(exc, "full_key", None) or ""
+    base = re.sub(r"\[\d+\]$", "", key)
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, MissingMandatoryValue) and key:
+        return f"{key} is required by the chosen recipe but unset; add {key}=<value>"
+    if isinstance(exc, InterpolationKeyError) and key:
+        return f"{base}: {first}; a literal ${{...}} in a value must be escaped as \\${{...}}"
+    if isinstance(exc, InterpolationResolutionError) and key:
+        return f"{base}: {first}"
+    if isinstance(exc, (ConfigAttributeError, ConfigKeyError)) and key and " not in " in first:
+        return unknown_key(key, overrides, recipe)
+    if isinstance(exc, ConfigTypeError) and key and "deletion" in first:
+        return f"{key} cannot be deleted (the schema has it); set a value instead, e.g. {example(key)}"
+    if isinstance(exc, (ValidationError, ConfigTypeError)) and key:  # type: a mapping for a list, ...
+        return bad_value(key, getattr(exc, "value", None), overrides)
+    return f"bad configuration: {first}"
