@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from launcher import __version__
+from launcher.config import show
 from launcher.config.errors import ConfigError
 from launcher.results.policy import POLICIES
 from launcher.slurm.commands import SlurmError
@@ -49,6 +50,20 @@ overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=
 def _recipe_arguments(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("overrides", nargs="*", help=help_)
     p.add_argument("--recipes", help="your recipes folder (default: $LAUNCHER_RECIPES or the bundled recipes/)")
+    p.add_argument("--cfg", action="store_true",
+                   help="print the composed, resolved config (one per swept combination) and exit; nothing runs")  # fmt: skip
+    p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
+
+
+class _Info(argparse.Action):
+    """`launcher --info`: the config groups of the bundled (or $LAUNCHER_RECIPES) tree."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            print(show.groups_text(None))
+        except ConfigError as exc:
+            parser.exit(2, f"launcher: error: {exc}\n")
+        parser.exit(0)
 
 
 def _sweep_and_run(add) -> None:
@@ -90,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("--version", action="version", version=f"launcher {__version__}")
+    p.add_argument("--info", action=_Info, nargs=0, help="list the config groups and their options, and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
@@ -108,6 +124,12 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if getattr(args, "info", False):
+            print(show.groups_text(args.recipes))
+            return 0
+        if getattr(args, "cfg", False):
+            print(show.resolved_yamls(args.overrides, args.recipes), end="")
+            return 0
         return importlib.import_module(VERBS[args.command]).main(args)
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)

@@ -118,6 +118,8 @@ def _declared() -> set[str]:
 
 # distribution name → import name, where they differ
 IMPORT_NAME = {"hydra-core": "hydra", "pyyaml": "yaml", "nvidia-ml-py": "pynvml"}
+# declared for what they do behind another package's call, never imported by name
+USED_THROUGH = {"pyarrow": "pandas.DataFrame.to_parquet / read_parquet"}
 
 
 def test_third_party_imports_are_declared_and_declared_ones_used():
@@ -130,7 +132,7 @@ def test_third_party_imports_are_declared_and_declared_ones_used():
     third_party = {m for m in imported if m not in stdlib and m != "launcher"}
     declared = {IMPORT_NAME.get(d, d) for d in _declared()}
     assert third_party - declared == set(), "imported but not declared in pyproject.toml"
-    assert declared - third_party == set(), "declared in pyproject.toml but never imported"
+    assert declared - third_party - set(USED_THROUGH) == set(), "declared in pyproject.toml but never imported"
 
 
 def test_modules_fit_a_reviewer():

@@ -7,19 +7,30 @@
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from launcher.config.compose import hydra_session, recipes_dir as find_recipes
+from launcher.config.compose import compose_config, hydra_session, recipes_dir as find_recipes
 from launcher.config.load import escaped, to_dict
 from launcher.config.schema import LauncherConfig
+from launcher.trials.expand import expand
 
 
 def resolved_yaml(cfg: LauncherConfig) -> str:
     """The config as YAML, keys in schema order. Read back as a recipe (OmegaConf/Hydra) it gives
     the same config: a literal `${` in a value is written escaped (`\\${`)."""
     return OmegaConf.to_yaml(escaped(to_dict(cfg)))
+
+
+def resolved_yamls(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> str:
+    """`--cfg`: the resolved config of a command; a sweep over comma values has one config per
+    combination, each headed by its label as a YAML comment."""
+    variants = expand(overrides)
+    if len(variants) == 1:
+        return resolved_yaml(compose_config(variants[0].overrides, recipes))
+    return "".join(f"# --- {v.label}\n{resolved_yaml(compose_config(v.overrides, recipes))}" for v in variants)
 
 
 def groups_text(recipes_dir: str | os.PathLike | None = None) -> str:
