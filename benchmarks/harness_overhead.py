@@ -27,7 +27,8 @@ sys.path.insert(0, str(HERE.parent))
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from launcher.run.local import free_port, rank_env, run_local  # noqa: E402
-from launcher.trials.spec import make_trial, trial_document  # noqa: E402
+from launcher.trials.folder import trial_document  # noqa: E402
+from launcher.trials.spec import make_trial  # noqa: E402
 
 GOAL = 0.98
 

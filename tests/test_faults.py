@@ -19,7 +19,8 @@ from launcher.run.run import as_sweep, run_trials
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import make_trial, trial_document
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
 from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
 from launcher.run.sweep import create_sweep_dir, execute
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from launcher.run.local import LocalOutcome, RankExit
-from launcher.results.table import trial_row
+from launcher.results.table import corrupt_row, trial_row
+from launcher.trials.folder import FileRead, TrialFiles
 
 TRIAL = {"trial_id": "001-ws2", "world_size": 2, "nodes": 1, "layout": "ddp", "dp": 2, "micro": 8, "accum": 1,
          "global_batch": 16, "scaling": "weak", "lr": 1e-3}  # fmt: skip
@@ -28,6 +29,34 @@ def test_no_record_is_a_failed_row_with_the_executor_reason():
     assert (row["status"], row["reason"], row["tokens_per_s"]) == (
         "failed", "no record written: rank 1 was killed by SIGKILL", None,
     )  # fmt: skip
+
+
+def test_no_record_though_every_rank_exited_0_says_so():
+    outcome = {"executor": "local", "final": True, "reason": None, "ranks": [{"rank": 0, "returncode": 0},
+                                                                             {"rank": 1, "returncode": 0}]}  # fmt: skip
+    row = trial_row(TRIAL, None, outcome)
+    assert (row["status"], row["reason"]) == ("failed", "no record written, though all 2 rank(s) exited with code 0")
+    row = trial_row(TRIAL, None, {"executor": "local", "reason": None})
+    assert (row["status"], row["reason"]) == ("failed", "no record written, and the executor gave no reason")
+
+
+def test_a_damaged_file_makes_a_corrupt_row_that_keeps_what_the_others_say():
+    def read(name: str, doc=None, reason=None) -> FileRead:
+        state = "ok" if doc is not None else "corrupt" if reason else "missing"
+        return FileRead(name=name, state=state, doc=doc, reason=reason)
+
+    files = TrialFiles(trial=read("trial.json", {"trial": TRIAL, "config": {}}), record=read("record.json", RECORD),
+                       outcome=read("outcome.json", reason="outcome.json is truncated (0 bytes)"),
+                       submission=read("submission.json"))  # fmt: skip
+    row = corrupt_row(TRIAL, files)
+    assert (row["status"], row["reason"], row["tokens_per_s"]) == (
+        "corrupt", "outcome.json is truncated (0 bytes); the record says completed", 1000.0,
+    )  # fmt: skip
+
+
+def test_a_row_without_its_spec_has_no_size_and_no_crash():
+    row = trial_row({"trial_id": "003-ws8"}, None, {"executor": "local", "reason": "killed", "wall_s": 5.0})
+    assert (row["trial_id"], row["world_size"], row["device_hours"], row["ranks_per_node"]) == ("003-ws8", None, None, None)
 
 
 def test_record_written_then_rank_aborts_stays_completed_with_a_note():

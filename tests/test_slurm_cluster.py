@@ -20,7 +20,8 @@ from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import sweep_trials, make_trial, trial_document
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import sweep_trials, make_trial
 from launcher.slurm.commands import sbatch_test_only, slurm_env
 from launcher.slurm.submit import job_requests, submit_jobs, track, write_scripts
 from launcher.run.sweep import create_sweep_dir

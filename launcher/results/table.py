@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from launcher.io import atomic_write_text
 from launcher.results.policy import Pricing, add_cost, add_scaling
 from launcher.trials.ends import mentions_oom
-from launcher.io import atomic_write_text
+from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
 TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
 
@@ -33,47 +33,44 @@ _METRIC_COLUMNS = [
 ]  # fmt: skip
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dict[str, Any] | None) -> dict[str, Any]:
-    """One table row. The payload's own record decides success; the executor's outcome
-    explains a trial that left no record (or a failed one)."""
+def _blank_row(trial: dict[str, Any]) -> dict[str, Any]:
+    """The spec's columns, every measurement empty."""
     row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "tp", "pp",
                                                      "micro", "accum", "global_batch", "scaling", "lr")}  # fmt: skip
     row["repeat"] = trial.get("repeat", 0)
     row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
     row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
-    wall_s = (record or {}).get("wall_s", (outcome or {}).get("wall_s"))  # what the trial held its devices for
-    row["device_hours"] = wall_s * trial["world_size"] / 3600 if wall_s is not None else None
-    row["ranks_per_node"] = -(-trial["world_size"] // trial["nodes"]) if trial.get("nodes") else None
+    return row
+
+
+def _no_record(outcome: dict[str, Any] | None) -> tuple[str, str | None]:
+    """(status, reason) of a trial the payload left no record for, from the executor's outcome."""
+    if outcome is None:
+        return "pending", None
+    reason = outcome.get("reason")
+    if outcome.get("executor") == "search":
+        return outcome.get("status", "skipped"), reason
+    if outcome.get("executor") == "slurm":
+        # Slurm's state is the story: cancelled, timeout, node_fail, running, … A job that
+        # COMPLETED without a record still failed: the record is the proof of a finished trial.
+        status = outcome.get("status", "unknown")
+        if status != "completed":
+            return status, reason
+        lost = f"job {outcome.get('job')} completed but the payload wrote no record"
+        return "failed", f"{lost}; {reason}" if reason else lost
+    if reason:
+        return "failed", f"no record written: {reason}"
+    ranks = outcome.get("ranks") or []
+    if ranks and all(isinstance(r, dict) and r.get("returncode") == 0 for r in ranks):
+        # Every rank said success, yet rank 0 never wrote its record: say exactly that.
+        return "failed", f"no record written, though all {len(ranks)} rank(s) exited with code 0"
+    return "failed", "no record written, and the executor gave no reason"
+
+
+def _record_reason(record: dict[str, Any], outcome: dict[str, Any] | None) -> str | None:
+    """The executor names the rank that failed first (the cause); the payload's own reason follows."""
     executor_reason = (outcome or {}).get("reason")
-    if record is None:
-        if outcome is None:
-            row["status"], row["reason"] = "pending", None
-        elif outcome.get("executor") == "search":
-            row["status"], row["reason"] = outcome.get("status", "skipped"), executor_reason
-        elif outcome.get("executor") == "slurm":
-            # Slurm's state is the story: cancelled, timeout, node_fail, running, … A job that
-            # COMPLETED without a record still failed: the record is the proof of a finished trial.
-            status = outcome.get("status", "unknown")
-            row["status"] = "failed" if status == "completed" else status
-            row["reason"] = executor_reason
-            if status == "completed":
-                lost = f"job {outcome.get('job')} completed but the payload wrote no record"
-                row["reason"] = f"{lost}; {executor_reason}" if executor_reason else lost
-        else:
-            row["status"], row["reason"] = "failed", f"no record written: {executor_reason}"
-        if row["status"] == "failed" and mentions_oom(row["reason"]):
-            row["status"] = "oom"  # a rank other than 0 ran out of memory: its log says so
-        return row
-    row["status"] = record["status"]
-    # The executor names the rank that failed first (the cause); the payload's own reason follows.
     reasons = [r for r in (executor_reason, record.get("reason")) if r]
     if record["status"] == "completed":
         requeues = (outcome or {}).get("requeues") or 0
@@ -82,18 +79,63 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
             reasons = [f"record complete, but afterwards {executor_reason}"]
         elif requeues:  # a requeue is worth saying, even when all ended well
             reasons = [f"requeued {requeues}×, then completed" + (f" (resumed from step {resumed})" if resumed else "")]
-    elif record["status"] in ("oom", "nan"):
+    elif record["status"] in ("oom", "nan") and record.get("reason"):
         reasons = [record["reason"]]  # the payload named it; how the ranks then exited adds nothing
-    row["reason"] = "; ".join(reasons) or None
+    return "; ".join(reasons) or None
+
+
+def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dict[str, Any] | None) -> dict[str, Any]:
+    """One table row. The payload's own record decides success; the executor's outcome
+    explains a trial that left no record (or a failed one)."""
+    row = _blank_row(trial)
+    world_size, nodes = trial.get("world_size"), trial.get("nodes")
+    wall_s = (record or {}).get("wall_s", (outcome or {}).get("wall_s"))  # what the trial held its devices for
+    row["device_hours"] = wall_s * world_size / 3600 if wall_s is not None and world_size else None
+    row["ranks_per_node"] = -(-world_size // nodes) if world_size and nodes else None
+    if record is None:
+        row["status"], row["reason"] = _no_record(outcome)
+        if row["status"] == "failed" and mentions_oom(row["reason"]):
+            row["status"] = "oom"  # a rank other than 0 ran out of memory: its log says so
+        return row
+    row["status"], row["reason"] = record["status"], _record_reason(record, outcome)
     m = record.get("metrics") or {}
+    layout = m.get("layout") if isinstance(m.get("layout"), dict) else {}
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})
-    row.update({k: (m.get("layout") or {}).get(k) for k in _LAYOUT_COLUMNS})
-    if m.get("peak_memory_bytes") is not None:
+    row.update({k: layout.get(k) for k in _LAYOUT_COLUMNS})
+    if isinstance(m.get("peak_memory_bytes"), (int, float)):
         row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
     if record.get("hosts"):
-        row["hosts"] = ",".join(sorted(set(record["hosts"])))
+        row["hosts"] = ",".join(sorted(set(map(str, record["hosts"]))))
         row["nodes"] = record.get("nodes", row["nodes"])
     return row
+
+
+def corrupt_row(trial: dict[str, Any], files: TrialFiles) -> dict[str, Any]:
+    """A trial with a damaged file: status `corrupt`, the reason naming each damaged file. What the
+    readable files hold stays in the row (a good record's measurements are not thrown away), but
+    the status does not claim an end that the damaged file may contradict."""
+    row = trial_row(trial, files.record.doc, files.outcome.doc)
+    said = f"the record says {row['status']}" if files.record.ok else None
+    row["status"] = "corrupt"
+    row["reason"] = "; ".join([*files.problems, *([said] if said else [])])
+    return row
+
+
+def folder_row(tdir: Path, planned: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The row of one trial folder, whatever state its files are in. An unreadable trial.json
+    still gives a row: the trial id is the folder's name, the rest what sweep.json planned."""
+    files = read_folder(tdir)
+    trial = files.trial.doc["trial"] if files.trial.ok else planned.get(tdir.name, {"trial_id": tdir.name})
+    if files.problems:
+        return corrupt_row(trial, files)
+    return trial_row(trial, files.record.doc, files.outcome.doc)
+
+
+def _planned(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    """trial id → the trial as sweep.json planned it ({} when sweep.json cannot say)."""
+    spec = read_sweep_spec(sweep_dir)
+    trials = (spec.doc or {}).get("trials") or []
+    return {t["trial_id"]: t for t in trials if isinstance(t, dict) and isinstance(t.get("trial_id"), str)}
 
 
 _COST_COLUMNS = ["speedup", "efficiency", "usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget",
@@ -101,13 +143,14 @@ _COST_COLUMNS = ["speedup", "efficiency", "usd_per_1m_tokens", "device_hours_per
 
 
 def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame:
-    """Read every `trials/*/` folder of a sweep into the results table."""
-    rows = []
-    for tdir in sorted((sweep_dir / "trials").glob("*/")):
-        trial = _load(tdir / "trial.json")
-        if trial is None:
-            continue
-        rows.append(trial_row(trial["trial"], _load(tdir / "record.json"), _load(tdir / "outcome.json")))
+    """Read every `trials/*/` folder of a sweep into the results table: one row per folder, and
+    one for each trial sweep.json plans whose folder is gone (never a silently missing row)."""
+    planned = _planned(sweep_dir)
+    tdirs = trial_dirs(sweep_dir)
+    rows = [folder_row(tdir, planned) for tdir in tdirs]
+    for trial_id in sorted(set(planned) - {t.name for t in tdirs}):
+        row = trial_row(planned[trial_id], None, None)
+        rows.append({**row, "status": "corrupt", "reason": missing_folder(trial_id)})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in _COST_COLUMNS])
     for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_memory_mb", "device_hours"]:
         df[col] = pd.to_numeric(df[col], errors="coerce")

@@ -8,32 +8,38 @@ import argparse
 from rich.table import Table
 from rich.text import Text
 
-from launcher.io import read_json
 from launcher.report.terminal import stdout_console
 from launcher.run.sweep import load_sweep
 from launcher.slurm.submit import refresh
+from launcher.trials.folder import TrialFiles, missing_folder, read_folder, trial_dir
+
+
+def trial_state(files: TrialFiles) -> tuple[str, str, str, str]:
+    """(state, source, job, reason) of one trial from its folder's files. A damaged file makes
+    the state `corrupt`, with the file named: its word on how the trial ended cannot be read."""
+    doc = files.outcome.doc
+    job = str((doc or {}).get("job") or (files.submission.doc or {}).get("key") or "—")
+    if files.problems:
+        source = ", ".join(f.name for f in (files.trial, files.record, files.outcome, files.submission) if f.corrupt)
+        return "corrupt", source, job, "; ".join(files.problems)
+    record = files.record.ok
+    if doc is None:
+        return ("completed" if record else "not started"), ("record" if record else "—"), job, ""
+    state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
+    return state, str(doc.get("source", doc.get("executor", ""))), job, doc.get("reason") or ""
 
 
 def main(args: argparse.Namespace) -> int:
-    sweep_dir = args.sweep_dir
-    path, cfg, trials = load_sweep(sweep_dir)
-    outcomes = {}
+    path, cfg, trials = load_sweep(args.sweep_dir)
     if cfg.cluster.kind == "slurm":
-        outcomes = refresh(path, cfg)
+        refresh(path, cfg)  # rewrites each submitted trial's outcome.json from sacct/squeue
     table = Table(title=f"sweep {path.name} ({cfg.cluster.kind})")
     for col in ("trial", "nodes", "ranks", "job", "state", "source", "reason"):
         table.add_column(col)
     for t in trials:
-        tdir = path / "trials" / t.trial_id
-        doc = outcomes.get(t.trial_id)
-        record = (tdir / "record.json").exists()
-        if doc is None and (tdir / "outcome.json").exists():
-            doc = read_json(tdir / "outcome.json")
-        if doc is None:
-            state, source, job, reason = ("completed" if record else "not started"), ("record" if record else "—"), "—", ""
-        else:
-            state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
-            source, job, reason = doc.get("source", doc.get("executor", "")), doc.get("job", "—"), doc.get("reason") or ""
+        tdir = trial_dir(path, t.trial_id)
+        gone = ("corrupt", "—", "—", missing_folder(t.trial_id))
+        state, source, job, reason = trial_state(read_folder(tdir)) if tdir.is_dir() else gone
         table.add_row(*map(Text, (t.trial_id, str(t.nodes), str(t.world_size), job, state, source, reason)))
     stdout_console().print(table)
     return 0

@@ -20,19 +20,29 @@ from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from launcher import __version__
-from launcher.results.policy import Recommendation, recommend
+from launcher.config.compose import compose_config
 from launcher.config.derived import policy_of, pricing_of
 from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, read_json
-from launcher.run.local import run_trial_dir
-from launcher.trials.spec import Trial, sweep_trials, trial_document
+from launcher.io import atomic_write_json
+from launcher.model.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
+from launcher.results.policy import Recommendation, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
+from launcher.run.adaptive import run_adaptive
+from launcher.run.adaptive import summary as search_summary
+from launcher.run.local import run_trial_dir
+from launcher.slurm.submit import env_for, job_requests, refresh, submissions, submit_jobs, track, write_scripts
+from launcher.trials.expand import expand
+from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_trial
+from launcher.trials.spec import Trial, sweep_trials
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -66,9 +76,6 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     """Expand swept overrides, compose and plan each combination. One combination: strict (any
     impossible size is an error). Several: impossible combinations are skipped with a reason;
     none possible is an error."""
-    from launcher.config.compose import compose_config
-    from launcher.trials.expand import expand
-
     variants = expand(overrides)
     if len(variants) == 1:
         cfg = compose_config(variants[0].overrides, recipes)
@@ -109,7 +116,7 @@ def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherC
         sweep_dir, n = root / f"{base}-{n}", n + 1
     (sweep_dir / "trials").mkdir(parents=True)
     atomic_write_json(
-        sweep_dir / "sweep.json",
+        sweep_dir / SWEEP_FILE,
         {
             "sweep_id": sweep_dir.name,
             "created_at": now,
@@ -122,27 +129,29 @@ def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherC
         },
     )
     for t, tcfg in items:
-        atomic_write_json(sweep_dir / "trials" / t.trial_id / "trial.json", trial_document(t, tcfg))
+        write_trial(trial_dir(sweep_dir, t.trial_id), t, tcfg)
     return sweep_dir
 
 
 def load_sweep(sweep_dir: str | Path) -> tuple[Path, LauncherConfig, list[Trial]]:
-    """A sweep folder → (folder, config, trials); ConfigError if it is not one."""
+    """A sweep folder → (folder, config, trials); ConfigError (one line) if it is not one, or
+    if its sweep.json cannot be read: without it the folder has no config to carry on with."""
     sweep_dir = Path(sweep_dir)
-    spec = sweep_dir / "sweep.json"
-    if not spec.is_file():
-        raise ConfigError(f"{str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
-    doc = read_json(spec)
-    return sweep_dir, load_config(doc["config"]), [Trial(**t) for t in doc["trials"]]
-
-
-def is_done(sweep_dir: Path, trial: Trial) -> bool:
-    """Finished for good: the payload wrote a record, or the executor saw a final end."""
-    tdir = sweep_dir / "trials" / trial.trial_id
-    if (tdir / "record.json").exists():
-        return True
-    outcome = tdir / "outcome.json"
-    return outcome.exists() and bool(read_json(outcome).get("final"))
+    spec = read_sweep_spec(sweep_dir)
+    if spec.missing:
+        raise ConfigError(f"{str(sweep_dir)!r} is not a sweep folder (no {SWEEP_FILE}); pass results/<sweep-id>")
+    if spec.doc is None:
+        raise ConfigError(f"{sweep_dir}: {spec.reason}; it holds the sweep's config and trial list, so the "
+                          "sweep cannot be read without it (each trials/*/trial.json keeps its own trial)")  # fmt: skip
+    try:
+        trials = [Trial(**t) for t in spec.doc["trials"]]
+    except TypeError as exc:  # not a mapping, or fields this launcher does not know
+        raise ConfigError(f"{sweep_dir}: {SWEEP_FILE} is corrupt: a planned trial does not fit: {exc}") from None
+    try:
+        cfg = load_config(spec.doc["config"])
+    except ConfigError as exc:  # say which file holds the config that does not load
+        raise ConfigError(f"{sweep_dir}: {SWEEP_FILE} holds a config this launcher cannot load: {exc}") from None
+    return sweep_dir, cfg, trials
 
 
 def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
@@ -156,9 +165,6 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
-    from launcher.run.adaptive import summary as search_summary
-    from launcher.report.report import model_summary
-
     notes = [n for n in [search_summary(sweep_dir)] if n]
     write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir,
                  model=model_summary(sweep_dir, cfg), notes=notes)  # fmt: skip
@@ -172,9 +178,6 @@ def show(result: SweepResult) -> None:
 
 
 def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progress_bars: bool) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
@@ -182,7 +185,7 @@ def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progre
         for t in trials:
             task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
             outcome = run_trial_dir(
-                sweep_dir / "trials" / t.trial_id,
+                trial_dir(sweep_dir, t.trial_id),
                 world_size=t.world_size,
                 threads=cfg.cluster.threads_per_rank,
                 timeout_s=cfg.cluster.trial_timeout_s,
@@ -194,10 +197,6 @@ def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progre
 
 
 def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
-    from rich.console import Console
-
-    from launcher.slurm.submit import env_for, job_requests, submit_jobs, write_scripts
-
     done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
     jobs = job_requests(cfg, sweep_dir, trials, first_index=len(done))
     write_scripts(sweep_dir, jobs)
@@ -212,8 +211,7 @@ def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progres
     if cfg.cluster.kind == "local":
         _run_local(sweep_dir, cfg, batch, progress_bars)
         return
-    from launcher.slurm.submit import submissions, track
-
+    # A damaged submission.json still counts as submitted: submitting again would run the trial twice.
     submitted = submissions(sweep_dir)
     _submit(sweep_dir, cfg, [t for t in batch if t.trial_id not in submitted])
     track(sweep_dir, cfg, batch, progress_bars=progress_bars)
@@ -226,12 +224,8 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
     pending = [t for t in trials if not is_done(sweep_dir, t)]
     try:
         if cfg.sweep.search == "adaptive":
-            from launcher.run.adaptive import run_adaptive
-
             run_adaptive(sweep_dir, cfg, trials, lambda batch: _run_batch(sweep_dir, cfg, batch, progress_bars))
         elif detach:  # slurm only (the CLI refuses it locally): submit what is not yet, and return
-            from launcher.slurm.submit import submissions
-
             submitted = submissions(sweep_dir)
             _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
             print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
@@ -247,16 +241,11 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
 def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: bool = True,
               detach: bool = False) -> SweepResult | None:  # fmt: skip
     """Every trial is planned and checked (prepare_sweep) before this runs; create the folder, then execute."""
-    from rich.console import Console
-    from rich.markup import escape
-
     cfg, trials = plan.cfg, [t for t, _ in plan.items]
     console = Console(stderr=True)
     for line in plan.skipped:
         console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
     if cfg.cluster.kind == "slurm":
-        from launcher.slurm.submit import job_requests
-
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
         job_requests(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
@@ -297,7 +286,5 @@ def collect(sweep_dir: str | Path, *, ask_scheduler: bool = True) -> SweepResult
     """Ask the scheduler once (Slurm), then rebuild the table and report from the folder."""
     path, cfg, _ = load_sweep(sweep_dir)
     if cfg.cluster.kind == "slurm" and ask_scheduler:
-        from launcher.slurm.submit import refresh
-
         refresh(path, cfg)
     return finish(path, cfg)

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_text, last_lines, read_json
+from launcher.io import atomic_write_json, atomic_write_text, last_lines
+from launcher.trials.folder import FileRead, read_record, read_submission, trial_dir, trial_dirs, write_outcome
 from launcher.trials.spec import Trial
 from launcher.slurm.render import JobRequest, job_request, render_script
 from launcher.slurm.commands import JobState, query, sbatch, slurm_env
@@ -94,11 +95,15 @@ def submit_jobs(sweep_dir: Path, jobs: list[PreparedJob], env: dict[str, str],
             on_submit(job, job_id)
 
 
-def submissions(sweep_dir: Path) -> dict[str, dict]:
-    """trial id → submission.json, for trials that were submitted."""
+def submissions(sweep_dir: Path) -> dict[str, FileRead]:
+    """trial id → its submission.json, for every trial that was submitted. A damaged file is
+    kept (as corrupt): the trial was submitted, only its job id is lost, and submitting it again
+    would run it twice."""
     out = {}
-    for path in sorted((sweep_dir / "trials").glob("*/submission.json")):
-        out[path.parent.name] = read_json(path)
+    for tdir in trial_dirs(sweep_dir):
+        sub = read_submission(tdir)
+        if not sub.missing:
+            out[tdir.name] = sub
     return out
 
 
@@ -153,10 +158,8 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
 
 
 def _record_completed(tdir: Path) -> bool:
-    try:
-        return read_json(tdir / "record.json").get("status") == "completed"
-    except (OSError, ValueError):
-        return False
+    record = read_record(tdir)
+    return record.doc is not None and record.doc["status"] == "completed"
 
 
 _ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
@@ -165,37 +168,46 @@ _ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
 def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
     """Ask Slurm about every submitted trial; write each trial's outcome.json; return them."""
     subs = submissions(sweep_dir)
-    states, notes = query(sorted({s["key"] for s in subs.values()}), env_for(cfg))
+    states, notes = query(sorted({s.doc["key"] for s in subs.values() if s.doc is not None}), env_for(cfg))
     outcomes = {}
     for trial_id, sub in subs.items():
-        st = states.get(sub["key"])
-        tdir = sweep_dir / "trials" / trial_id
-        if st is None:
-            why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
-            doc = {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
-                   "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
-        else:
-            status, reason = st.status, st.reason(cfg.cluster.time_limit)
-            step = pack_step_state(sub, st)
-            if step is not None:  # a packed trial is one step of a shared job: its own step speaks for it
-                step_id, step_state, code, sig = step
-                if step_state == "COMPLETED":
-                    status, reason = "completed", None
-                elif step_state not in ("RUNNING", "PENDING"):
-                    status = "failed" if step_state == "FAILED" else step_state.lower()
-                    reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
-            # A failure the payload may explain itself: srun's exit code and the log's last lines.
-            # (cancelled, timeout, node_fail: Slurm's word is the whole story.)
-            if status in ("failed", "oom") or (status == "completed" and not _record_completed(tdir)):
-                detail = payload_detail(tdir, sweep_dir / "jobs" / f"slurm-{sub['key']}.out")
-                reason = "; ".join(r for r in (reason, detail) if r) or None
-            doc = {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
-                   "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
-                   "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps],
-                   "requeues": st.requeues}  # fmt: skip
-        atomic_write_json(tdir / "outcome.json", doc)
-        outcomes[trial_id] = doc
+        tdir = trial_dir(sweep_dir, trial_id)
+        outcomes[trial_id] = doc = _outcome(sweep_dir, cfg, tdir, sub, states, notes)
+        write_outcome(tdir, doc)
     return outcomes
+
+
+def _outcome(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, read: FileRead, states: dict[str, JobState],
+             notes: dict[str, str]) -> dict:  # fmt: skip
+    """One trial's outcome.json: Slurm's word on its job, and the trial's own files on a failure."""
+    if read.doc is None:
+        # Final: with the job id lost nothing will ever say more, and `track` must not wait for it.
+        return {"executor": "slurm", "job": None, "status": "corrupt", "final": True, "source": read.name,
+                "reason": f"{read.reason}; its job cannot be asked about"}  # fmt: skip
+    sub = read.doc
+    st = states.get(sub["key"])
+    if st is None:
+        why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
+        return {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
+                "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
+    status, reason = st.status, st.reason(cfg.cluster.time_limit)
+    step = pack_step_state(sub, st)
+    if step is not None:  # a packed trial is one step of a shared job: its own step speaks for it
+        step_id, step_state, code, sig = step
+        if step_state == "COMPLETED":
+            status, reason = "completed", None
+        elif step_state not in ("RUNNING", "PENDING"):
+            status = "failed" if step_state == "FAILED" else step_state.lower()
+            reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
+    # A failure the payload may explain itself: srun's exit code and the log's last lines.
+    # (cancelled, timeout, node_fail: Slurm's word is the whole story.)
+    if status in ("failed", "oom") or (status == "completed" and not _record_completed(tdir)):
+        detail = payload_detail(tdir, sweep_dir / "jobs" / f"slurm-{sub['key']}.out")
+        reason = "; ".join(r for r in (reason, detail) if r) or None
+    return {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
+            "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
+            "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps],
+            "requeues": st.requeues}  # fmt: skip
 
 
 def track(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True) -> None:

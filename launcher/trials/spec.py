@@ -11,7 +11,6 @@ from typing import Any
 
 from launcher.config.derived import batch_math, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.trials.layout import layout_degrees
 
@@ -131,12 +130,3 @@ def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = ""
                 skipped.append(f"{variant} at {reason}" if variant else reason)
                 break
     return trials
-
-
-def trial_document(trial: Trial, cfg: LauncherConfig) -> dict[str, Any]:
-    """What the payload reads: the trial spec and the resolved config it belongs to."""
-    return {"trial": trial.to_dict(), "config": to_dict(cfg)}
-
-
-def from_document(doc: dict[str, Any]) -> tuple[Trial, LauncherConfig]:
-    return Trial(**doc["trial"]), load_config(doc["config"])
