@@ -203,3 +203,10 @@ def test_a_damaged_search_json_is_said_not_hidden(tmp_path):
     run = lambda batch: [_record(sweep_dir, t, 1000.0 * t.world_size) for t in batch]  # noqa: E731
     doc = run_adaptive(sweep_dir, plan.cfg, [t for t, _ in plan.items], run, log=lambda line: None)
     assert doc["steps"][0]["note"].startswith("search.json is truncated (0 bytes); its earlier steps are lost")
+
+
+def test_the_report_says_which_trials_the_model_left_out(sweep):
+    (sweep / "trials" / TRIAL_ID / "record.json").write_text("{\"status\": \"completed\", \"metr")
+    assert main(["report", str(sweep)]) == 0
+    report = (sweep / "report.md").read_text()
+    assert f"Left out of the fit (damaged files): {TRIAL_ID}: record.json is truncated (" in report

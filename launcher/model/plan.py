@@ -25,7 +25,7 @@ from launcher.config.derived import batch_math, policy_of, pricing_of, ranks_per
 from launcher.config.errors import ConfigError
 from launcher.config.messages import RENAMED
 from launcher.config.schema import LauncherConfig
-from launcher.io import read_json
+from launcher.trials.folder import read_sweep_spec
 from launcher.model.calibrate import fit_layouts, load_measured, shape_at
 from launcher.model.flops import flops_per_token, param_counts
 from launcher.model.links import LINKS
@@ -190,10 +190,12 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
                 f"--from plans the measured recipe on the measured hardware, so {o!r} cannot apply; only sweep.* "
                 "(policy, threshold, budgets) and cluster.usd_per_device_hour / cluster.spot_discount can"
             )
-    spec = sweep_dir / "sweep.json"
-    if not spec.is_file():
+    spec = read_sweep_spec(sweep_dir)
+    if spec.missing:
         raise ConfigError(f"--from {str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
-    return [*map(_current_spelling, expand(read_json(spec)["overrides"])[0].overrides), *user]
+    if not spec.ok:
+        raise ConfigError(f"--from {str(sweep_dir)!r}: {spec.reason}; its overrides cannot be read, so nothing can be planned")
+    return [*map(_current_spelling, expand(spec.doc["overrides"])[0].overrides), *user]
 
 
 def _current_spelling(override: str) -> str:

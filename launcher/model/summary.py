@@ -10,17 +10,18 @@ from pathlib import Path
 import pandas as pd
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import read_json
 from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
 from launcher.model.step import PerfModel
+from launcher.trials.folder import read_sweep_spec
 
 
 @dataclass(kw_only=True, frozen=True)
 class ModelSummary:
     """What the report shows of the performance model."""
 
-    predictions: pd.DataFrame
-    """calibrate.predictions(): per variant and size, predicted vs measured tokens/s."""
+    predictions: pd.DataFrame | None
+    """calibrate.predictions(): per variant and size, predicted vs measured tokens/s; None when
+    no model could be fitted (the lines say why)."""
     lines: list[str]
     """One line per layout: the fitted parameters and where each came from; then the in-sample error."""
 
@@ -54,17 +55,21 @@ def layout_line(layout: str, m: PerfModel) -> str:
 
 def model_summary(sweep_dir: Path, cfg: LauncherConfig) -> ModelSummary | None:
     """Fit the performance model on the sweep's completed trials and predict the grid's sizes
-    plus 2× and 4× the largest; None when nothing completed (or the fit is impossible)."""
-    measured = load_measured(sweep_dir)
+    plus 2× and 4× the largest; None when nothing completed. Trials left out for damaged files
+    and a fit that failed are said in the lines, never dropped in silence."""
+    unreadable: list[str] = []
+    measured = load_measured(sweep_dir, unreadable)
+    skipped = [f"Left out of the fit (damaged files): {'; '.join(unreadable)}."] if unreadable else []
     if not measured:
-        return None
+        return ModelSummary(predictions=None, lines=skipped) if skipped else None
     try:
         models = fit_layouts(measured, cfg.cluster.intra_link, cfg.cluster.inter_link)
-    except ValueError:
-        return None
+    except ValueError as exc:
+        return ModelSummary(predictions=None, lines=[f"No model: the fit failed ({exc}).", *skipped])
     largest = max(m.trial["world_size"] for m in measured)
-    grid = {t["world_size"] for t in (read_json(sweep_dir / "sweep.json").get("trials") or [])}
+    spec = read_sweep_spec(sweep_dir)
+    grid = {t["world_size"] for t in ((spec.doc or {}).get("trials") or [])}
     pred = predictions(measured, models, sorted(grid | {2 * largest, 4 * largest}))
     lines = [layout_line(layout, m) for layout, m in models.items()]
     lines.append(f"In-sample error (MAPE) of predicted tokens/s: {mape(pred):.1f}%.")
-    return ModelSummary(predictions=pred, lines=lines)
+    return ModelSummary(predictions=pred, lines=[*lines, *skipped])

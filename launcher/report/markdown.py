@@ -34,9 +34,10 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     ]  # fmt: skip
     plots.plot_scaling(df, threshold, sweep_dir / "scaling.png")
     model_lines: list[str] = []
-    if model is not None:
+    if model is not None and model.predictions is not None:
         images.append(("Measured vs predicted throughput (calibrated model, interval shaded)",
                        plots.plot_predicted(model.predictions, sweep_dir / "predicted.png")))  # fmt: skip
+    if model is not None:
         model_lines = ["Performance model (step = compute + exposed all-reduce + bubble + overhead):", *model.lines]
     size = "none" if rec.world_size is None else str(rec.world_size)
     recommendation = f"Recommended world size: {size} — {rec.reason}"

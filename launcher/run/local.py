@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from launcher.config.validate import env_pairs
-from launcher.io import atomic_write_json, last_lines, read_json
+from launcher.io import last_lines
+from launcher.trials.folder import read_trial, write_outcome
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
@@ -127,7 +128,10 @@ def run_local(
 ) -> LocalOutcome:
     """Run the trial in `trial_dir` (holding trial.json) and wait for every rank."""
     argv = payload_argv(trial_dir / "trial.json", trial_dir / "record.json", extra_args or [])
-    user_env = dict(env_pairs(read_json(trial_dir / "trial.json")["config"]["cluster"].get("env") or []))
+    spec = read_trial(trial_dir)
+    if not spec.ok:  # written by this launcher a moment ago: damage here is a bug to see, not a row
+        raise RuntimeError(spec.reason)
+    user_env = dict(env_pairs(spec.doc["config"]["cluster"].get("env") or []))
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
@@ -213,8 +217,7 @@ def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float
         outcome = run_local(tdir, world_size=world_size, threads=threads, timeout_s=timeout_s,
                             extra_args=extra_args, on_poll=poll)  # fmt: skip
     except KeyboardInterrupt:
-        atomic_write_json(tdir / "outcome.json", {"executor": "local", "final": False,
-                                                  "reason": "interrupted (Ctrl-C); ranks stopped"})  # fmt: skip
+        write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})
         raise
     reason = outcome.reason()
     culprit = outcome.culprit()
@@ -230,5 +233,5 @@ def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float
         "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher}
                   for r in outcome.ranks],  # fmt: skip
     }
-    atomic_write_json(tdir / "outcome.json", doc)
+    write_outcome(tdir, doc)
     return doc

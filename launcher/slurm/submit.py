@@ -18,8 +18,16 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_text, last_lines
-from launcher.trials.folder import FileRead, read_record, read_submission, trial_dir, trial_dirs, write_outcome
+from launcher.io import atomic_write_text, last_lines
+from launcher.trials.folder import (
+    FileRead,
+    read_record,
+    read_submission,
+    trial_dir,
+    trial_dirs,
+    write_outcome,
+    write_submission,
+)
 from launcher.trials.spec import Trial
 from launcher.slurm.render import JobRequest, job_request, render_script
 from launcher.slurm.commands import JobState, query, sbatch, slurm_env
@@ -86,8 +94,8 @@ def submit_jobs(sweep_dir: Path, jobs: list[PreparedJob], env: dict[str, str],
         job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
         for i, t in enumerate(job.trials):
             key = f"{job_id}_{i}" if job.request.array else job_id
-            atomic_write_json(
-                sweep_dir / "trials" / t.trial_id / "submission.json",
+            write_submission(
+                trial_dir(sweep_dir, t.trial_id),
                 {"job_id": job_id, "key": key, "script": f"jobs/{job.name}.sbatch", "pack_step": i if job.request.pack
                  else None, "submitted_at": time.time()},  # fmt: skip
             )

@@ -183,6 +183,10 @@ def write_outcome(tdir: Path, doc: dict[str, Any]) -> None:
     atomic_write_json(tdir / OUTCOME_FILE, doc)
 
 
+def write_submission(tdir: Path, doc: dict[str, Any]) -> None:
+    atomic_write_json(tdir / SUBMISSION_FILE, doc)
+
+
 def read_sweep_spec(sweep_dir: Path) -> FileRead:
     """sweep.json: the sweep's config and its planned trials."""
     return read_document(sweep_dir / SWEEP_FILE, _check_sweep)
