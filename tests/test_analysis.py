@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from launcher.results.policy import Policy, Pricing, add_cost, add_scaling, recommend
+from launcher.results.cost import Pricing, add_cost
+from launcher.results.policy import Policy, recommend
+from launcher.results.scaling import add_scaling
 from launcher.results.analyze import analyze
 
 

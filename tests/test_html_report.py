@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from launcher.report import plots
-from launcher.results.policy import add_scaling
+from launcher.results.scaling import add_scaling
 from launcher.report.html import write_html
 from launcher.report.terminal import display_rows
 from launcher.results.table import COLUMNS

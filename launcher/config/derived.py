@@ -63,21 +63,3 @@ def scaled_lr(optim: OptimConfig, global_batch: int) -> float:
     if optim.lr_scaling == "sqrt":
         return optim.lr * math.sqrt(ratio)
     return optim.lr
-
-
-def pricing_of(cfg: LauncherConfig):
-    """The cost inputs of a config (cluster price and spot discount, sweep token budget)."""
-    from launcher.results.policy import Pricing  # lazy: it imports pandas (~0.3 s); trial payloads import this module
-
-    c = cfg.cluster
-    return Pricing(usd_per_device_hour=c.usd_per_device_hour, spot_discount=c.spot_discount,
-                   token_budget=cfg.sweep.token_budget)  # fmt: skip
-
-
-def policy_of(cfg: LauncherConfig):
-    """The recommendation policy of a config."""
-    from launcher.results.policy import Policy  # lazy: pandas, as above
-
-    s = cfg.sweep
-    return Policy(name=s.policy, threshold=s.threshold, budget_device_hours=s.budget_device_hours,
-                  budget_usd=s.budget_usd)  # fmt: skip

@@ -18,10 +18,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from launcher.results.policy import Recommendation, add_cost, add_scaling, recommend
+from launcher.results.cost import add_cost, pricing_of
+from launcher.results.policy import Recommendation, policy_of, recommend
+from launcher.results.scaling import add_scaling
 from launcher.config.compose import compose_config
 from launcher.report.terminal import print_table
-from launcher.config.derived import batch_math, policy_of, pricing_of, ranks_per_node
+from launcher.config.derived import batch_math, ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.messages import RENAMED
 from launcher.config.schema import LauncherConfig

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from launcher.results.policy import by_size
+from launcher.results.scaling import by_size
 
 DPI = 100
 NO_TRIALS = "no completed trials"

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from launcher.results.policy import Policy, Pricing, Recommendation, add_cost, add_scaling, recommend
+from launcher.results.cost import Pricing, add_cost
+from launcher.results.policy import Policy, Recommendation, recommend
+from launcher.results.scaling import add_scaling
 from launcher.config.errors import ConfigError
 from launcher.report.terminal import print_table
 

@@ -1,8 +1,5 @@
-"""Pure analysis of a results table: scaling efficiency, cost, and the recommended size.
-
-Works on any table with `world_size`, `status` and a throughput column (`tokens_per_s` by
-default), so `launcher analyze` judges tables measured elsewhere with the same code.
-"""
+"""The recommended size of a results table under a policy, with a one-sentence reason:
+`max_efficient`, `min_cost` or `fastest_within_budget`."""
 
 from __future__ import annotations
 
@@ -10,82 +7,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-POLICIES = ("max_efficient", "min_cost", "fastest_within_budget")
+from launcher.config.schema import LauncherConfig, PolicyName
+from launcher.results.scaling import by_size
 
-
-def _variant(df: pd.DataFrame) -> pd.Series:
-    return df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
-
-
-def _done(df: pd.DataFrame, metric: str) -> pd.Series:
-    return (df["status"] == "completed") & df[metric].notna()
-
-
-_MEDIANS = ("usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget", "usd_to_budget",
-            "device_hours_to_budget")  # fmt: skip
-
-
-def by_size(df: pd.DataFrame, metric: str = "tokens_per_s") -> pd.DataFrame:
-    """One row per (variant, world size) over its completed trials (repeats → medians)."""
-    done = df[_done(df, metric) & df["efficiency"].notna()].assign(variant=_variant(df))
-    cols = {metric: "median", "efficiency": "median", "speedup": "median", "status": "count"}
-    cols.update({c: "median" for c in _MEDIANS if c in done})
-    out = done.groupby(["variant", "world_size"], as_index=False).agg(cols).rename(columns={"status": "completed"})
-    out["scaling"] = done["scaling"].iloc[0] if "scaling" in done and len(done) else "weak"
-    return out.sort_values(["variant", "world_size"]).reset_index(drop=True)
-
-
-def add_scaling(df: pd.DataFrame, metric: str = "tokens_per_s") -> pd.DataFrame:
-    """speedup and efficiency of each completed row against the smallest completed size N₀:
-    efficiency = thr(N)·N₀ / (thr(N₀)·N) (per-rank batch fixed: weak scaling; global batch
-    fixed: strong scaling — the `scaling` column says which)."""
-    df = df.copy()
-    df["speedup"] = float("nan")
-    df["efficiency"] = float("nan")
-    variant = _variant(df)
-    for _, group in df[_done(df, metric)].groupby(variant):
-        # Each combination (layout, accumulation, …) is judged against its own smallest size.
-        n0 = group["world_size"].min()
-        thr0 = group.loc[group["world_size"] == n0, metric].median()  # repeats: their median
-        df.loc[group.index, "speedup"] = group[metric] / thr0
-        df.loc[group.index, "efficiency"] = group[metric] * n0 / (thr0 * group["world_size"])
-    return df
-
-
-@dataclass(kw_only=True, frozen=True)
-class Pricing:
-    usd_per_device_hour: float | None = None
-    """List price of one device-hour; None → the $ columns are null."""
-    spot_discount: float = 0.0
-    """Fraction off the list price (spot/preemptible capacity)."""
-    token_budget: float | None = None
-    """Tokens the real run trains on; None → the to-budget columns are null."""
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        if self.usd_per_device_hour is None:
-            return None
-        return self.usd_per_device_hour * (1 - self.spot_discount)
-
-
-def add_cost(df: pd.DataFrame, pricing: Pricing) -> pd.DataFrame:
-    """Cost per token and to a token budget, from tokens/s and the device count:
-    device-hours per 1M tokens = N ÷ (tokens/s × 3600) × 1e6; $ = device-hours × price × (1 − spot);
-    hours to budget = budget ÷ tokens/s ÷ 3600 (wall clock), device-hours = that × N."""
-    df = df.copy()
-    n = df["world_size"]
-    thr = df["tokens_per_s"] if "tokens_per_s" in df else pd.Series(float("nan"), index=df.index)
-    df["device_hours_per_1m_tokens"] = n / (thr * 3600) * 1e6
-    price = pricing.usd_per_hour
-    nan = float("nan")
-    df["usd_per_1m_tokens"] = nan if price is None else df["device_hours_per_1m_tokens"] * price
-    if pricing.token_budget is None:
-        df["hours_to_budget"] = df["device_hours_to_budget"] = df["usd_to_budget"] = nan
-    else:
-        df["hours_to_budget"] = pricing.token_budget / thr / 3600
-        df["device_hours_to_budget"] = df["hours_to_budget"] * n
-        df["usd_to_budget"] = nan if price is None else df["device_hours_to_budget"] * price
-    return df
+POLICIES = tuple(p.value for p in PolicyName)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -221,3 +146,10 @@ def _within_budget(groups, policy: Policy, metric: str, unit: str) -> Recommenda
         col, cap, fmt = next((c, cap, f) for c, cap, f in limits if nxt[c] > cap)
         reason += f"; {_count(int(nxt['world_size']), unit)} would need {fmt.format(nxt[col])}"
     return Recommendation(world_size=n, reason=reason, variant=variant)
+
+
+def policy_of(cfg: LauncherConfig) -> Policy:
+    """The recommendation policy of a config."""
+    s = cfg.sweep
+    return Policy(name=s.policy, threshold=s.threshold, budget_device_hours=s.budget_device_hours,
+                  budget_usd=s.budget_usd)  # fmt: skip

@@ -8,7 +8,8 @@ from typing import Any
 import pandas as pd
 
 from launcher.io import atomic_write_text
-from launcher.results.policy import Pricing, add_cost, add_scaling
+from launcher.results.cost import Pricing, add_cost
+from launcher.results.scaling import add_scaling
 from launcher.trials.ends import mentions_oom
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
-from launcher.config.derived import pricing_of
+from launcher.results.cost import pricing_of
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
 from launcher.model.calibrate import Measured, fit_layouts, load_measured, predictions

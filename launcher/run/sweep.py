@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from launcher import __version__
 from launcher.config.compose import compose_config
-from launcher.config.derived import policy_of, pricing_of
+from launcher.results.cost import pricing_of
 from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
@@ -34,7 +34,7 @@ from launcher.io import atomic_write_json
 from launcher.model.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
-from launcher.results.policy import Recommendation, recommend
+from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
