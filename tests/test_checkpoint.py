@@ -11,7 +11,8 @@ import torch
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.spec import make_trial, trial_document
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
 
 pytestmark = pytest.mark.torch_dist
 

@@ -7,15 +7,12 @@ processes; 4-rank trials run oversubscribed on 2 cores."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from layout_parity import BASE, assert_same, launch, reference
+from layout_parity import BASE, assert_same, launch, reference, run_trial
 
 from launcher.config.compose import compose_config
-from launcher.io import atomic_write_json, read_json
-from launcher.run.local import run_local
-from launcher.trials.spec import make_trial, trial_document
+from launcher.io import read_json
 
 pytestmark = pytest.mark.torch_dist
 
@@ -81,13 +78,6 @@ def test_pipeline_record_has_bubble_theory_and_measured(gpipe):
 
 def test_bf16_pipeline_runs(tmp_path):
     """bf16 autocast is ~10× slower than fp32 on this CPU: a 3-step smoke test only."""
-    cfg = compose_config(BASE + ["parallel=pipeline", "precision=bf16"])
-    trial = make_trial(cfg, index=0, world_size=2, steps=3, warmup_steps=1)
-    tdir: Path = tmp_path / "bf16"
-    atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
-    out = run_local(tdir, world_size=2, threads=1, timeout_s=300)
-    assert out.ok, out.reason()
-    record = read_json(tdir / "record.json")
-    assert record["status"] == "completed", record.get("reason")
+    record = run_trial(tmp_path, "bf16", 2, ["parallel=pipeline", "precision=bf16"], steps=3, save_params=False)
     losses = record["metrics"]["losses"]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)

@@ -26,11 +26,12 @@ _SCALING_SIZE = (10, 4)  # scaling.png, as report.md has always shown it
 
 
 def _pyplot():
+    # Lazy: matplotlib costs ~0.5 s to import and only the report writer draws. Sweeps run on
+    # headless login nodes, so the Agg backend is chosen before pyplot (lazy too) loads.
     import matplotlib
 
-    # Sweeps run on headless login nodes: never try to open a display.
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy, after the backend is set
 
     return plt
 
@@ -69,6 +70,7 @@ def _name(variant: Any, default: str | None) -> str | None:
 
 def _set_sizes(ax, sizes) -> None:
     """Ticks at exactly the measured sizes; log2 when they span LOG_SPAN× or more."""
+    # Lazy, as in _pyplot: matplotlib loads only when a plot is drawn.
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
     sizes = sorted({int(s) for s in sizes if pd.notna(s) and s > 0})

@@ -139,41 +139,10 @@ def run_local(
     outcome = LocalOutcome()
     try:
         for rank in range(world_size):
-            log = open(trial_dir / f"rank{rank}.log", "wb")
-            logs.append(log)
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    env=rank_env(rank, world_size, port, threads, user_env),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            )
-        stopped: set[int] = set()
-        exit_seq: dict[int, int] = {}
-        failed_at: float | None = None
-        while True:
-            for i, p in enumerate(procs):
-                if i not in exit_seq and p.poll() is not None:
-                    exit_seq[i] = len(exit_seq)
-            if len(exit_seq) == len(procs):
-                break
-            if on_poll:
-                on_poll()
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now - start > timeout_s:
-                outcome.timed_out = True
-                failed_at = failed_at or now - GRACE_S
-            if failed_at is not None and now - failed_at >= (0 if outcome.timed_out else GRACE_S):
-                stopped |= _stop(procs)
-            time.sleep(POLL_S)
-        outcome.ranks = [
-            RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i))
-            for i, p in enumerate(procs)
-        ]
+            logs.append(open(trial_dir / f"rank{rank}.log", "wb"))
+            procs.append(subprocess.Popen(argv, env=rank_env(rank, world_size, port, threads, user_env),
+                                          stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
+        outcome.ranks = _wait_all(procs, outcome, start=start, timeout_s=timeout_s, on_poll=on_poll)
     except BaseException:
         _stop(procs)
         raise
@@ -182,6 +151,34 @@ def run_local(
             log.close()
         outcome.wall_s = time.monotonic() - start
     return outcome
+
+
+def _wait_all(procs: list[subprocess.Popen], outcome: LocalOutcome, *, start: float, timeout_s: float,
+              on_poll: Callable[[], None] | None) -> list[RankExit]:  # fmt: skip
+    """Wait for every rank; once one fails (or time runs out) give the rest GRACE_S, then stop
+    them: a rank blocked in a collective with a dead peer never exits on its own."""
+    stopped: set[int] = set()
+    exit_seq: dict[int, int] = {}
+    failed_at: float | None = None
+    while True:
+        for i, p in enumerate(procs):
+            if i not in exit_seq and p.poll() is not None:
+                exit_seq[i] = len(exit_seq)
+        if len(exit_seq) == len(procs):
+            break
+        if on_poll:
+            on_poll()
+        now = time.monotonic()
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = now
+        if now - start > timeout_s:
+            outcome.timed_out = True
+            failed_at = failed_at or now - GRACE_S
+        if failed_at is not None and now - failed_at >= (0 if outcome.timed_out else GRACE_S):
+            stopped |= _stop(procs)
+        time.sleep(POLL_S)
+    return [RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i))
+            for i, p in enumerate(procs)]  # fmt: skip
 
 
 def _stop(procs: list[subprocess.Popen]) -> set[int]:

@@ -14,6 +14,7 @@ which tells the job script to requeue.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from launcher.io import atomic_write_json, read_json
+from launcher.train.env import attempt
 
 KEEP = 2  # checkpoints kept: the latest, and one before it in case the latest is cut short
 
@@ -79,6 +81,4 @@ def load(path: Path, module, optimizer) -> None:
 
 def requeue_marker(trial_dir: Path) -> Path:
     """The file the job script looks for to requeue itself (one per attempt)."""
-    import os
-
-    return trial_dir / f"checkpointed.attempt{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+    return trial_dir / f"checkpointed.attempt{attempt(os.environ)}"

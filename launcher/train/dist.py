@@ -1,39 +1,14 @@
-"""Rank discovery and process-group setup, for local processes, srun and torchrun alike."""
+"""Device, backend and process-group setup for the rank that launcher/train/env.py identified."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass(kw_only=True, frozen=True)
-class RankInfo:
-    rank: int
-    """Global rank."""
-    world_size: int
-    """Ranks in the job."""
-    local_rank: int
-    """Rank on this node (selects the GPU)."""
-
-
-def rank_info(env: os._Environ | dict = os.environ) -> RankInfo:
-    """torchrun/local executor set RANK etc.; under plain `srun` Slurm's own variables stand in."""
-
-    def first(*names: str, default: str) -> int:
-        for name in names:
-            if name in env:
-                return int(env[name])
-        return int(default)
-
-    return RankInfo(
-        rank=first("RANK", "SLURM_PROCID", default="0"),
-        world_size=first("WORLD_SIZE", "SLURM_NTASKS", default="1"),
-        local_rank=first("LOCAL_RANK", "SLURM_LOCALID", default="0"),
-    )
+from launcher.train.env import RankEnv
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -51,13 +26,18 @@ def pick_backend(requested: str, device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def init(info: RankInfo, backend: str, device: torch.device, timeout_s: float) -> None:
-    """env:// rendezvous; MASTER_ADDR/MASTER_PORT come from the executor or sbatch script."""
+def init(renv: RankEnv, backend: str, device: torch.device, timeout_s: float) -> None:
+    """env:// rendezvous at renv's address, with renv's rank and world size."""
+    # env:// reads the address from the process environment (under torchrun it joins the
+    # agent's store there), so the resolved one goes there: the same values where they were set,
+    # the Slurm-derived ones under a plain srun that set none.
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = renv.master_addr, str(renv.master_port)
     kwargs = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(
         backend=backend,
-        rank=info.rank,
-        world_size=info.world_size,
+        init_method="env://",
+        rank=renv.rank,
+        world_size=renv.world_size,
         timeout=timedelta(seconds=timeout_s),
         **kwargs,
     )

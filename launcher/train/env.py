@@ -3,8 +3,8 @@ world size and the rendezvous address from the environment.
 
 - torchrun, and the local executor (which sets the same variables): RANK, LOCAL_RANK, WORLD_SIZE.
 - plain `srun`, one task per rank: Slurm sets only SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS.
-  (Under `launch=torchrun` on Slurm both are set; SLURM_PROCID is then the node's task, not the
-  rank, so torchrun's variables win.)
+  (Under `launch=torchrun` on Slurm both are set; SLURM_PROCID is then the node's index, one
+  task per node, not the rank: torchrun's variables win.)
 - neither: a lone process, rank 0 of 1.
 
 MASTER_ADDR/MASTER_PORT are kept when set (the sbatch template exports them per trial); under
@@ -13,9 +13,9 @@ Slurm without them, the first host of SLURM_JOB_NODELIST and 20000 + SLURM_JOB_I
 Slurm's variables are read here rather than through submitit's helpers: `submitit.JobEnvironment`
 and `helpers.TorchDistributedEnvironment` only recognise a job that submitit itself submitted
 (SUBMITIT_EXECUTOR=slurm; under plain srun they raise "Could not figure out which environment"),
-they read os.environ rather than a given mapping, and TorchDistributedEnvironment draws
-MASTER_PORT at random from the job id instead of the template's rule. The host-list parsing is
-checked against submitit's in tests/test_rank_env.py.
+they read os.environ rather than a given mapping, and TorchDistributedEnvironment picks
+MASTER_PORT with a generator seeded by the job id (20000..60000), not the template's rule.
+The host-list parsing is checked against submitit's in tests/test_rank_env.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-SLURM_PORT_BASE = 20000
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 20000
 """Under Slurm, MASTER_PORT = 20000 + SLURM_JOB_ID % 20000 (the sbatch template's rule): a port
 fixed per job keeps two jobs' ranks on a shared node from joining each other."""
 DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 29500  # torch's own defaults; only a lone process uses them
@@ -53,25 +53,37 @@ class RankEnv:
 
 def process_env(environ: Mapping[str, str]) -> RankEnv:
     """This process's place in the job, from `environ` (os.environ in the payload)."""
-    names = TORCHRUN if "RANK" in environ else SLURM if "SLURM_PROCID" in environ else None
-    ranks = {field: read_int(environ, name) for field, name in names.items()} if names else {}
-    rank, local_rank, world_size = ranks.get("rank", 0), ranks.get("local_rank", 0), ranks.get("world_size", 1)
-    where = {field: names[field] if names else DEFAULT for field in TORCHRUN}
+    slurm = "RANK" not in environ and "SLURM_PROCID" in environ
+    names = SLURM if slurm else TORCHRUN if "RANK" in environ else None
+    if names is None:
+        rank, local_rank, world_size = 0, 0, 1
+        sources = dict.fromkeys(TORCHRUN, DEFAULT)
+    else:
+        missing = [name for name in names.values() if name not in environ]
+        if missing:
+            raise ValueError(f"{names['rank']} is set but {' and '.join(missing)} not: a launch sets all three")
+        rank, local_rank, world_size = (read_int(environ, names[field]) for field in TORCHRUN)
+        sources = dict(names)
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} ({where['rank']}) is outside 0..{world_size - 1} ({where['world_size']}={world_size})")
+        raise ValueError(f"rank {rank} ({sources['rank']}) is outside 0..{world_size - 1} (world size {world_size})")
     if not 0 <= local_rank < world_size:
-        raise ValueError(f"local rank {local_rank} ({where['local_rank']}) is outside 0..{world_size - 1}")
-    addr, where["master_addr"] = master_addr(environ, slurm=names is SLURM)
-    port, where["master_port"] = master_port(environ, slurm=names is SLURM)
+        raise ValueError(f"local rank {local_rank} ({sources['local_rank']}) is outside 0..{world_size - 1}")
+    addr, sources["master_addr"] = master_addr(environ, slurm=slurm)
+    port, sources["master_port"] = master_port(environ, slurm=slurm)
     return RankEnv(rank=rank, local_rank=local_rank, world_size=world_size, master_addr=addr, master_port=port,
-                   sources=where)  # fmt: skip
+                   sources=sources)  # fmt: skip
+
+
+def attempt(environ: Mapping[str, str]) -> int:
+    """This run's attempt: Slurm's restart count (0 on the first run, 1 after one requeue), else 0."""
+    return int(environ.get("SLURM_RESTART_COUNT") or 0)
 
 
 def read_int(environ: Mapping[str, str], name: str) -> int:
-    if name not in environ:
-        raise ValueError(f"{name} is not set (the other rank variables of its launcher are)")
     try:
         return int(environ[name])
+    except KeyError:
+        raise ValueError(f"{name} is not set") from None
     except ValueError:
         raise ValueError(f"{name}={environ[name]!r} is not an integer") from None
 
@@ -80,11 +92,11 @@ def master_addr(environ: Mapping[str, str], *, slurm: bool) -> tuple[str, str]:
     """(address, where it came from)."""
     if environ.get("MASTER_ADDR"):
         return environ["MASTER_ADDR"], "MASTER_ADDR"
-    if slurm:
-        if not environ.get("SLURM_JOB_NODELIST"):
-            raise ValueError("under Slurm without MASTER_ADDR, SLURM_JOB_NODELIST must name the hosts")
-        return first_host(environ["SLURM_JOB_NODELIST"]), "SLURM_JOB_NODELIST"
-    return DEFAULT_ADDR, DEFAULT
+    if not slurm:
+        return DEFAULT_ADDR, DEFAULT
+    if not environ.get("SLURM_JOB_NODELIST"):
+        raise ValueError("under Slurm without MASTER_ADDR, SLURM_JOB_NODELIST must name the job's hosts")
+    return first_host(environ["SLURM_JOB_NODELIST"]), "SLURM_JOB_NODELIST"
 
 
 def master_port(environ: Mapping[str, str], *, slurm: bool) -> tuple[int, str]:
@@ -92,7 +104,7 @@ def master_port(environ: Mapping[str, str], *, slurm: bool) -> tuple[int, str]:
     if environ.get("MASTER_PORT"):
         port, source = read_int(environ, "MASTER_PORT"), "MASTER_PORT"
     elif slurm:
-        port, source = SLURM_PORT_BASE + read_int(environ, "SLURM_JOB_ID") % 20000, "SLURM_JOB_ID"
+        port, source = SLURM_PORT_BASE + read_int(environ, "SLURM_JOB_ID") % SLURM_PORT_SPAN, "SLURM_JOB_ID"
     else:
         port, source = DEFAULT_PORT, DEFAULT
     if not 0 < port < 65536:
@@ -100,7 +112,7 @@ def master_port(environ: Mapping[str, str], *, slurm: bool) -> tuple[int, str]:
     return port, source
 
 
-_FIRST_GROUP = re.compile(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*")
+_FIRST_GROUP = re.compile(r"[^,\[\]]*(?:\[[^\]]*\][^,\[\]]*)*")
 
 
 def first_host(nodelist: str) -> str:

@@ -8,6 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
+
 from launcher.config.errors import ConfigError
 
 
@@ -30,8 +33,6 @@ class Variant:
 
 def expand(overrides: Sequence[str]) -> list[Variant]:
     """Cartesian product of the swept overrides, first key varying slowest."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
 
     parser = OverridesParser.create()
     fixed: list[str] = []

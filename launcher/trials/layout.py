@@ -46,7 +46,7 @@ FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp")
 def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]:
     """(dp, tp, pp) of `cfg.parallel.layout` at `world_size`, with every impossibility as one
     ConfigError line carrying the numbers."""
-    par, model = cfg.parallel, cfg.model
+    par = cfg.parallel
     layout = par.layout
     if layout in ("ddp", "fsdp"):
         dp, tp, pp = world_size, 1, 1
@@ -66,39 +66,51 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
         dp = world_size // degree
         tp, pp = (degree, 1) if layout == "fsdp_tp" else (1, degree)
     if pp > 1 or layout in PIPELINE_LAYOUTS:
-        v = virtual_stages(par)
-        stages = pp * v
-        if v < 1:
-            raise ConfigError(f"parallel.virtual_stages={v} must be a positive integer; set e.g. parallel.virtual_stages=2")
-        if model.n_layers % stages:
-            raise ConfigError(
-                f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
-                "change model.n_layers, the world size or parallel.virtual_stages"
-            )
-        if par.microbatches < pp:
-            raise ConfigError(
-                f"parallel.microbatches={par.microbatches} < pp={pp} pipeline ranks: a schedule needs at least one "
-                f"microbatch per rank; set parallel.microbatches={pp} or more"
-            )
-        rounds = max(1, par.microbatches // pp)  # torch's interleaved schedules run m in rounds of ~pp
-        if par.schedule == "interleaved_1f1b" and par.microbatches % rounds:
-            raise ConfigError(
-                f"parallel.microbatches={par.microbatches} is not a multiple of its {rounds} rounds of pp={pp} that "
-                f"interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches={rounds * pp}"
-            )
-        if cfg.batch.micro % par.microbatches:
-            raise ConfigError(
-                f"batch.micro={cfg.batch.micro} is not divisible by parallel.microbatches={par.microbatches}; each "
-                "micro-batch is split into that many pipeline microbatches"
-            )
+        _check_pipeline(cfg, pp)
     if tp > 1 or layout in TP_LAYOUTS:
-        for key, value in (("model.n_heads", model.n_heads), ("model.seq_len", model.seq_len),
-                           ("model.vocab_size", model.vocab_size)):  # fmt: skip
-            if model.arch == "mlp" and key == "model.n_heads":
-                continue
-            if value % tp:
-                raise ConfigError(
-                    f"{key}={value} is not divisible by tp={tp}; tensor parallel splits it across ranks: "
-                    f"choose a tp that divides {value}"
-                )
+        _check_tp(cfg, tp)
     return dp, tp, pp
+
+
+def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
+    """Stages split the layers evenly; every rank gets a microbatch; micro-batches split evenly."""
+    par, model = cfg.parallel, cfg.model
+    v = virtual_stages(par)
+    stages = pp * v
+    if v < 1:
+        raise ConfigError(f"parallel.virtual_stages={v} must be a positive integer; set e.g. parallel.virtual_stages=2")
+    if model.n_layers % stages:
+        raise ConfigError(
+            f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
+            "change model.n_layers, the world size or parallel.virtual_stages"
+        )
+    if par.microbatches < pp:
+        raise ConfigError(
+            f"parallel.microbatches={par.microbatches} < pp={pp} pipeline ranks: a schedule needs at least one "
+            f"microbatch per rank; set parallel.microbatches={pp} or more"
+        )
+    rounds = max(1, par.microbatches // pp)  # torch's interleaved schedules run m in rounds of ~pp
+    if par.schedule == "interleaved_1f1b" and par.microbatches % rounds:
+        raise ConfigError(
+            f"parallel.microbatches={par.microbatches} is not a multiple of its {rounds} rounds of pp={pp} that "
+            f"interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches={rounds * pp}"
+        )
+    if cfg.batch.micro % par.microbatches:
+        raise ConfigError(
+            f"batch.micro={cfg.batch.micro} is not divisible by parallel.microbatches={par.microbatches}; each "
+            "micro-batch is split into that many pipeline microbatches"
+        )
+
+
+def _check_tp(cfg: LauncherConfig, tp: int) -> None:
+    """Tensor parallel splits heads, sequence (sequence parallel) and vocabulary across ranks."""
+    model = cfg.model
+    for key, value in (("model.n_heads", model.n_heads), ("model.seq_len", model.seq_len),
+                       ("model.vocab_size", model.vocab_size)):  # fmt: skip
+        if model.arch == "mlp" and key == "model.n_heads":
+            continue
+        if value % tp:
+            raise ConfigError(
+                f"{key}={value} is not divisible by tp={tp}; tensor parallel splits it across ranks: "
+                f"choose a tp that divides {value}"
+            )

@@ -63,7 +63,7 @@ def make_fake_gpus(layout: Layout) -> None:
             f.touch()
 
 
-def _writeconfigs(layout: Layout, names: tuple[str, ...]) -> set[Path]:
+def write_configs(layout: Layout, names: tuple[str, ...]) -> set[Path]:
     """Write the config files; returns those whose text changed (their readers must restart)."""
     pw = accounting.db_password(layout)
     changed = set()

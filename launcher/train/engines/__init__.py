@@ -5,25 +5,24 @@ from __future__ import annotations
 import torch
 
 from launcher.config.schema import LauncherConfig
-from launcher.train.models import TokenModel
 from launcher.train.engines.base import Engine, Topology
+from launcher.train.engines.ddp import DDPEngine
+from launcher.train.engines.fsdp import FSDPEngine
+from launcher.train.engines.tp import TPEngine
+from launcher.train.models import TokenModel
 
 
 def build_engine(model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> Engine:
     layout = cfg.parallel.layout
     if layout == "ddp":
-        from launcher.train.engines.ddp import DDPEngine
-
         return DDPEngine(model, topo, cfg, device)
     if layout in ("fsdp", "fsdp_tp"):
-        from launcher.train.engines.fsdp import FSDPEngine
-
         return FSDPEngine(model, topo, cfg, device)
     if layout == "tp":
-        from launcher.train.engines.tp import TPEngine
-
         return TPEngine(model, topo, cfg, device)
     if layout in ("pipeline", "dp_pp", "fsdp_pp"):
+        # Lazy: importing torch.distributed.pipelining costs every rank ~0.5 s more (2 cores),
+        # which only the pipeline layouts should pay.
         from launcher.train.engines.pipeline import PipelineEngine
 
         return PipelineEngine(model, topo, cfg, device)

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 
 from launcher.config.schema import LauncherConfig
 from launcher.trials.spec import Trial
@@ -46,8 +47,6 @@ class Topology:
 
     @classmethod
     def build(cls, trial: Trial, rank: int, device: torch.device) -> "Topology":
-        from torch.distributed.device_mesh import init_device_mesh
-
         mesh = init_device_mesh(device.type, (trial.dp, trial.pp, trial.tp), mesh_dim_names=("dp", "pp", "tp"))
         return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh)
 

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -144,8 +145,6 @@ class PipelineEngine(Engine):
             ids = [self.device.index] if self.device.type == "cuda" else None
             return DDP(mod, device_ids=ids, process_group=self.dp_group)
         if self.layout == "fsdp_pp":
-            from torch.distributed.fsdp import fully_shard
-
             mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
             for block in mod.blocks.values():
                 fully_shard(block, mesh=mesh, reshard_after_forward=reshard)

@@ -1,0 +1,161 @@
+"""Rank discovery (launcher/train/env.py): one answer for rank, local rank, world size and the
+rendezvous address under torchrun, plain srun (SLURM_* only), the local executor and a lone
+process. The last test launches the payload the way plain srun does and checks that only the
+real rank 0 acts as rank 0."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, read_json
+from launcher.run.local import rank_env
+from launcher.train.env import RankEnv, first_host, process_env
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
+
+TORCHRUN_SOURCES = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                    "master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"}  # fmt: skip
+SLURM_SOURCES = {"rank": "SLURM_PROCID", "local_rank": "SLURM_LOCALID", "world_size": "SLURM_NTASKS"}
+
+
+def test_torchrun_variables_win_over_slurms():
+    """launch=torchrun on Slurm: one srun task per node (SLURM_PROCID = node index), torchrun spawns the ranks."""
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "gpu-003",
+           "MASTER_PORT": "29400", "SLURM_JOB_ID": "777", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+           "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu-[003-004]"}  # fmt: skip
+    assert process_env(env) == RankEnv(rank=3, local_rank=1, world_size=4, master_addr="gpu-003", master_port=29400,
+                                       sources=TORCHRUN_SOURCES)  # fmt: skip
+
+
+def test_plain_srun_sets_only_slurm_variables():
+    """What `srun python -m launcher.train` gives a task when nothing exports MASTER_*: before, every
+    such task took itself for rank 0 (RANK unset)."""
+    env = {"SLURM_JOB_ID": "123456", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "node[03-04]"}  # fmt: skip
+    assert process_env(env) == RankEnv(
+        rank=1, local_rank=1, world_size=2, master_addr="node03", master_port=20000 + 123456 % 20000,
+        sources={**SLURM_SOURCES, "master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"},
+    )
+    assert process_env(env).master_port == 23456
+
+
+@pytest.mark.parametrize("exported", [True, False], ids=["sbatch_exports_master", "bare_srun"])
+def test_two_nodes_two_tasks_each(exported):
+    """srun --nodes=2 --ntasks-per-node=2: task t runs on node t // 2 as local rank t % 2."""
+    job = {"SLURM_JOB_ID": "40001", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[7-8]"}
+    if exported:  # what the sbatch template exports for a trial (its port adds the trial's index)
+        job |= {"MASTER_ADDR": "n7", "MASTER_PORT": str(20000 + (40001 + 3) % 20000)}
+    master = ({"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"} if exported
+              else {"master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"})  # fmt: skip
+    got = [process_env(job | {"SLURM_PROCID": str(t), "SLURM_LOCALID": str(t % 2), "SLURM_NODEID": str(t // 2)})
+           for t in range(4)]  # fmt: skip
+    assert got == [RankEnv(rank=t, local_rank=t % 2, world_size=4, master_addr="n7",
+                           master_port=20004 if exported else 20001, sources={**SLURM_SOURCES, **master})
+                   for t in range(4)]  # fmt: skip
+
+
+def test_local_executor_environment():
+    """The very variables launcher/run/local.py gives each rank (on top of this process's own)."""
+    assert process_env(rank_env(1, 2, 34567, threads=1)) == RankEnv(
+        rank=1, local_rank=1, world_size=2, master_addr="127.0.0.1", master_port=34567, sources=TORCHRUN_SOURCES
+    )
+
+
+def test_lone_process_is_rank_zero_of_one():
+    assert process_env({"PATH": "/usr/bin"}) == RankEnv(
+        rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500,
+        sources=dict.fromkeys(["rank", "local_rank", "world_size", "master_addr", "master_port"], "default"),
+    )
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "RANK is set but LOCAL_RANK not"),
+        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM_PROCID is set but SLURM_NTASKS not"),
+        ({"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "rank 2 (RANK) is outside 0..1 (world size 2)"),
+        ({"RANK": "one", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='one' is not an integer"),
+        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"},
+         "SLURM_JOB_NODELIST must name"),
+        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1"},
+         "SLURM_JOB_ID is not set"),
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not"),
+    ],
+)
+def test_broken_environments_say_which_variable(env, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        process_env(env)
+
+
+@pytest.mark.parametrize(
+    "nodelist,first",
+    [("n1", "n1"), ("node[03-04]", "node03"), ("gpu-[003-004,010],cpu1", "gpu-003"), ("a,b[1-2]", "a"),
+     ("gpu[7,2-3]", "gpu7"), ("r[1-2]n[08-09]", "r1n08"), ("x-1.cluster", "x-1.cluster")],  # fmt: skip
+)
+def test_first_host_agrees_with_submitit(nodelist, first, monkeypatch):
+    from submitit.slurm.slurm import SlurmJobEnvironment  # test-only cross-check: it reads os.environ
+
+    monkeypatch.setenv("SLURM_JOB_NODELIST", nodelist)
+    assert first_host(nodelist) == first == SlurmJobEnvironment().hostnames[0]
+
+
+@pytest.mark.parametrize("nodelist", ["", "n[1-2", "[1-2]x]"])
+def test_first_host_rejects_what_is_not_a_host_list(nodelist):
+    with pytest.raises(ValueError, match="is not a Slurm host list"):
+        first_host(nodelist)
+
+
+def slurm_port() -> int:
+    """A free port in 20000..39999, the range the Slurm rule gives (the kernel hands out 32768+)."""
+    for _ in range(100):
+        port = random.randint(20000, 39999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000..39999")
+
+
+@pytest.mark.torch_dist
+def test_plain_srun_launch_sets_the_earlier_record_aside_once(tmp_path):
+    """A requeued checkpointing trial, launched the way plain srun launches it: only SLURM_* say who is
+    who, no RANK and no MASTER_*. The ranks meet at the address derived from the node list and
+    job id, and only rank 0 sets the earlier attempt's record aside (before, both tasks took
+    themselves for rank 0 and raced to rename it: the loser died on a missing file)."""
+    cfg = compose_config(["optim=sgd", "seed=3"])
+    trial = dataclasses.replace(make_trial(cfg, index=0, world_size=2, steps=3, warmup_steps=1), checkpoint=True)
+    atomic_write_json(tmp_path / "trial.json", trial_document(trial, cfg))
+    atomic_write_json(tmp_path / "record.json", {"status": "failed", "reason": "the killed attempt"})
+    torchrun_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    job = {k: v for k, v in os.environ.items() if k not in torchrun_vars} | {
+        "SLURM_JOB_ID": str(slurm_port() - 20000), "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_RESTART_COUNT": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    argv = [sys.executable, "-m", "launcher.train", "--trial", str(tmp_path / "trial.json"),
+            "--record", str(tmp_path / "record.json")]  # fmt: skip
+
+    def spawn(task: int) -> subprocess.Popen:
+        with open(tmp_path / f"rank{task}.log", "wb") as log:
+            env = job | {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task)}
+            return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    procs = [spawn(task) for task in range(2)]
+    try:
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], "\n".join((tmp_path / f"rank{t}.log").read_text()[-2000:] for t in range(2))
+    assert read_json(tmp_path / "record.attempt0.json")["reason"] == "the killed attempt"
+    record = read_json(tmp_path / "record.json")
+    assert record["status"] == "completed" and record["world_size"] == 2 and len(record["hosts"]) == 2
