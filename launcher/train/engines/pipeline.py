@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
-from launcher.trials.layout import virtual_stages
+from launcher.trials.layout import pipeline_bubble, virtual_stages
 from launcher.train.dist import sync
 from launcher.train.models import TokenModel
 from launcher.train.engines.base import Engine, Topology, autocast
@@ -226,7 +226,7 @@ class PipelineEngine(Engine):
         wall = sum(w for _, w in measured)
         p, v, m = self.pp, self.v, self.m
         return {
-            "bubble_theory": (p - 1) / (v * m + p - 1),
+            "bubble_theory": pipeline_bubble(p, m, v),
             "bubble_measured": max(0.0, 1.0 - busy / wall) if wall > 0 else None,
             "schedule": self.schedule_name,
             "stages_per_rank": v,
