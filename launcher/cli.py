@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -25,6 +26,7 @@ VERBS = {
     "run": "launcher.run.run",
     "status": "launcher.run.status",
     "collect": "launcher.run.collect",
+    "cancel": "launcher.run.cancel",
     "report": "launcher.report.report",
     "plan": "launcher.model.plan",
     "analyze": "launcher.results.analyze",
@@ -37,6 +39,7 @@ EXAMPLES = """examples:
   launcher sweep 'sweep.world_sizes=[2,4]' parallel=ddp,fsdp,pipeline batch.accum=1,4
   launcher cluster up && launcher sweep cluster=devcluster 'sweep.nodes=[1,2,4]'
   launcher sweep cluster=devcluster 'sweep.nodes=[1,2]' --detach; launcher collect results/<sweep-id>
+  launcher cancel results/<sweep-id>
   launcher sweep --resume results/<sweep-id>
   launcher sweep sweep.search=adaptive 'sweep.world_sizes=[1,2,3,4]' sweep.threshold=0.7
   launcher report results/<sweep-id>
@@ -53,17 +56,6 @@ def _recipe_arguments(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("--cfg", action="store_true",
                    help="print the composed, resolved config (one per swept combination) and exit; nothing runs")  # fmt: skip
     p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
-
-
-class _Info(argparse.Action):
-    """`launcher --info`: the config groups of the bundled (or $LAUNCHER_RECIPES) tree."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        try:
-            print(show.groups_text(None))
-        except ConfigError as exc:
-            parser.exit(2, f"launcher: error: {exc}\n")
-        parser.exit(0)
 
 
 def _sweep_and_run(add) -> None:
@@ -105,8 +97,10 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("--version", action="version", version=f"launcher {__version__}")
-    p.add_argument("--info", action=_Info, nargs=0, help="list the config groups and their options, and exit")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
+    p.add_argument("--recipes", help="with --info: your recipes folder (default: $LAUNCHER_RECIPES)")
+    # Not required: `launcher --info` needs no verb; main() asks for one otherwise.
+    sub = p.add_subparsers(dest="command")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,6 +108,7 @@ def parser() -> argparse.ArgumentParser:
     _sweep_and_run(add)
     for name, help_ in (("status", "where each trial of a sweep stands, and the source"),
                         ("collect", "ask the scheduler, rebuild and print a sweep's table"),
+                        ("cancel", "Slurm: scancel a sweep's queued and running jobs; their trials read cancelled"),
                         ("report", "rebuild a sweep's table, report.md and report.html (with plots) from its folder")):  # fmt: skip
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
     _plan_and_analyze(add)
@@ -122,7 +117,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command is None and not args.info:
+        p.error("a command is required (sweep, run, plan, …); see launcher --help")
     try:
         if getattr(args, "info", False):
             print(show.groups_text(args.recipes))
@@ -138,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The scheduler said no (or is unreachable): one line; what was submitted is in the sweep folder.
         print(f"launcher: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `launcher … | head`: the reader left; say nothing more (and nothing at exit's flush).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("launcher: interrupted; finished trials and their table are kept in the sweep folder", file=sys.stderr)
         return 130

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from launcher.cli import main
+from launcher.trials.expand import expand
 
 RECIPES = "recipes"  # messages name the folder; the test substitutes the real path
 
@@ -55,6 +56,11 @@ CASES = [
     (["cluster.peak_flops_per_device=0"], "cluster.peak_flops_per_device=0.0 must be a positive number; set e.g. cluster.peak_flops_per_device=312000000000000.0"),
     (["data=file"], "data.kind=file needs data.path; set data.path=/path/to/tokens.bin"),
     (["data=file", "data.path=/nonexistent/tokens.bin"], "data.path='/nonexistent/tokens.bin' is not a readable file; point it at a token file"),
+    (["data.path=/x.bin"], "data.path is set but data=synthetic ignores it; add data=file (data=file data.path=/x.bin)"),
+    (["sweep.world_sizes=1,2"], "sweep.world_sizes=1,2 sweeps sweep.world_sizes over single values, but sweep.world_sizes is a list; write 'sweep.world_sizes=[1,2]' (quoted: zsh rejects the bare form)"),
+    (["cluster.setup=a,b"], "cluster.setup=a,b sweeps cluster.setup over single values, but cluster.setup is a list; write 'cluster.setup=[a,b]' (quoted: zsh rejects the bare form)"),
+    (["batch=[1]"], "batch=[1]: a config group takes one option name, e.g. batch=default; options: default"),
+    (["parallel={a:1}"], "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, dp_pp, fsdp, fsdp_pp, fsdp_tp, pipeline, tp"),
     (["batch.global_batch=24"], "world size 2: batch.global_batch=24 is not divisible by batch.micro(8) × dp(2) = 16; choose a multiple of 16 or another batch.micro"),
     (["batch.global_batch=16", "batch.accum=4", "sweep.world_sizes=[1]"], "world size 1: batch.global_batch=16 ≠ batch.micro(8) × batch.accum(4) × dp(1) = 32; set batch.accum=2 or leave it at 1 to derive it"),
     (["parallel=pipeline", "parallel.schedule=interleaved_1f1b", "model.n_layers=4", "parallel.microbatches=5", "batch.micro=10", "sweep.world_sizes=[2]"], "world size 2: parallel.microbatches=5 is not a multiple of its 2 rounds of pp=2 that interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches=4"),
@@ -115,6 +121,12 @@ def test_bad_input_one_line_exit_2_nothing_created(overrides, message, tmp_path,
     err = capsys.readouterr().err
     assert err == f"launcher: error: {message.format(recipes=PACKAGED_RECIPES)}\n"
     assert not results.exists()
+
+
+def test_a_sweep_over_lists_is_still_a_sweep():
+    """The comma-sweep refusal is for single values of a list key; a sweep of lists is meant."""
+    variants = expand(["sweep.world_sizes=[1,2],[4]"])
+    assert [v.overrides for v in variants] == [("sweep.world_sizes=[1,2]",), ("sweep.world_sizes=[4]",)]
 
 
 def test_bad_input_through_the_console_script(tmp_path):

@@ -35,22 +35,23 @@ def test_cfg_with_bad_input_is_one_line_exit_2(capsys):
 
 @pytest.mark.parametrize("argv", [["--info"], ["run", "--info"]])
 def test_info_lists_groups_options_and_defaults(argv, capsys):
-    with pytest.raises(SystemExit) if argv == ["--info"] else _nothing() as stop:
-        rc = cli.main(argv)
+    assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert (stop.value.code if argv == ["--info"] else rc) == 0
     assert "  parallel: ddp*, dp_pp, fsdp, fsdp_pp, fsdp_tp, pipeline, tp" in out
     assert "Defaults: model=tiny_gpt parallel=ddp" in out
 
 
-class _nothing:
-    value = None
+def test_info_with_your_recipes_marks_your_options(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("name: mine\narch: mlp\n")
+    assert cli.main(["--recipes", str(tmp_path), "--info"]) == 0
+    assert "mine+" in next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("model:"))
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        return False
+def test_no_verb_is_one_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([])
+    assert stop.value.code == 2 and "a command is required" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("verb", sorted(cli.VERBS))

@@ -6,7 +6,6 @@ import ast
 import dataclasses
 import enum
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -107,14 +106,15 @@ def test_old_key_on_the_command_line_names_the_new_one(override):
     assert str(info.value) == "batch.global was renamed batch.global_batch; use batch.global_batch=64"
 
 
-def test_old_key_in_a_recipe_names_the_new_one_and_the_recipe(tmp_path):
-    recipes = tmp_path / "recipes"
-    shutil.copytree(PACKAGED_RECIPES, recipes)
+def test_old_key_in_a_recipe_names_the_new_one_and_the_recipe_file(tmp_path):
+    recipes = tmp_path / "recipes"  # only the file that replaces the bundled batch/default
+    (recipes / "batch").mkdir(parents=True)
     (recipes / "batch" / "default.yaml").write_text("micro: 8\naccum: 1\nglobal: 64\n")
     with pytest.raises(ConfigError) as info:
         compose_config([], recipes)
     assert str(info.value) == (
-        "batch.global was renamed batch.global_batch; write `global_batch:` for `global:` in recipe batch/default"
+        f"{recipes.resolve() / 'batch' / 'default.yaml'}, line 3: "
+        "batch.global was renamed batch.global_batch; write `global_batch:` for `global:`"
     )
 
 
@@ -135,14 +135,10 @@ def test_resolved_yaml_reads_back_as_the_same_config():
 # --- --info: groups_text ------------------------------------------------------------------------
 
 
-def test_groups_text_lists_groups_options_and_defaults(tmp_path):
-    recipes = tmp_path / "recipes"
-    shutil.copytree(PACKAGED_RECIPES, recipes)
-    (recipes / "extra").mkdir()  # a group the defaults list does not name comes last
-    (recipes / "extra" / "b.yaml").write_text("{}\n")
-    (recipes / "extra" / "a.yaml").write_text("{}\n")
-    assert groups_text(recipes) == (
-        f"Config groups in {recipes.resolve()} (choose with group=option; * marks the default):\n"
+def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
+    monkeypatch.delenv("LAUNCHER_RECIPES", raising=False)
+    assert groups_text() == (
+        f"Config groups in {PACKAGED_RECIPES} (choose with group=option; * marks the default):\n"
         "  model:    gpt_125m, gpt_1_3b, gpt_350m, mlp, tiny_gpt*\n"
         "  parallel: ddp*, dp_pp, fsdp, fsdp_pp, fsdp_tp, pipeline, tp\n"
         "  batch:    default*\n"
@@ -150,19 +146,33 @@ def test_groups_text_lists_groups_options_and_defaults(tmp_path):
         "  data:     file, synthetic*\n"
         "  cluster:  devcluster, example_gpu_site, local*, slurm\n"
         "  sweep:    default*\n"
-        "  extra:    a, b\n"
         "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default\n"
     )
 
 
-def test_groups_text_default_folder_is_the_packaged_recipes(monkeypatch):
-    monkeypatch.delenv("LAUNCHER_RECIPES", raising=False)
-    assert groups_text().startswith(f"Config groups in {PACKAGED_RECIPES} ")
+def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
+    recipes = tmp_path / "recipes"
+    for name in ("model/my_gpt", "batch/default", "extra/b", "extra/a"):  # extra: a group of the user's own
+        (recipes / name).parent.mkdir(parents=True, exist_ok=True)
+        (recipes / name).with_suffix(".yaml").write_text("{}\n")
+    text = groups_text(recipes)
+    assert text.startswith(
+        f"Config groups in {recipes.resolve()} (marked +) and the bundled {PACKAGED_RECIPES} "
+        "(choose with group=option; * marks the default):\n"
+    )
+    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, mlp, my_gpt+, tiny_gpt*\n" in text
+    assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
+    assert text.endswith("  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
+                         "data=synthetic cluster=local sweep=default\n")  # fmt: skip
 
 
-def test_groups_text_refuses_a_folder_without_config_yaml(tmp_path):
-    with pytest.raises(ConfigError, match="has no config.yaml"):
-        groups_text(tmp_path)
+def test_groups_text_refuses_a_recipes_path_that_is_not_a_folder(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        groups_text(tmp_path / "nope")
+    assert str(info.value) == (
+        f"--recipes '{tmp_path / 'nope'}' is not a folder; point it at a folder of recipes such as "
+        "model/my_gpt.yaml (it adds to the bundled ones)"
+    )
 
 
 def test_default_document_is_the_schema_defaults():

@@ -5,6 +5,11 @@ ConfigStore; recipes/config.yaml lists it first in its defaults, so every recipe
 is merged onto typed, closed nodes. Hydra and OmegaConf report bad input as multi-line
 tracebacks aimed at config authors; here each failure becomes one ConfigError line for the
 user: what, the value, the fix (messages.py words the OmegaConf ones).
+
+Recipes are looked up on Hydra's search path: your folder first (--recipes DIR or
+$LAUNCHER_RECIPES, Hydra's primary config dir), then the bundled tree (a search-path plugin
+appends it). So your folder holds only what it adds or replaces: `model/my_gpt.yaml` alone is
+`model=my_gpt` beside every bundled group, and a file named like a bundled one wins over it.
 """
 
 from __future__ import annotations
@@ -12,65 +17,106 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, schema
-from launcher.config.messages import describe
+from launcher.config.messages import describe, override_for
 from launcher.config.schema import LauncherConfig
 from launcher.config.validate import validate
 
-PACKAGED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+def bundled(name: str) -> Path:
+    """A folder that ships with the package (`recipes`, `sbatch_templates`). A wheel or `pip install .`
+    puts it inside the package (pyproject.toml maps the top-level folder there); an editable install
+    or a source checkout has only the top-level folder, beside the package, which is then the one read."""
+    inside = Path(str(files("launcher") / name))
+    return (inside if inside.is_dir() else Path(__file__).resolve().parents[2] / name).resolve()
+
+
+PACKAGED_RECIPES = bundled("recipes")
 SCHEMA_NAME = "launcher_schema"  # recipes/config.yaml names it first in its defaults
 
 
+class BundledRecipes(SearchPathPlugin):
+    """Hydra search-path plugin: the bundled recipes after the primary config dir (Hydra takes the
+    first folder holding a config, so the user's files win over bundled ones of the same name)."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        url = f"file://{PACKAGED_RECIPES}"
+        if all(element.path != url for element in search_path.get_path()):
+            search_path.append(provider="launcher", path=url)
+
+
 def register() -> None:
-    """Register the schema in Hydra's ConfigStore (idempotent)."""
+    """Register the schema in Hydra's ConfigStore and the bundled search path (both idempotent)."""
     ConfigStore.instance().store(name=SCHEMA_NAME, node=schema())
+    Plugins.instance().register(BundledRecipes)
 
 
-def recipes_dir(explicit: str | os.PathLike | None = None) -> Path:
-    """--recipes flag > $LAUNCHER_RECIPES > the recipes/ folder beside the package."""
-    chosen = Path(explicit or os.environ.get("LAUNCHER_RECIPES") or PACKAGED_RECIPES)
-    if not (chosen / "config.yaml").is_file():
+def recipe_folders(explicit: str | os.PathLike | None = None) -> tuple[Path, ...]:
+    """The recipe folders, first match wins: the user's (--recipes > $LAUNCHER_RECIPES), if any,
+    then the bundled tree."""
+    given = explicit or os.environ.get("LAUNCHER_RECIPES")
+    if not given:
+        return (PACKAGED_RECIPES,)
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        source = "--recipes" if explicit else "LAUNCHER_RECIPES"
         raise ConfigError(
-            f"recipes folder {str(chosen)!r} has no config.yaml; pass --recipes DIR or set LAUNCHER_RECIPES"
+            f"{source} {str(given)!r} is not a folder; point it at a folder of recipes such as "
+            "model/my_gpt.yaml (it adds to the bundled ones)"
         )
-    return chosen.resolve()
+    folder = folder.resolve()
+    return (folder,) if folder == PACKAGED_RECIPES else (folder, PACKAGED_RECIPES)
 
 
 @contextlib.contextmanager
-def hydra_session(folder: Path, overrides: Sequence[str] = ()) -> Iterator[Any]:
-    """Hydra initialised on a recipes folder (yields its config loader); any Hydra, OmegaConf or
-    YAML error inside becomes one ConfigError line. Hydra's global state is cleared on exit."""
+def hydra_session(folders: Sequence[Path], overrides: Sequence[str] = ()) -> Iterator[Any]:
+    """Hydra initialised on recipe folders (recipe_folders; yields its config loader); any Hydra,
+    OmegaConf or YAML error inside becomes one ConfigError line. Hydra's global state is cleared on exit."""
     register()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(folder), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(folders[0]), version_base="1.3"):
             yield GlobalHydra.instance().config_loader()
     except ConfigError:
         raise
     except Exception as exc:  # Hydra/OmegaConf/YAML errors: many types, one translation point
         if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf", "yaml"):
             raise
-        raise ConfigError(explain(exc, overrides, folder)) from None
+        raise ConfigError(explain(exc, overrides, folders)) from None
     finally:
         GlobalHydra.instance().clear()
 
 
+def default_choices(loader: Any) -> dict[str, str]:
+    """Group → the option the root config's defaults list picks (Hydra's own groups left out)."""
+    return {
+        d.override_key: d.config_path.split("/", 1)[1]
+        for d in loader.compute_defaults_list("config", [], RunMode.RUN).defaults
+        if d.override_key and not d.override_key.startswith("hydra")
+    }
+
+
 def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> dict[str, Any]:
     """Hydra composition → resolved plain dict (config keys; choices as strings)."""
-    folder = recipes_dir(recipes)
-    with hydra_session(folder, overrides):
+    with hydra_session(recipe_folders(recipes), overrides) as loader:
+        _check_group_values(loader, overrides)
         cfg = compose(config_name="config", overrides=list(overrides))
         # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses it.
         checked = OmegaConf.merge(schema(), OmegaConf.to_container(cfg))
@@ -83,10 +129,25 @@ def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None =
     return validate(load_config(compose_dict(overrides, recipes)))
 
 
+def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:
+    """A group given a list or mapping (`batch=[1]`) makes Hydra fail deep inside with a TypeError."""
+    groups = set(loader.list_groups(""))
+    parser = OverridesParser.create()
+    for ov in overrides:
+        (parsed,) = parser.parse_overrides([ov])  # unparsable: Hydra's error, worded by explain()
+        group = parsed.key_or_group
+        if group in groups and isinstance(parsed.value(), (list, dict)):
+            options = loader.get_group_options(group)
+            pick = default_choices(loader).get(group) or next(iter(options), "name")
+            raise ConfigError(
+                f"{ov}: a config group takes one option name, e.g. {group}={pick}; options: {', '.join(options)}"
+            )
+
+
 # --- error translation -------------------------------------------------------------------
 
 
-def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
+def explain(exc: BaseException, overrides: Sequence[str], folders: Sequence[Path]) -> str:
     """One line for a Hydra/OmegaConf/YAML composition error."""
     msg = str(exc)
     if type(exc).__module__.startswith("yaml"):
@@ -96,7 +157,9 @@ def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
     if isinstance(exc, OverrideParseException):
         return _unparsable(overrides, msg)
     if isinstance(exc, MissingConfigException):
-        return _missing_recipe(msg, recipes)
+        return _missing_recipe(msg, folders)
+    if unlisted := re.match(r"Could not override '([^']+)'\. No match in the defaults list", msg):
+        return _not_in_defaults(unlisted.group(1), overrides, folders)
     if msg.startswith("Ambiguous value for argument"):
         ov = msg.split("'")[1]
         return f"{ov!r}: comma-separated values are not a single value; write a list as key=[a,b]"
@@ -105,9 +168,32 @@ def explain(exc: BaseException, overrides: Sequence[str], recipes: Path) -> str:
         cause = exc.__context__  # Hydra sometimes chains the real error only as context
     if isinstance(cause, OmegaConfBaseException):
         recipe = re.match(r"In '([^']+)'", msg)
-        return describe(cause, overrides, recipe=recipe.group(1) if recipe else None)
+        if recipe is None:
+            return describe(cause, overrides)
+        return _in_recipe(recipe.group(1), getattr(cause, "full_key", None) or "", folders) + describe(cause, overrides)
     first = msg.splitlines()[0] if msg else type(exc).__name__
     return f"bad configuration: {first}"
+
+
+def _not_in_defaults(group: str, overrides: Sequence[str], folders: Sequence[Path]) -> str:
+    """`group=option` for a group that a user's config.yaml leaves out of its defaults list."""
+    root = next((f / "config.yaml" for f in folders if (f / "config.yaml").is_file()), folders[-1] / "config.yaml")
+    ov = override_for(group, overrides) or f"{group}=<option>"
+    option = ov.split("=", 1)[1]
+    return f"{ov}: the defaults list of {root} has no {group}; add `- {group}: {option}` to it, or write +{ov}"
+
+
+def _in_recipe(recipe: str, key: str, folders: Sequence[Path]) -> str:
+    """`FILE, line N: ` for an error Hydra found while merging recipe `group/name`: the file the search
+    path took it from, and the first line that sets the key's last part (if one does)."""
+    path = next((f / f"{recipe}.yaml" for f in folders if (f / f"{recipe}.yaml").is_file()), None)
+    if path is None:
+        return f"recipe {recipe}: "
+    leaf = re.sub(r"\[\d+\]$", "", key).rsplit(".", 1)[-1]
+    setting = re.compile(rf"^\s*(- )?['\"]?{re.escape(leaf)}['\"]?\s*:")
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    number = next((n for n, line in enumerate(lines, 1) if leaf and setting.match(line)), None)
+    return f"{path}, line {number}: " if number else f"{path}: "
 
 
 def _bad_yaml(exc: BaseException) -> str:
@@ -132,12 +218,12 @@ def _unparsable(overrides: Sequence[str], msg: str) -> str:
     return f"cannot parse the overrides: {msg.splitlines()[0]}"
 
 
-def _missing_recipe(msg: str, recipes: Path) -> str:
-    """`group=option` naming no recipe file: list the group's options."""
+def _missing_recipe(msg: str, folders: Sequence[Path]) -> str:
+    """`group=option` naming no recipe file: list the group's options in every recipe folder."""
     missing = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
     if not missing:
         return msg.splitlines()[0]
     group, option = missing.groups()
-    available = sorted(p.stem for p in (recipes / group).glob("*.yaml"))
-    return f"{group}={option} is not a recipe in {recipes / group}; available: {', '.join(available) or 'none'}"
-
+    available = sorted({p.stem for folder in folders for p in (folder / group).glob("*.yaml")})
+    where = " or ".join(str(folder / group) for folder in folders)
+    return f"{group}={option} is not a recipe in {where}; available: {', '.join(available) or 'none'}"

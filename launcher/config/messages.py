@@ -76,6 +76,12 @@ def _is_choice(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
+def is_list_key(key: str) -> bool:
+    """Whether the schema field at dotted config key `key` holds a list (sweep.world_sizes, cluster.env)."""
+    hit = field_at(key)
+    return hit is not None and _is_list(hit[1])
+
+
 def type_words(key: str) -> str:
     """What a value of `key` must be, in words: 'an integer', 'one of gpt, mlp', ..."""
     hit = field_at(key)
@@ -116,7 +122,7 @@ def override_for(key: str, overrides: Sequence[str]) -> str | None:
     return None
 
 
-def unknown_key(key: str, overrides: Sequence[str] = (), recipe: str | None = None) -> str:
+def unknown_key(key: str, overrides: Sequence[str] = ()) -> str:
     """A key the schema does not have (or no longer has: RENAMED names its new spelling)."""
     ov = override_for(key, overrides)
     if key in RENAMED:
@@ -124,8 +130,8 @@ def unknown_key(key: str, overrides: Sequence[str] = (), recipe: str | None = No
         if ov and "=" in ov:
             return f"{key} was renamed {new}; use {new}={ov.split('=', 1)[1]}"
         old_leaf, new_leaf = key.rsplit(".", 1)[-1], new.rsplit(".", 1)[-1]
-        where = f"recipe {recipe}" if recipe else "your recipes"
-        return f"{key} was renamed {new}; write `{new_leaf}:` for `{old_leaf}:` in {where}"
+        # From a recipe: compose.py puts the file and line first.
+        return f"{key} was renamed {new}; write `{new_leaf}:` for `{old_leaf}:`"
     parent = key.rsplit(".", 1)[0] if "." in key else ""
     source = f" (from {ov!r})" if ov and "=" in ov else ""
     return f"unknown config key '{key}'{source}; {parent or 'the top level'} has: {', '.join(keys_under(parent))}"
@@ -147,9 +153,8 @@ def bad_value(key: str, value: Any, overrides: Sequence[str] = ()) -> str:
     return f"{base}={shown} must be {type_words(base)}; e.g. {example(base)}"
 
 
-def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = (), recipe: str | None = None) -> str:
-    """One line for an OmegaConf error (composition or a stored document); `recipe` names the
-    recipe file being merged when Hydra says which."""
+def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = ()) -> str:
+    """One line for an OmegaConf error (composition or a stored document)."""
     key = getattr(exc, "full_key", None) or ""
     base = re.sub(r"\[\d+\]$", "", key)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -160,7 +165,7 @@ def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = (), recipe:
     if isinstance(exc, InterpolationResolutionError) and key:
         return f"{base}: {first}"
     if isinstance(exc, (ConfigAttributeError, ConfigKeyError)) and key and " not in " in first:
-        return unknown_key(key, overrides, recipe)
+        return unknown_key(key, overrides)
     if isinstance(exc, ConfigTypeError) and key and "deletion" in first:
         return f"{key} cannot be deleted (the schema has it); set a value instead, e.g. {example(key)}"
     if isinstance(exc, (ValidationError, ConfigTypeError)) and key:  # type: a mapping for a list, ...

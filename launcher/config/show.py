@@ -1,7 +1,8 @@
 """What `--cfg` and `--info` print, as Hydra users expect them: pure functions returning text.
 
 `resolved_yaml(cfg)`: the composed, resolved config of a command as YAML (Hydra's `--cfg job`).
-`groups_text(recipes_dir)`: each config group, its options and the defaults (Hydra's `--info`).
+`groups_text(recipes_dir)`: each config group, its options and the defaults (Hydra's `--info`),
+the user's own options (--recipes) marked.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from launcher.config.compose import compose_config, hydra_session, recipes_dir as find_recipes
+from launcher.config.compose import compose_config, default_choices, hydra_session, recipe_folders
 from launcher.config.load import escaped, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.trials.expand import expand
@@ -34,25 +34,24 @@ def resolved_yamls(overrides: Sequence[str], recipes: str | os.PathLike | None =
 
 
 def groups_text(recipes_dir: str | os.PathLike | None = None) -> str:
-    """Each config group with its options (`*` marks the default), then the defaults as overrides.
+    """Each config group with its options (`*` marks the default, `+` an option from the user's
+    folder, which wins over a bundled one of the same name), then the defaults as overrides.
 
-    `recipes_dir` as `--recipes` takes it (None: $LAUNCHER_RECIPES, else the packaged recipes).
-    Groups come in the order config.yaml's defaults list composes them; groups it does not
+    `recipes_dir` as `--recipes` takes it (None: $LAUNCHER_RECIPES, else only the bundled recipes).
+    Groups come in the order the root config's defaults list composes them; groups it does not
     name follow, sorted.
     """
-    folder = find_recipes(recipes_dir)
-    with hydra_session(folder) as loader:
-        chosen = {
-            d.override_key: d.config_path.split("/", 1)[1]
-            for d in loader.compute_defaults_list("config", [], RunMode.RUN).defaults
-            if d.override_key and not d.override_key.startswith("hydra")
-        }
+    folders = recipe_folders(recipes_dir)
+    with hydra_session(folders) as loader:
+        chosen = default_choices(loader)
         groups = [*chosen, *sorted(g for g in loader.list_groups("") if g != "hydra" and g not in chosen)]
         options = {g: loader.get_group_options(g) for g in groups}
+    yours = {(p.parent.name, p.stem) for p in folders[0].glob("*/*.yaml")} if len(folders) > 1 else set()
     width = max((len(g) for g in groups), default=0) + 1
-    lines = [f"Config groups in {folder} (choose with group=option; * marks the default):"]
+    where = f"{folders[0]} (marked +) and the bundled {folders[1]}" if len(folders) > 1 else f"{folders[0]}"
+    lines = [f"Config groups in {where} (choose with group=option; * marks the default):"]
     for group in groups:
-        names = [f"{o}*" if chosen.get(group) == o else o for o in options[group]]
+        names = [o + "*" * (chosen.get(group) == o) + "+" * ((group, o) in yours) for o in options[group]]
         lines.append(f"  {group + ':':<{width}} {', '.join(names)}")
     lines.append("Defaults: " + " ".join(f"{g}={o}" for g, o in chosen.items()))
     return "\n".join(lines) + "\n"

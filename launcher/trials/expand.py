@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 
 from launcher.config.errors import ConfigError
+from launcher.config.messages import is_list_key
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -46,6 +48,7 @@ def expand(overrides: Sequence[str]) -> list[Variant]:
                 "and quote values with special characters"
             ) from None
         if parsed.is_sweep_override():
+            _refuse_scalar_sweep_of_a_list(ov, parsed)
             values = list(parsed.sweep_string_iterator())
             if len(set(values)) != len(values):
                 raise ConfigError(f"{ov!r} lists a value twice; list each value once")
@@ -60,3 +63,17 @@ def expand(overrides: Sequence[str]) -> list[Variant]:
                 swept=tuple(zip(keys, combo, strict=True)))  # fmt: skip
         for combo in itertools.product(*(values for _, values in swept))
     ]
+
+
+def _refuse_scalar_sweep_of_a_list(ov: str, parsed: Override) -> None:
+    """`sweep.world_sizes=1,2` (brackets forgotten) would quietly become one variant per value; a
+    sweep over a list-typed key (found in the schema) must list lists: `key=[1,2],[4,8]`."""
+    key = parsed.key_or_group
+    choices = getattr(parsed.value(), "list", None)  # a range() sweep has none: always scalars
+    if not is_list_key(key) or (choices is not None and all(isinstance(c, list) for c in choices)):
+        return
+    items = ",".join(parsed.sweep_string_iterator())
+    raise ConfigError(
+        f"{ov} sweeps {key} over single values, but {key} is a list; "
+        f"write '{key}=[{items}]' (quoted: zsh rejects the bare form)"
+    )
