@@ -218,7 +218,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         cfg = compose_config(args.overrides, args.recipes)
         result = from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)
-    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, unit="GPU",
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, unit="GPU", everything=None,
                 title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
                 footer=f"model: {result.source}")  # fmt: skip
     return 0 if result.recommendation.world_size is not None else 1

@@ -1,11 +1,17 @@
-"""The terminal table: compact headers, formatted cells, failures in red, the recommendation."""
+"""The terminal table: compact headers, formatted cells, failures in red, the recommendation.
+
+The table never lies to fit a terminal: rather than let rich shrink columns (cutting 0.35 to
+"0.3"), whole columns are chosen by priority for the width, each as wide as its widest cell,
+and a footer line names the ones left out."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import pandas as pd
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -60,28 +66,131 @@ def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return [c for c, _ in cols], [[_cell(row[c], f) for c, f in cols] for _, row in df.iterrows()]
 
 
+# What a reader deciding "how many GPUs" needs first; every other column follows in DISPLAY
+# order. `reason` only matters for failed rows and may wrap, so it comes after the key numbers.
+PRIORITY = ("variant", "world_size", "status", "tokens_per_s", "efficiency", "nodes", "tokens_per_s_per_device",
+            "step_time_median_s", "mfu", "usd_per_1m_tokens", "reason")  # fmt: skip
+REASON_MIN = 20  # narrower than this a wrapped reason is a column of word fragments: leave it out instead
+_TEXT = ("variant", "status", "reason")  # left-aligned; every other column is a number, right-aligned
+_BORDER = 3  # rich's default box: one rule and a space of padding either side per column (+1 for the last rule)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The columns shown at a width (in DISPLAY order) with their widths, and the ones left out."""
+
+    columns: list[str]
+    widths: list[int]
+    dropped: list[str]
+
+
+def header_name(col: str, unit: str = "rank") -> str:
+    return f"{unit}s" if col == "world_size" else SHORT.get(col, col)
+
+
+def _two_lines(header: str) -> int:
+    """The narrowest width that wraps a header onto at most two lines (rich wraps greedily, which
+    needs no more room than the best split)."""
+    words = header.split()
+    return min(max(cell_len(" ".join(words[:i])), cell_len(" ".join(words[i:]))) for i in range(1, len(words) + 1))
+
+
+def _needs(header: Sequence[str], rows: Sequence[Sequence[str]], unit: str, compact: bool) -> list[int]:
+    """Each column's narrowest honest width: its widest cell, and its header (compact: the header
+    on two lines; a header may wrap, a number never)."""
+    needs = []
+    for i, col in enumerate(header):
+        name = header_name(col, unit)
+        head = _two_lines(name) if compact else cell_len(name)
+        cells = max((cell_len(r[i]) for r in rows), default=0)
+        needs.append(max(head, min(cells, REASON_MIN)) if col == "reason" else max(head, cells))
+    return needs
+
+
+def _greedy(header: Sequence[str], needs: Sequence[int], width: int) -> list[int]:
+    """Indices of the columns that fit, taken in PRIORITY order; one that does not fit is skipped,
+    and a later, narrower one may still take the room it left."""
+    rank = {c: i for i, c in enumerate([*PRIORITY, *(c for c, _ in DISPLAY if c not in PRIORITY)])}
+    used, keep = 1, []
+    for i in sorted(range(len(header)), key=lambda i: rank.get(header[i], len(rank))):
+        if used + needs[i] + _BORDER <= width:
+            keep.append(i)
+            used += needs[i] + _BORDER
+    return sorted(keep)
+
+
+def fit_columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str = "rank") -> Fit:
+    """The columns of display_rows() that fit in `width` terminal columns, none cut. Full headers
+    first; only when that drops a column are long headers allowed to wrap to save room."""
+    for compact in (False, True):
+        needs = _needs(header, rows, unit, compact)
+        keep = _greedy(header, needs, width)
+        if len(keep) == len(header):
+            break
+    widths = [needs[i] for i in keep]
+    if "reason" in (cols := [header[i] for i in keep]):
+        # The reason takes what is left, up to its longest cell; it wraps inside that.
+        r = cols.index("reason")
+        room = width - 1 - sum(w + _BORDER for w in widths) + widths[r]
+        longest = max((cell_len(row[header.index("reason")]) for row in rows), default=0)
+        widths[r] = min(room, max(needs[r], longest))
+    return Fit(cols, widths, [c for i, c in enumerate(header) if i not in keep])
+
+
+PIPED_WIDTH = 100_000  # piped or redirected: as wide as the table is (a file has no edge)
+
+
 def stdout_console():
-    """rich console for stdout; piped or redirected output gets wide lines instead of rich's
-    80-column guess, which would cut table cells."""
+    """rich console for stdout. Piped or redirected output is read by scripts and pagers, not
+    an 80-column guess: the whole table, every column, at its natural width."""
     console = Console()
-    return console if console.is_terminal else Console(width=200)
+    return console if console.is_terminal else Console(width=PIPED_WIDTH)
 
 
-def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str = "", unit: str = "rank") -> None:
-    header, rows = display_rows(df)
+def _table(fit: Fit, header: list[str], rows: list[list[str]], statuses: Sequence[Any], title: str, unit: str) -> Table:
     table = Table(title=title)
-    for col in header:
-        header = f"{unit}s" if col == "world_size" else SHORT.get(col, col)
-        table.add_column(header, justify="left" if col in ("status", "reason") else "right",
-                         no_wrap=col != "reason", overflow="fold")  # fmt: skip
-    for row, status in zip(rows, df["status"], strict=True):
+    for col, width in zip(fit.columns, fit.widths, strict=True):
+        # An explicit width is one rich never shrinks; fit_columns made it hold every cell whole.
+        table.add_column(header_name(col, unit), justify="left" if col in _TEXT else "right",
+                         width=width, overflow="fold")  # fmt: skip
+    shown = [header.index(c) for c in fit.columns]
+    for row, status in zip(rows, statuses, strict=True):
         # Cells are data (reasons quote logs with [brackets]), never rich markup.
-        table.add_row(*map(Text, row), style=None if status in FINE else "red")
-    console = stdout_console()
+        table.add_row(*(Text(row[i]) for i in shown), style=None if status in FINE else "red")
+    return table
+
+
+def _left_out(width: int, names: list[str], where: str) -> str:
+    """The footer naming the columns left out, wrapped by hand so that no name ("step s") is
+    split across two lines the way rich's word wrap would."""
+    words = [*f"not shown at {width} columns:".split(), *(f"{n}," for n in names[:-1]), names[-1], "—", *where.split()]
+    lines = [words[0]]
+    for word in words[1:]:
+        if cell_len(lines[-1]) + 1 + cell_len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str = "", unit: str = "rank", *,
+                console: Console | None = None, everything: str | None = "results.csv") -> None:  # fmt: skip
+    """The table at the console's width, then its notes and the recommendation. `everything`
+    names where the columns left out can be read (None: nowhere but a wider terminal)."""
+    console = console or stdout_console()
+    header, rows = display_rows(df)
+    fit = fit_columns(header, rows, console.width, unit)
+    table = _table(fit, header, rows, df["status"], title, unit)
+    if console.width >= PIPED_WIDTH:  # lines as long as the table, not padded to the console
+        console.width = console.measure(table).maximum
     console.print(table)
-    size = "none" if rec.world_size is None else str(rec.world_size)
-    if "mfu" in df and df["mfu"].isna().all():
+    if fit.dropped:
+        where = f"all columns are in {everything}" if everything else "a wider terminal shows them"
+        names = [header_name(c, unit) for c in fit.dropped]
+        console.print(_left_out(console.width, names, where), markup=False, highlight=False)
+    if "mfu" in fit.columns and df["mfu"].isna().all():
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
+    size = "none" if rec.world_size is None else str(rec.world_size)
     what = "world size" if unit == "rank" else f"{unit}s"
     console.print(f"[bold]Recommended {what}: {size}[/bold] — {escape(rec.reason)}")
     if footer:

@@ -128,5 +128,6 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} {value:g} must be a positive number")
     check_policy(policy, pricing)
     result = analyze(read_table(args.table), policy, pricing, scaling=args.scaling)
-    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, title=f"{args.table} ({args.policy})", unit=result.unit)
+    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, title=f"{args.table} ({args.policy})", unit=result.unit,
+                everything=args.table)
     return 0 if result.recommendation.world_size is not None else 1
