@@ -12,6 +12,9 @@ from launcher.slurm.submit import job_requests
 
 SWEEP_DIR = Path("/scratch/results/golden-sweep")
 PY = "cluster.python=/opt/venv/bin/python"
+SITE_SETUP = ["cluster.setup=['module load cuda/12.4','source /opt/venvs/train/bin/activate']"]
+SITE_ENV = (r"cluster.env=['PATH=/opt/x/bin:\${PATH}','LD_LIBRARY_PATH=/opt/x/lib:\${LD_LIBRARY_PATH}',"
+            r"'NOTE=$HOME `id` $(id) *']")
 
 CASES: dict[str, list[str]] = {
     "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
@@ -29,6 +32,10 @@ CASES: dict[str, list[str]] = {
     # `launcher run --requeue` with checkpoints and an environment variable
     "run_requeue_env": ["cluster=devcluster", "cluster.nodes=2", "run.requeue=true", "run.checkpoint_every=50",
                         "cluster.env=['NCCL_DEBUG=WARN','NOTE=two words; $(not run)']", PY],
+    # A site's setup lines and no cluster.python: the job runs `python` from PATH after them;
+    # `${NAME}` in cluster.env expands when the job runs (written `\${NAME}` for OmegaConf).
+    "site_setup_srun": ["cluster=devcluster", "sweep.nodes=[1]", *SITE_SETUP, SITE_ENV],
+    "site_setup_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *SITE_SETUP, SITE_ENV],
 }  # fmt: skip
 RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 

@@ -70,6 +70,21 @@ def hostile(name: str, canary: Path) -> str:
     return HOSTILE[name].format(c=canary)
 
 
+# The one expansion a cluster.env value gets: `${NAME}`, when the job runs (bash's IFS, unset → empty).
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+JOB_VARIABLES = {"IFS": " \t\n"}
+
+
+def env_rendered(value: str) -> str:
+    """The env value as bash's word splitting leaves it before expansion: `${NAME}` → `${NAME-}`."""
+    return ENV_REFERENCE.sub(r"${\1-}", value)
+
+
+def env_expanded(value: str) -> str:
+    """What the job's variable holds: each `${NAME}` expanded, every other character as written."""
+    return ENV_REFERENCE.sub(lambda m: JOB_VARIABLES.get(m.group(1), ""), value)
+
+
 # Fields whose values reach the script, and the hostile values each accepts as inert data; every
 # other hostile value must be refused. Names and #SBATCH values accept none: #SBATCH lines are
 # tokenised by sbatch without a shell, so only Slurm's own characters may appear there.
@@ -90,7 +105,8 @@ ACCEPTS: dict[str, set[str]] = {
     # would read it as an option).
     "cluster.python": ALL - {"newline", "crlf", "nul", "leading_dash"},
     "cluster.python@torchrun": {"semicolon", "command_subst", "backticks", "single_quotes", "double_quotes", "ifs"},
-    # sbatch refuses a script with a CR-LF pair; NUL and > 4096 characters are refused too.
+    # sbatch refuses a script with a CR-LF pair; NUL and > 4096 characters are refused too. A
+    # `${NAME}` in a value (`ifs`) expands when the job runs; nothing else in it is interpreted.
     "cluster.env:value": ALL - {"nul", "long_10k", "crlf"},
     # The sweep folder is on the #SBATCH --output line: a folder named `-c` is fine, nothing else is.
     "sweep.results_dir": {"leading_dash"},
@@ -434,8 +450,9 @@ def test_accepted_value_is_inert_quoted_data(case_id, rendered):
     if field.startswith("cluster.python"):
         assert srun_python(words) == used
     elif field == "cluster.env:value":
-        assert f"HOSTILE={used}" in words
-        assert f"export HOSTILE={shlex.quote(used)}\n" in script
+        assert f"HOSTILE={env_rendered(used)}" in words
+        if not ENV_REFERENCE.search(used):
+            assert f"export HOSTILE={shlex.quote(used)}\n" in script
     elif field == "sweep.results_dir":
         assert str(case.trial_dir) in words
         assert f"#SBATCH --output={case.results.resolve()}/{SWEEP_NAME}/jobs/slurm-%j.out\n" in script
@@ -506,9 +523,11 @@ def test_accepted_value_runs_as_data_under_bash(case_id, rendered, stubs):
     assert len(ran.srun) == 1
     argv, env = ran.srun[0]
     assert argv[argv.index("--trial") + 1] == f"{case.trial_dir}/trial.json"
-    assert srun_python(argv) == (case.used if case.field.startswith("cluster.python") else sys.executable)
+    # No cluster.python: the submitting interpreter, or after setup lines the `python` on PATH.
+    default = "python" if case.field == "cluster.setup" else sys.executable
+    assert srun_python(argv) == (case.used if case.field.startswith("cluster.python") else default)
     if case.field == "cluster.env:value":
-        assert env["HOSTILE"] == case.used
+        assert env["HOSTILE"] == env_expanded(case.used)
     if case.field == "cluster.setup":  # setup lines are shell code and really run
         assert (ran.log / "function-ran").read_text() == "function ran with yes"
         assert env["CANARY_OK"] == "yes" and env["CONDA_FAKE"] == "activated"
@@ -577,9 +596,9 @@ def test_hydra_quoted_env_value_round_trips_or_is_refused(name, tmp_path, stubs)
         assert_refused(rc, out, err, "cluster.env", tmp_path)
         return
     assert rc == 0, err
-    assert f"HOSTILE={value}" in shell_words(out)
+    assert f"HOSTILE={env_rendered(value)}" in shell_words(out)
     ran = run_script(results / SWEEP_NAME / "jobs" / "job-000.sbatch", stubs, tmp_path)
-    assert ran.proc.returncode == 0 and ran.srun[0][1]["HOSTILE"] == value
+    assert ran.proc.returncode == 0 and ran.srun[0][1]["HOSTILE"] == env_expanded(value)
     assert not canary.exists()
 
 

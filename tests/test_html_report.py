@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import struct
 from pathlib import Path
@@ -14,6 +15,8 @@ import pandas as pd
 import pytest
 
 from launcher.report import plots
+from launcher.report.markdown import write_report
+from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.report.html import write_html
 from launcher.report.terminal import display_rows
@@ -145,3 +148,44 @@ def test_variants_get_one_line_each(tmp_path):
     df = pd.concat([a, b], ignore_index=True).assign(trial_id=lambda d: [f"t{i}" for i in range(len(d))])
     pred = pd.concat([_prediction().assign(variant="accum=1"), _prediction().assign(variant="accum=2")])
     _assert_pngs(_all_plots(df, pred, tmp_path))
+
+
+# --- the reports: every PNG written, and one line instead of an unpriced cost plot ---------------
+
+def _write_report(df: pd.DataFrame, folder: Path, **kwargs) -> tuple[str, str]:
+    rec = Recommendation(world_size=2, reason="2 ranks: a test")
+    write_report(df, rec, sweep_id="test", summary="Model `tiny_gpt`", threshold=0.8, sweep_dir=folder, **kwargs)
+    return (folder / "report.md").read_text(), (folder / "report.html").read_text()
+
+
+def _shown_in_both(md: str, page: str, folder: Path) -> None:
+    """Every PNG in the folder is in report.md (as an image) and inlined in report.html, byte for byte."""
+    pngs = sorted(p for p in folder.glob("*.png"))
+    assert sorted(re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", md)) == sorted(p.name for p in pngs)
+    inlined = {base64.b64decode(s) for s in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)}
+    assert inlined == {p.read_bytes() for p in pngs} and page.count("<img") == len(pngs)
+
+
+def test_priced_report_shows_every_png_scaling_and_cost_included(tmp_path):
+    md, page = _write_report(_table(price=2.5), tmp_path, has_price=True)
+    assert {p.name for p in tmp_path.glob("*.png")} == {"throughput.png", "efficiency.png", "cost.png", "scaling.png"}
+    _shown_in_both(md, page, tmp_path)
+    assert plots.NO_PRICE not in md and plots.NO_PRICE not in page
+
+
+def test_unpriced_report_says_so_in_one_line_and_writes_no_cost_plot(tmp_path):
+    (tmp_path / "cost.png").write_bytes(PNG_SIGNATURE)  # an earlier report's: removed, never shown stale
+    (tmp_path / "sweep.json").write_text(json.dumps({"config": {"cluster": {"usd_per_device_hour": None}}, "trials": []}))
+    md, page = _write_report(_table(price=None), tmp_path)  # the price read from sweep.json
+    assert not (tmp_path / "cost.png").exists()
+    assert "scaling.png" in md
+    _shown_in_both(md, page, tmp_path)
+    assert plots.NO_PRICE == "no price set (cluster.usd_per_device_hour)"
+    assert [ln for ln in md.splitlines() if plots.NO_PRICE in ln] == [f"$ per 1M tokens: {plots.NO_PRICE}"]
+    assert page.count(plots.NO_PRICE) == 1 and f'<p class="figure-note">$ per 1M tokens: {plots.NO_PRICE}</p>' in page
+
+
+def test_price_comes_from_the_sweep_folder_even_before_any_trial_completed(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"config": {"cluster": {"usd_per_device_hour": 2.0}}, "trials": []}))
+    md, _ = _write_report(_table(sizes=()), tmp_path)  # nothing completed: no $ in the table yet
+    assert (tmp_path / "cost.png").exists() and "(cost.png)" in md and plots.NO_PRICE not in md

@@ -3,13 +3,21 @@ deliberate change), and properties every script must have."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from render_cases import CASES, SWEEP_DIR, scripts
+
+from launcher.config.compose import compose_config
+from launcher.slurm.render import ENV_REFERENCE
+from launcher.slurm.submit import job_requests
+from launcher.trials.spec import sweep_trials
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -84,3 +92,91 @@ def test_run_dry_run_prints_and_writes_the_script_and_submits_nothing(tmp_path, 
     assert f"submit with: sbatch {script}" in err
     assert (tmp_path / "dry" / "trials" / "000-ws2" / "trial.json").exists()
     assert not list(tmp_path.glob("dry/trials/*/submission.json"))
+
+
+# --- the interpreter on the nodes, and cluster.env references -----------------------------------
+
+def _srun_python(script: str) -> str:
+    words = [w for w in shlex.split(script, comments=True) if w != "\n"]
+    return words[words.index("-m") - 1]
+
+
+@pytest.mark.parametrize("name", ["site_setup_srun", "site_setup_torchrun"])
+def test_setup_lines_without_cluster_python_run_python_from_path(name):
+    """After setup lines (module load, activation) the job runs the `python` they put on PATH, for
+    srun and torchrun launch alike; never the submitting machine's interpreter."""
+    (_, script), = scripts(name)
+    assert _srun_python(script) == "python"
+    assert sys.executable not in script
+    assert script.index("source /opt/venvs/train/bin/activate\n") < script.index(" python -m ")
+    if name.endswith("torchrun"):
+        assert " python -m torch.distributed.run " in script
+
+
+def test_cluster_python_wins_over_setup_and_no_setup_keeps_the_submitting_interpreter():
+    (_, script), = scripts("gpu_torchrun_all_options")  # setup lines and cluster.python
+    assert _srun_python(script) == "/opt/venv/bin/python"
+    cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1]"])  # no setup, no cluster.python
+    (job,) = job_requests(cfg, SWEEP_DIR, sweep_trials(cfg))
+    assert _srun_python(job.script) == sys.executable
+
+
+def test_env_reference_renders_as_a_quoted_expansion():
+    (_, script), = scripts("site_setup_srun")
+    assert "export PATH=/opt/x/bin:\"${PATH-}\"\n" in script
+    assert "export LD_LIBRARY_PATH=/opt/x/lib:\"${LD_LIBRARY_PATH-}\"\n" in script
+    assert "export NOTE='$HOME `id` $(id) *'\n" in script
+    # The exports come after the setup lines: ${PATH} is the PATH they left.
+    assert script.index("source /opt/venvs/train/bin/activate\n") < script.index("export PATH=")
+
+
+ENV_VALUES = [
+    "PATH=/opt/x/bin:${PATH}",
+    "A=$(touch {c})${HOME}",
+    "B=`touch {c}`:${UNSET_VARIABLE_XYZ}:",
+    "C=$HOME ${HOME $((1+1)) ${HOME",
+    "D=${HOME:-x}${HOME:+$(touch {c})}${!HOME}${HOME[0]}${1}${ HOME}${HOME-}$${HOME}",
+    "E=*",
+    "F=~/x:~:a=~",
+    "G=it's \"${HOME}\" \\${HOME}\\",
+    "H=${A}|${B}",
+    "I=x;touch {c};${HOME}|touch {c}&",
+    "J=line1\nline2 ${HOME}\r",
+    "K=",
+    "L=${HOME}",
+    "M=${IFS}touch${IFS}{c}",
+]
+
+
+def _expanded(items: list[str], env: dict[str, str]) -> dict[str, str]:
+    """What each exported variable must hold: ${NAME} replaced by its value (earlier exports
+    included; unset → empty), every other character as written."""
+    known, out = dict(env), {}
+    for item in items:
+        name, _, value = item.partition("=")
+        out[name] = known[name] = ENV_REFERENCE.sub(lambda m: known.get(m.group(1), ""), value)
+    return out
+
+
+def test_env_export_lines_run_under_bash_expand_only_references(tmp_path):
+    """The rendered export lines, run by bash under the script's strict mode: each `${NAME}` is
+    expanded when the job runs, nothing else is (the canary file is never created)."""
+    canary = tmp_path / "CANARY"
+    items = [v.replace("{c}", str(canary)) for v in ENV_VALUES]
+    cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1]"])
+    cfg = dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, env=items))
+    (job,) = job_requests(cfg, SWEEP_DIR, sweep_trials(cfg))
+    exports = [ln for ln in job.script.split("\n") if ln.startswith("export ") and "OMP_NUM_THREADS" not in ln]
+    # A value with a line break spans lines: take the exports block as written.
+    start = job.script.index(exports[0])
+    block = job.script[start:job.script.index("\n\n", start)]
+    (tmp_path / "exports.sh").write_text(f"set -euo pipefail\n{block}\nenv -0 > \"$OUT\"\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OUT": str(tmp_path / "env"), "LANG": "C.UTF-8"}
+    proc = subprocess.run(["bash", str(tmp_path / "exports.sh")], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = dict(p.split("=", 1) for p in (tmp_path / "env").read_bytes().decode().split("\0")[:-1])
+    want = _expanded(items, {**env, "IFS": " \t\n"})
+    assert {k: got.get(k) for k in want} == want
+    assert want["PATH"] == "/opt/x/bin:/usr/bin:/bin" and want["L"] == str(tmp_path)
+    assert not canary.exists(), "an env value ran as shell code"

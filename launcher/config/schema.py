@@ -180,13 +180,17 @@ class ClusterConfig:
     setup: List[str] = field(default_factory=list)
     """Shell lines run before training (module load, venv activation): the user's own code, verbatim."""
     env: List[str] = field(default_factory=list)
-    """Environment variables for every rank, `NAME=value` each (quoted in the script, so values
-    stay data). Not for secrets: the script is a file; let secrets reach jobs through the
-    environment sbatch inherits from your shell."""
+    """Environment variables for every rank, `NAME=value` each, exported after the setup lines.
+    Values are quoted in the script, so they stay data, except `${NAME}`, which expands when the job
+    runs (unset → empty): `PATH=/opt/x/bin:${PATH}` (in YAML or an override, write `\\${PATH}`:
+    OmegaConf would resolve `${...}` itself). Not for secrets: the script is a file; let secrets
+    reach jobs through the environment sbatch inherits from your shell."""
     launch: Launch = Launch.srun
     """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
     python: Optional[str] = None
-    """Python that runs the payload on the nodes; null → the launcher's own interpreter."""
+    """Python that runs the payload (and torchrun's module) on the nodes; null → `python` from the
+    job's PATH when there are setup lines (what `module load` or an activation put there), else the
+    launcher's own interpreter (nodes that share this filesystem and its venv)."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
     slurm_conf: Optional[str] = None
@@ -229,6 +233,11 @@ class SweepConfig:
     """Folder that receives `<sweep-id>/`."""
     name: Optional[str] = None
     """Sweep id; default is `<timestamp>-<model>-<layout>`."""
+    pending_timeout_s: float = 600.0
+    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the
+    sweep detaches instead of waiting forever: it prints Slurm's Reason for each waiting job and
+    how to follow it (`launcher status` / `launcher collect`), and leaves the jobs queued. 0: wait
+    as long as it takes."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -6,31 +6,19 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
 
+from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, ModelConfig
 from launcher.config.schema import OptimConfig, RunConfig, SweepConfig
+from launcher.config.validate_slurm import check_slurm
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
 
 # Sizes beyond any cluster a sweep measures (larger ones: `launcher plan`); cluster=local starts
 # each rank as a process on this machine.
-_MAX_SIZE = 1 << 20
-_MAX_LOCAL_RANKS = 256
 _ITEMSIZE = {"uint16": 2, "int32": 4, "int64": 8}  # bytes per token of data.dtype
-
-
-def _at_least(key: str, value: Any, minimum: int, example: Any) -> None:
-    if value < minimum:
-        what = "a positive integer" if minimum == 1 else f"at least {minimum}"
-        raise ConfigError(f"{key}={value} must be {what}; set e.g. {key}={example}")
-
-
-def _positive(key: str, value: float, example: Any) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{key}={value} must be a positive number; set e.g. {key}={example}")
 
 
 def validate(cfg: LauncherConfig) -> LauncherConfig:
@@ -46,14 +34,14 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
     _check_sweep(cfg.sweep, cfg.cluster)
-    _check_slurm(cfg.cluster)
+    check_slurm(cfg.cluster)
     _check_run(cfg.run, cfg)
-    _at_least("seed", cfg.seed, 0, 0)
+    at_least("seed", cfg.seed, 0, 0)
     return cfg
 
 
 def _check_model(m: ModelConfig) -> None:
-    _at_least("model.vocab_size", m.vocab_size, 2, 256)
+    at_least("model.vocab_size", m.vocab_size, 2, 256)
     for key, value, example in (
         ("model.seq_len", m.seq_len, 64),
         ("model.d_model", m.d_model, 128),
@@ -61,7 +49,7 @@ def _check_model(m: ModelConfig) -> None:
         ("model.n_heads", m.n_heads, 4),
         ("model.ffn_mult", m.ffn_mult, 4),
     ):
-        _at_least(key, value, 1, example)
+        at_least(key, value, 1, example)
     if m.arch == "gpt" and m.d_model % m.n_heads:
         raise ConfigError(
             f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
@@ -86,24 +74,26 @@ def _check_names(cfg: LauncherConfig) -> None:
 
 
 def _check_batch(b: BatchConfig) -> None:
-    _at_least("batch.micro", b.micro, 1, 8)
-    _at_least("batch.accum", b.accum, 1, 1)
+    at_least("batch.micro", b.micro, 1, 8)
+    at_least("batch.accum", b.accum, 1, 1)
     if b.global_batch is not None:
-        _at_least("batch.global_batch", b.global_batch, 1, b.micro * b.accum)
+        at_least("batch.global_batch", b.global_batch, 1, b.micro * b.accum)
 
 
 def _check_optim(o: OptimConfig) -> None:
-    _positive("optim.lr", o.lr, 0.001)
+    positive("optim.lr", o.lr, 0.001)
     if not (math.isfinite(o.weight_decay) and o.weight_decay >= 0):
         raise ConfigError(f"optim.weight_decay={o.weight_decay} must be ≥ 0; set e.g. optim.weight_decay=0.1")
     for key, beta in (("optim.beta1", o.beta1), ("optim.beta2", o.beta2), ("optim.momentum", o.momentum)):
         if not 0 <= beta < 1:
             raise ConfigError(f"{key}={beta} must be in [0, 1); set e.g. {key}=0.9")
-    _at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
-    _at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
+    at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
+    at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
 
 
 def _check_data(d: DataConfig, m: ModelConfig) -> None:
+    if d.kind != "file" and d.path:  # else ignored: the sweep would quietly train on synthetic tokens
+        raise ConfigError(f"data.path is set but data={d.kind} ignores it; add data=file (data=file data.path={d.path})")
     if d.kind != "file":
         return
     if not d.path:
@@ -111,9 +101,7 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
     try:
         size = Path(d.path).stat().st_size if Path(d.path).is_file() else None
     except OSError as exc:  # e.g. a name too long for the filesystem
-        raise ConfigError(
-            f"data.path={_short(d.path)} is not a readable file ({exc.strerror}); point it at a token file"
-        ) from None
+        raise ConfigError(f"data.path={short(d.path)} is not a readable file ({exc.strerror}); point it at a token file") from None
     if size is None:
         raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
     tokens = size // _ITEMSIZE[d.dtype]
@@ -127,7 +115,7 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
 def _check_cluster(c: ClusterConfig) -> None:
     """Prices, threads and timeouts (every executor)."""
     if c.peak_flops_per_device is not None:
-        _positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
+        positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
     if c.usd_per_device_hour is not None and not (
         math.isfinite(c.usd_per_device_hour) and c.usd_per_device_hour >= 0
     ):
@@ -136,22 +124,24 @@ def _check_cluster(c: ClusterConfig) -> None:
         )
     if not (math.isfinite(c.spot_discount) and 0 <= c.spot_discount < 1):
         raise ConfigError(f"cluster.spot_discount={c.spot_discount} must be in [0, 1); set e.g. cluster.spot_discount=0.6")
-    _at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
-    _positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
-    _positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
+    at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
+    positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
+    positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
 
 
 def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
-    _check_sizes("sweep.world_sizes", s.world_sizes, local=c.kind == "local")
+    check_sizes("sweep.world_sizes", s.world_sizes, local=c.kind == "local")
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
     _check_policy(s, c)
     if s.nodes is not None:
-        _check_sizes("sweep.nodes", s.nodes)
+        check_sizes("sweep.nodes", s.nodes)
         if c.kind != "slurm":
             raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
-    _at_least("sweep.repeats", s.repeats, 1, 1)
+    at_least("sweep.repeats", s.repeats, 1, 1)
+    if not s.pending_timeout_s >= 0:  # `not >=` also refuses NaN
+        raise ConfigError(f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. sweep.pending_timeout_s=600")
     if s.repeats > 1000:
         raise ConfigError(
             f"sweep.repeats={s.repeats} is over 1000 trials per size (a Slurm job array; Slurm's default "
@@ -169,10 +159,10 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
 
 def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
     c = cfg.cluster
-    _at_least("run.world_size", r.world_size, 1, 1)
-    _check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
+    at_least("run.world_size", r.world_size, 1, 1)
+    check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
     _check_steps("run", r.steps, r.warmup_steps)
-    _at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
+    at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
     if (r.checkpoint_every or r.requeue) and cfg.parallel.layout in ("pipeline", "dp_pp", "fsdp_pp"):
         raise ConfigError(
             f"parallel.layout={cfg.parallel.layout} cannot be checkpointed yet (run.checkpoint_every / --requeue); "
@@ -187,7 +177,7 @@ def _check_policy(s: SweepConfig, c: ClusterConfig) -> None:
                                 ("sweep.budget_device_hours", s.budget_device_hours, 10000),
                                 ("sweep.budget_usd", s.budget_usd, 50000)):  # fmt: skip
         if value is not None:
-            _positive(key, value, example)
+            positive(key, value, example)
     if s.budget_usd is not None and c.usd_per_device_hour is None:
         raise ConfigError(
             f"sweep.budget_usd={s.budget_usd:g} needs a price; set e.g. cluster.usd_per_device_hour=2.5 "
@@ -205,166 +195,16 @@ def _check_policy(s: SweepConfig, c: ClusterConfig) -> None:
         )
 
 
-def _check_sizes(key: str, sizes: list[int], local: bool = False) -> None:
-    if not sizes:
-        raise ConfigError(f"{key}=[] is empty; list the sizes to measure, e.g. {key}=[1,2]")
-    shown = list(sizes) if key.startswith("sweep.") else sizes[0]
-    for n in sizes:
-        if n < 1:
-            raise ConfigError(
-                f"{key}={list(sizes)} holds {n}; every size must be a positive integer, e.g. {key}=[1,2]"
-            )
-        if local and n > _MAX_LOCAL_RANKS:
-            raise ConfigError(
-                f"{key}={shown} asks for {n} ranks, but cluster=local starts each rank as a process on this "
-                f"machine (at most {_MAX_LOCAL_RANKS}); measure large sizes on Slurm (cluster=slurm) or predict "
-                "them with launcher plan"
-            )
-        if n > _MAX_SIZE:
-            raise ConfigError(
-                f"{key}={shown} asks for {n}, more than {_MAX_SIZE}; measure sizes a cluster can hold and "
-                "predict larger ones with launcher plan"
-            )
-    if len(set(sizes)) != len(sizes):
-        unique = ",".join(map(str, sorted(set(sizes))))
-        raise ConfigError(f"{key}={list(sizes)} repeats a size; list each once, e.g. {key}=[{unique}]")
-
-
-# Values that land on #SBATCH lines, which sbatch tokenises itself (no shell quoting there):
-# only characters Slurm's own names and expressions use are accepted.
-# Names and expressions start with a name character, '[' or '(' (not '-', which reads as an option);
-# numbers are ASCII digits of bounded length (Python's \d also matches other scripts' digits).
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+][A-Za-z0-9_.+-]{0,63}$")
-_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_\[(][A-Za-z0-9_.&|,()\[\]*:!-]{0,199}$")
-_SLURM_TIME = re.compile(r"^([0-9]{1,4}-)?[0-9]{1,8}(:[0-9]{1,2}){0,2}$")
-_SLURM_MEM = re.compile(r"^[0-9]{1,12}[KMGT]?$")
-_SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
 # sweep.results_dir is part of the batch log path on an #SBATCH line; sbatch expands %-patterns in
 # it, so '%' is refused here too (render.py's check_sbatch_path allows the launcher's own %j, %A, %a).
 _RESULTS_DIR = re.compile(r"^[A-Za-z0-9_./+=,@-]+$")
-
-
-def _check_slurm(c: ClusterConfig) -> None:
-    """Values a Slurm job script carries (checked on every cluster kind: `run --dry-run` renders one)."""
-    _check_slurm_values(c)
-    _check_script_lines(c)
-    _check_node_shape(c)
-    if c.python is not None and (
-        "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
-    ):
-        raise ConfigError(
-            f"cluster.python={_short(c.python)} must be one interpreter path (no newline or NUL, not starting "
-            "with '-', which srun reads as an option); set e.g. cluster.python=/opt/venv/bin/python"
-        )
-
-
-def _check_slurm_values(c: ClusterConfig) -> None:
-    """Names and expressions on #SBATCH lines."""
-    for key, value, example in (
-        ("cluster.partition", c.partition, "gpu"),
-        ("cluster.account", c.account, "myproject"),
-        ("cluster.qos", c.qos, "normal"),
-    ):
-        if value is not None and not _SLURM_NAME.fullmatch(value):
-            raise ConfigError(
-                f"{key}={value!r} is not a Slurm name (letters, digits, '_', '.', '+', '-', not first; ≤64); "
-                f"set e.g. {key}={example}"
-            )
-    if c.constraint is not None and not _SLURM_CONSTRAINT.fullmatch(c.constraint):
-        raise ConfigError(
-            f"cluster.constraint={c.constraint!r} is not a Slurm feature expression (features joined by & | , "
-            "with [ ] ( ) * :, starting with a feature); set e.g. cluster.constraint=a100"
-        )
-    if not _SLURM_TIME.fullmatch(c.time_limit):
-        raise ConfigError(
-            f"cluster.time_limit={c.time_limit!r} is not a Slurm time ([D-]HH:MM:SS, HH:MM or minutes); "
-            "set e.g. cluster.time_limit=01:00:00"
-        )
-    if c.mem is not None and not _SLURM_MEM.fullmatch(c.mem):
-        raise ConfigError(f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G")
-
-
-def _check_script_lines(c: ClusterConfig) -> None:
-    """Extra #SBATCH options, environment variables and setup lines."""
-    for opt in c.sbatch_extra:
-        if not _SBATCH_OPTION.fullmatch(opt):
-            raise ConfigError(
-                f"cluster.sbatch_extra holds {opt!r}, not one --option[=value] without spaces, quotes or shell "
-                "characters; write e.g. cluster.sbatch_extra=['--mail-type=END']"
-            )
-    env_pairs(c.env)
-    for line in c.setup:
-        if "\x00" in line:
-            raise ConfigError("cluster.setup holds a NUL character; setup lines are shell code, one line per item")
-        if "\r\n" in line or line.endswith("\r"):
-            raise ConfigError(
-                f"cluster.setup holds {_short(line)}, with a CR-LF (DOS) line break that sbatch refuses in a script; "
-                "remove the \\r"
-            )
-
-
-def _check_node_shape(c: ClusterConfig) -> None:
-    """Nodes, GPUs, tasks and CPUs of a job, and its signal warning."""
-    _at_least("cluster.nodes", c.nodes, 1, 1)
-    _check_sizes("cluster.nodes", [c.nodes])
-    _at_least("cluster.gpus_per_node", c.gpus_per_node, 0, 8)
-    if c.tasks_per_node is not None:
-        _at_least("cluster.tasks_per_node", c.tasks_per_node, 1, 1)
-    _at_least("cluster.cpus_per_task", c.cpus_per_task, 1, 1)
-    # Past any node that exists: refused here, not by sbatch after the sweep folder exists.
-    for key, value, most in (("cluster.gpus_per_node", c.gpus_per_node, 64),
-                             ("cluster.tasks_per_node", c.tasks_per_node or 1, 4096),
-                             ("cluster.cpus_per_task", c.cpus_per_task, 4096)):  # fmt: skip
-        if value > most:
-            raise ConfigError(f"{key}={value} is more than any node has (at most {most}); set it to what one node holds")
-    _at_least("cluster.signal_warning_s", c.signal_warning_s, 0, 120)
-    if c.signal_warning_s > 65535:
-        raise ConfigError(
-            f"cluster.signal_warning_s={c.signal_warning_s} is over 65535 s, the most Slurm's --signal takes; "
-            "set e.g. cluster.signal_warning_s=120"
-        )
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# Set by the launcher or Slurm for each rank; a user value would break the rendezvous.
-_ENV_RESERVED = re.compile(r"^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|SLURM_.*|"
-                           r"OMP_NUM_THREADS|MKL_NUM_THREADS)$")  # fmt: skip
-_ENV_SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE_?KEY)", re.IGNORECASE)
-
-
-def env_pairs(items: list[str]) -> list[tuple[str, str]]:
-    """cluster.env items → (name, value), in order; ConfigError on the first bad one."""
-    pairs = []
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(name):
-            raise ConfigError(
-                f"cluster.env holds {item[:80]!r}, not NAME=value with NAME a shell variable name; "
-                "write e.g. cluster.env=['NCCL_DEBUG=WARN']"
-            )
-        if _ENV_RESERVED.fullmatch(name):
-            raise ConfigError(f"cluster.env sets {name}, which the launcher sets for each rank; remove it from cluster.env")
-        if _ENV_SECRET.search(name):
-            raise ConfigError(
-                f"cluster.env sets {name}, which looks like a secret, and the script is a file others may read; "
-                "export it in the shell you submit from (sbatch passes your environment to the job)"
-            )
-        if "\x00" in value or len(value) > 4096:
-            raise ConfigError(f"cluster.env value of {name} has a NUL character or is over 4096 characters; shorten it")
-        if "\r\n" in value:
-            raise ConfigError(
-                f"cluster.env value of {name} holds a CR-LF (DOS) line break, which sbatch refuses in a script; "
-                "use \\n line breaks"
-            )
-        pairs.append((name, value))
-    return pairs
 
 
 def _check_results_dir(path: str, kind: str) -> None:
     """A folder path mkdir can make (no NUL, not too long); on Slurm also one an #SBATCH line carries."""
     if "\x00" in path or len(path.encode()) > 3000 or any(len(part.encode()) > 255 for part in Path(path).parts):
         raise ConfigError(
-            f"sweep.results_dir={_short(path)} is not a usable folder path (a NUL character, over 3000 bytes, "
+            f"sweep.results_dir={short(path)} is not a usable folder path (a NUL character, over 3000 bytes, "
             "or a folder name over 255 bytes); choose e.g. sweep.results_dir=results"
         )
     full = os.path.abspath(path)
@@ -376,14 +216,9 @@ def _check_results_dir(path: str, kind: str) -> None:
         )
 
 
-def _short(value: str) -> str:
-    """repr of a value for a one-line message, cut to 80 characters."""
-    return repr(value) if len(value) <= 80 else f"{value[:80]!r}… ({len(value)} characters)"
-
-
 def _check_steps(group: str, steps: int, warmup: int) -> None:
-    _at_least(f"{group}.steps", steps, 1, 30)
-    _at_least(f"{group}.warmup_steps", warmup, 0, 5)
+    at_least(f"{group}.steps", steps, 1, 30)
+    at_least(f"{group}.warmup_steps", warmup, 0, 5)
     if warmup >= steps:
         raise ConfigError(
             f"{group}.warmup_steps={warmup} leaves no measured step of {group}.steps={steps}; "

@@ -40,6 +40,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #555; text-align: center; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 .notes { font-size: 0.9em; color: #555; }
+.figure-note { color: #555; font-style: italic; }
 </style>
 </head>
 <body>
@@ -64,6 +65,7 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 <img src="data:image/png;base64,{{ image.data }}" alt="{{ image.caption }}">
 <figcaption>{{ image.caption }}</figcaption>
 </figure>
+{% endfor %}{% for note in figure_notes %}<p class="figure-note">{{ note | inline_code }}</p>
 {% endfor %}{% if notes %}<ul class="notes">
 {% for note in notes %}<li>{{ note | inline_code }}</li>
 {% endfor %}</ul>
@@ -107,22 +109,26 @@ def _image(caption: str, png: Path) -> dict:
 
 
 def render_html(*, title: str, summary: str, recommendation: str, table: pd.DataFrame,
-                images: Sequence[tuple[str, Path]], notes: Sequence[str] = ()) -> str:  # fmt: skip
+                images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
+                figure_notes: Sequence[str] = ()) -> str:  # fmt: skip
     """The page as a string (see write_html)."""
     columns, rows = _rows(table)
     return _environment().from_string(_TEMPLATE).render(
         title=title, summary=summary, recommendation=recommendation, columns=columns, rows=rows,
         images=[_image(caption, png) for caption, png in images], notes=list(notes),
+        figure_notes=list(figure_notes),
     )  # fmt: skip
 
 
 def write_html(*, path: Path, title: str, summary: str, recommendation: str, table: pd.DataFrame,
-               images: list[tuple[str, Path]], notes: list[str] = ()) -> Path:  # fmt: skip
+               images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
+               figure_notes: Sequence[str] = ()) -> Path:  # fmt: skip
     """Write report.html atomically. `table` is the display table (strings; headers are column
     names); its cells are data and are escaped. A row whose `status` is not "completed" is
-    highlighted. `images` are (caption, PNG path) pairs, inlined so the file stands alone."""
+    highlighted. `images` are (caption, PNG path) pairs, inlined so the file stands alone;
+    `figure_notes` are one line each, after them, for a plot left out (e.g. no price set)."""
     text = render_html(title=title, summary=summary, recommendation=recommendation, table=table,
-                       images=images, notes=notes)  # fmt: skip
+                       images=images, notes=notes, figure_notes=figure_notes)  # fmt: skip
     # Non-ASCII (—, ×, ≥) as character references: atomic_write_text writes in the locale's
     # encoding, and the page must read the same whatever that was.
     atomic_write_text(path, text.encode("ascii", "xmlcharrefreplace").decode("ascii"))

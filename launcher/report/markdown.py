@@ -12,6 +12,7 @@ from launcher.report import plots
 from launcher.report.html import write_html
 from launcher.report.terminal import SHORT, display_rows
 from launcher.results.policy import Recommendation
+from launcher.trials.folder import read_sweep_spec
 
 if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
     from launcher.model.summary import ModelSummary
@@ -24,19 +25,45 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
-                 sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = ()) -> None:  # fmt: skip
-    """report.md and a self-contained report.html, with the PNG plots beside them."""
+def priced(df: pd.DataFrame, sweep_dir: Path) -> bool:
+    """Whether the sweep has a price: its sweep.json's cluster.usd_per_device_hour, else any $ in the table."""
+    spec = read_sweep_spec(sweep_dir)
+    cluster = ((spec.doc or {}).get("config") or {}).get("cluster") or {}
+    if isinstance(cluster, dict) and "usd_per_device_hour" in cluster:
+        return cluster["usd_per_device_hour"] is not None
+    return "usd_per_1m_tokens" in df and bool(df["usd_per_1m_tokens"].notna().any())
+
+
+def draw_plots(df: pd.DataFrame, *, threshold: float, sweep_dir: Path, model: ModelSummary | None,
+               has_price: bool) -> tuple[list[tuple[str, Path]], list[str]]:  # fmt: skip
+    """Every PNG of the sweep as (caption, path), and a line for each plot left out (no price:
+    no cost.png, and an earlier one is removed so no folder shows a stale or empty cost plot)."""
     images = [
         ("Throughput vs GPUs, with the ideal linear line", plots.plot_throughput(df, sweep_dir / "throughput.png")),
         ("Scaling efficiency vs GPUs, with the threshold", plots.plot_efficiency(df, threshold, sweep_dir / "efficiency.png")),
-        ("$ per 1M tokens vs GPUs", plots.plot_cost(df, sweep_dir / "cost.png")),
     ]  # fmt: skip
-    plots.plot_scaling(df, threshold, sweep_dir / "scaling.png")
-    model_lines: list[str] = []
+    left_out = []
+    if has_price:
+        images.append(("$ per 1M tokens vs GPUs", plots.plot_cost(df, sweep_dir / "cost.png")))
+    else:
+        (sweep_dir / "cost.png").unlink(missing_ok=True)
+        left_out.append(f"$ per 1M tokens: {plots.NO_PRICE}")
+    images.append(("Throughput and efficiency side by side (scaling.png)",
+                   plots.plot_scaling(df, threshold, sweep_dir / "scaling.png")))  # fmt: skip
     if model is not None and model.predictions is not None:
         images.append(("Measured vs predicted throughput (calibrated model, interval shaded)",
                        plots.plot_predicted(model.predictions, sweep_dir / "predicted.png")))  # fmt: skip
+    return images, left_out
+
+
+def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
+                 sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = (),
+                 has_price: bool | None = None) -> None:  # fmt: skip
+    """report.md and a self-contained report.html, both showing every PNG written beside them.
+    `has_price` None: read from the sweep folder (see priced)."""
+    has_price = priced(df, sweep_dir) if has_price is None else has_price
+    images, left_out = draw_plots(df, threshold=threshold, sweep_dir=sweep_dir, model=model, has_price=has_price)
+    model_lines: list[str] = []
     if model is not None:
         model_lines = ["Performance model (step = compute + exposed all-reduce + bubble + overhead):", *model.lines]
     size = "none" if rec.world_size is None else str(rec.world_size)
@@ -48,6 +75,7 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
         *[f"{n}\n" for n in notes],
         *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)], "",
         *[f"![{caption}]({path.name})" for caption, path in images], "",
+        *[f"{line}\n" for line in left_out],
         "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`. "
         "The same report as one file: `report.html`.", "",
     ])  # fmt: skip
@@ -55,4 +83,5 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     header, rows = display_rows(df)
     short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
     write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
-               table=pd.DataFrame(rows, columns=short), images=images, notes=[*notes, *model_lines])  # fmt: skip
+               table=pd.DataFrame(rows, columns=short), images=images, notes=[*notes, *model_lines],
+               figure_notes=left_out)  # fmt: skip

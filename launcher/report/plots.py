@@ -3,6 +3,7 @@
 Every function draws one figure, writes it atomically to `path` and returns `path`. Tables with
 nothing to draw (no completed trial, no price) still give a PNG that says so: a report that is
 missing a figure reads like a crash, one that says "no completed trials" reads like the result.
+(The report writer leaves cost.png out of an unpriced sweep and says NO_PRICE in one line instead.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from launcher.results.scaling import by_size
 
 DPI = 100
 NO_TRIALS = "no completed trials"
-NO_PRICE = "no price: set cluster.usd_per_device_hour"
+NO_PRICE = "no price set (cluster.usd_per_device_hour)"
 XLABEL = "GPUs (world size)"
 LOG_SPAN = 8  # sizes spanning this factor or more get a log2 x axis, so 1, 2, 4 are not squashed together
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from launcher.config.validate import env_pairs
+from launcher.config.validate_slurm import env_pairs
 from launcher.io import last_lines
 from launcher.trials.folder import read_trial, write_outcome
 

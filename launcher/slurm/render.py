@@ -3,7 +3,8 @@
 Values on `#SBATCH` lines were checked against Slurm's own character sets by config
 validation (sbatch tokenises those lines itself, without a shell); every value in the script
 body is shell-quoted with shlex.quote. Only `cluster.setup` lines run verbatim: they are the
-user's own shell code.
+user's own shell code. A `cluster.env` value is quoted in parts: its `${NAME}` references
+become `"${NAME-}"` (expanded when the job runs), everything else is a single-quoted literal.
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ from pathlib import Path
 import jinja2
 
 from launcher import __version__
+from launcher.config.compose import bundled
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
-from launcher.config.validate import env_pairs
+from launcher.config.validate_slurm import env_pairs
 from launcher.config.derived import ranks_per_node
 from launcher.trials.spec import Trial
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "sbatch_templates"
+TEMPLATES = bundled("sbatch_templates")  # in the package when installed, else the top-level folder
 # Paths that appear on #SBATCH lines (the batch log): sbatch does not shell-parse them.
 _SBATCH_PATH = re.compile(r"^[A-Za-z0-9_./+=,@%-]+$")
+# The one thing a cluster.env value may ask bash to expand: `${NAME}` with NAME a variable name.
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# cluster.python unset, after setup lines: the `python` those lines put on PATH.
+PATH_PYTHON = "python"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -71,7 +77,7 @@ class JobRequest:
     launch: str = "srun"
     """srun | torchrun."""
     python: str
-    """Interpreter on the nodes."""
+    """Interpreter on the nodes: runs the payload (srun) or torchrun's module and so every rank (torchrun)."""
     threads_per_rank: int = 1
     """OMP/MKL threads per rank."""
     signal_warning_s: int = 120
@@ -89,7 +95,7 @@ class JobRequest:
     payload_args: tuple[str, ...] = field(default_factory=tuple)
     """Extra arguments for `python -m launcher.train`."""
     env: tuple[tuple[str, str], ...] = ()
-    """(name, value) exported for every rank; values are quoted."""
+    """(name, value) exported for every rank, after the setup lines; values are quoted (env_word)."""
     requeue: bool = False
     """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
 
@@ -105,7 +111,32 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # shell, not HTML: quoting is the `q` filter's job
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["env_word"] = env_word
     return env
+
+
+def env_word(value: str) -> str:
+    """A cluster.env value as one bash word: each `${NAME}` becomes `"${NAME-}"`, expanded when the
+    job runs (after the setup lines; unset → empty, as the script runs under `set -u`); every other
+    part is a shlex-quoted literal, so `$(…)`, backticks, `$NAME`, globs and quotes stay data."""
+    parts, at = [], 0
+    for m in ENV_REFERENCE.finditer(value):
+        if m.start() > at:
+            parts.append(shlex.quote(value[at:m.start()]))
+        parts.append(f'"${{{m.group(1)}-}}"')
+        at = m.end()
+    if at < len(value) or not parts:
+        parts.append(shlex.quote(value[at:]))
+    return "".join(parts)
+
+
+def payload_python(cluster: ClusterConfig, submitting: str) -> str:
+    """The interpreter on the nodes: cluster.python when set; else, after setup lines (module load,
+    venv or conda activation), `python` from the PATH they leave; else the submitting interpreter
+    (`submitting`: nodes that share this filesystem, such as the dev cluster)."""
+    if cluster.python is not None:
+        return cluster.python
+    return PATH_PYTHON if cluster.setup else submitting
 
 
 def render_script(request: JobRequest) -> str:
@@ -133,7 +164,8 @@ def job_request(
     payload_args: tuple[str, ...] = (),
     requeue: bool = False,
 ) -> JobRequest:
-    """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation."""
+    """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation.
+    `python` is the submitting interpreter, used only as payload_python says."""
     if not trials:
         raise ValueError("a job needs at least one trial")
     shapes = {(t.nodes, t.world_size) for t in trials}
@@ -159,7 +191,7 @@ def job_request(
         sbatch_extra=tuple(cluster.sbatch_extra),
         setup=tuple(cluster.setup),
         launch=cluster.launch,
-        python=python,
+        python=payload_python(cluster, python),
         threads_per_rank=cluster.threads_per_rank,
         signal_warning_s=cluster.signal_warning_s,
         output=output,
