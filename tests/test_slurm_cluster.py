@@ -23,7 +23,8 @@ from launcher.run.local import run_local
 from launcher.trials.folder import trial_document
 from launcher.trials.spec import sweep_trials, make_trial
 from launcher.slurm.commands import sbatch_test_only, slurm_env
-from launcher.slurm.submit import job_requests, submit_jobs, track, write_scripts
+from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
+from launcher.slurm.track import track
 from launcher.run.sweep import create_sweep_dir
 
 pytestmark = pytest.mark.slurm
@@ -196,6 +197,8 @@ def test_killed_launcher_resumes_without_rerunning_done_trials(devcluster, tmp_p
     assert main(["sweep", "--resume", str(sweep_dir), "--quiet"]) == 0
     after = {p.parent.name: read_json(p)["job_id"] for p in sweep_dir.glob("trials/*/submission.json")}
     assert after == before and len(after) == 2  # nothing submitted twice
+    records = {t: read_json(p)["job_id"] for p in sweep_dir.glob("jobs/*.submitted.json") for t in read_json(p)["trials"]}
+    assert records == after  # each trial's submission.json is derived from its job's fsync'd record
     assert first.read_text() == first_record  # the done trial was not re-run
     df = pd.read_csv(sweep_dir / "results.csv")
     assert df["status"].tolist() == ["completed", "completed"]

@@ -9,6 +9,7 @@ import pytest
 
 from launcher.slurm.commands import (
     SlurmError,
+    combine,
     expand_array_id,
     parse_sacct,
     parse_sbatch_parsable,
@@ -103,6 +104,42 @@ def test_pending_array_in_squeue_expands_to_its_elements():
     assert sorted(states) == ["20", "24_2", "24_3", "24_4"]
     assert (states["24_3"].status, states["24_3"].source, states["24_3"].reason()) == ("pending", "squeue", "pending (Resources)")
     assert states["20"].reason() == "running"
+
+
+def test_held_and_dependent_jobs_say_why_they_wait_only_in_squeue():
+    live = states_from_squeue(parse_squeue((DATA / "squeue_held.txt").read_text()))
+    assert {k: (v.status, v.queue_reason) for k, v in live.items()} == {
+        "223": ("pending", "JobHeldUser"), "224": ("pending", "Dependency"),
+        "225_0": ("pending", "JobHeldUser"), "225_1": ("pending", "JobHeldUser"), "225_2": ("pending", "JobHeldUser"),
+    }  # fmt: skip
+    acct = sacct("sacct_pending.txt")  # the same jobs a moment later in sacct: PENDING, and no word on why
+    assert sorted(acct) == ["223", "224", "225_0", "225_1", "225_2"]
+    assert {(v.slurm_state, v.detail, v.queue_reason) for v in acct.values()} == {("PENDING", "", None)}
+
+
+def test_combine_takes_squeues_reason_for_queued_jobs_and_saccts_word_on_ended_ones():
+    live = states_from_squeue(parse_squeue((DATA / "squeue_held.txt").read_text()))
+    pending, ended = sacct("sacct_pending.txt"), sacct("sacct_cancelled_pending.txt")
+    keys = ["223", "225_1", "999"]
+    both = combine(pending, live, keys)
+    assert sorted(both) == ["223", "225_1"]  # a key neither knows is left out (the caller says "unknown")
+    assert (both["225_1"].status, both["225_1"].source, both["225_1"].reason()) == ("pending", "squeue", "pending (JobHeldUser)")
+    gone = combine(ended, live, keys)  # cancelled while pending: sacct's terminal state wins over a stale squeue row
+    assert {k: (v.status, v.source, v.reason()) for k, v in gone.items()} == {
+        "223": ("cancelled", "sacct", "cancelled by uid 0 (scancel)"),
+        "225_1": ("cancelled", "sacct", "cancelled by uid 0 (scancel)"),
+    }  # fmt: skip
+    assert combine({}, live, ["224"])["224"].queue_reason == "Dependency"  # sacct does not know it yet
+
+
+def test_a_requeued_job_waiting_again_keeps_saccts_count_and_takes_squeues_reason():
+    text = (DATA / "sacct_requeued.txt").read_text().splitlines()[:3]
+    text.append("31|31|requeue-me|PENDING|0:0|00:00:00|None assigned|Unknown|Unknown")
+    acct = states_from_sacct(parse_sacct("\n".join(text) + "\n"))
+    live = states_from_squeue(parse_squeue("31|PENDING|BeginTime||requeue-me\n"))
+    job = combine(acct, live, ["31"])["31"]
+    assert (job.status, job.requeues, job.queue_reason, job.reason()) == ("requeued", 1, "BeginTime",
+                                                                          "requeued 1×, pending (BeginTime)")
 
 
 @pytest.mark.parametrize(

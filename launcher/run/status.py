@@ -26,7 +26,29 @@ def trial_state(files: TrialFiles) -> tuple[str, str, str, str]:
     if doc is None:
         return ("completed" if record else "not started"), ("record" if record else "—"), job, ""
     state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
-    return state, str(doc.get("source", doc.get("executor", ""))), job, doc.get("reason") or ""
+    reason = doc.get("reason") or ""
+    if doc.get("slurm_reason") and not record:
+        reason = queue_reason(doc["slurm_reason"], job)
+    return state, str(doc.get("source", doc.get("executor", ""))), job, reason
+
+
+# What the commonest of Slurm's pending Reasons mean (squeue's %r; `man squeue` lists them all).
+_MEANS = {
+    "JobHeldUser": "held; `scontrol release {job}` lets it run",
+    "JobHeldAdmin": "held by an administrator",
+    "Dependency": "waits for an earlier job (cluster.serialize_trials runs a sweep's jobs one at a time)",
+    "Resources": "waits for nodes to free up",
+    "Priority": "jobs of higher priority are ahead of it",
+    "QOSMaxJobsPerUser": "your QOS caps how many of your jobs run at once",
+    "BeginTime": "may not start yet (a requeued job waits a while)",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+}
+
+
+def queue_reason(reason: str, job: str) -> str:
+    """`Slurm's Reason: JobHeldUser (held; …)` for a job waiting in the queue."""
+    means = _MEANS.get(reason)
+    return f"Slurm's Reason: {reason}" + (f" ({means.format(job=job)})" if means else "")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 Folder layout, written as the sweep goes so nothing is lost if the launcher dies:
     results/<sweep-id>/sweep.json               spec: overrides, resolved config, trial list
-    results/<sweep-id>/jobs/                    rendered sbatch scripts and batch logs (slurm)
+    results/<sweep-id>/jobs/                    sbatch scripts, batch logs, one submission record per job (slurm)
     results/<sweep-id>/trials/<trial-id>/       trial.json, rank logs, submission.json (slurm),
                                                 record.json (payload), outcome.json (executor)
     results/<sweep-id>/results.{csv,parquet}    the table, rebuilt from trials/
@@ -39,7 +39,9 @@ from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_tabl
 from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
 from launcher.run.local import run_trial_dir
-from launcher.slurm.submit import env_for, job_requests, refresh, submissions, submit_jobs, track, write_scripts
+from launcher.slurm.commands import SlurmError
+from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
+from launcher.slurm.track import Stalled, track
 from launcher.trials.expand import expand
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_trial
 from launcher.trials.spec import Trial, sweep_trials
@@ -55,11 +57,23 @@ class SweepResult:
     """Recommended size and why."""
 
 
-def sweep_id(cfg: LauncherConfig, now: float) -> str:
+def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] = ()) -> str:
+    """sweep.name, else `<time>-<model>-<layout>` naming what is swept across `configs` (each
+    combination's config): `...-tiny_gpt-ddp+fsdp`, or a count past three (`...-tiny_gpt-4layouts`)."""
     if cfg.sweep.name:
         return cfg.sweep.name
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{stamp}-{cfg.model.name}-{cfg.parallel.layout}"
+    configs = list(configs) or [cfg]
+    models = _swept([c.model.name for c in configs], "models")
+    layouts = _swept([c.parallel.layout for c in configs], "layouts")
+    return f"{stamp}-{models}-{layouts}"
+
+
+def _swept(values: list[str], plural: str) -> str:
+    """One value as itself; two or three joined by '+'; more (or a long join) as a count."""
+    distinct = list(dict.fromkeys(values))
+    joined = "+".join(distinct)
+    return joined if len(distinct) <= 3 and len(joined) <= 64 else f"{len(distinct)}{plural}"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -104,7 +118,7 @@ def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherC
     """Make the sweep folder and write its spec and every trial.json. Never reuses a folder."""
     now = time.time()
     root = Path(cfg.sweep.results_dir)
-    base = sweep_id(cfg, now)
+    base = sweep_id(cfg, now, [c for _, c in items])
     sweep_dir = root / base
     if cfg.sweep.name and sweep_dir.exists():
         raise ConfigError(
@@ -220,7 +234,8 @@ def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progres
 def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
             detach: bool = False) -> SweepResult | None:  # fmt: skip
     """Run (local) or submit and track (slurm) the trials not yet done; then build the table.
-    With detach (slurm), return None right after submission."""
+    With detach (slurm), return None right after submission; also (detached) when the sweep
+    stalled in the queue. Ctrl-C cancels the sweep's Slurm jobs unless it was detached."""
     pending = [t for t in trials if not is_done(sweep_dir, t)]
     try:
         if cfg.sweep.search == "adaptive":
@@ -232,10 +247,49 @@ def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progre
             return None
         else:
             _run_batch(sweep_dir, cfg, pending, progress_bars)
+    except Stalled as stalled:
+        _detach_stalled(sweep_dir, cfg, stalled)
+        return None
     except KeyboardInterrupt:
-        finish(sweep_dir, cfg)  # the table of what finished; the rest show as pending
+        _cancel_on_interrupt(sweep_dir, cfg, detach)
+        finish(sweep_dir, cfg)  # the table of what finished; the rest show as cancelled (or pending)
         raise
     return finish(sweep_dir, cfg)
+
+
+CTRL_C_REASON = "cancelled by the user (Ctrl-C)"
+
+
+def _cancel_on_interrupt(sweep_dir: Path, cfg: LauncherConfig, detach: bool) -> None:
+    """Ctrl-C on a Slurm sweep: scancel its jobs that have not ended (left alone they keep
+    spending the allocation) and record their trials as cancelled — unless it was started with
+    --detach, whose point is that the jobs outlive the launcher."""
+    if cfg.cluster.kind != "slurm":
+        return
+    console = Console(stderr=True)
+    if detach:
+        console.print(f"interrupted; the jobs submitted so far keep running (--detach); cancel them with: "
+                      f"launcher cancel {escape(str(sweep_dir))}", soft_wrap=True)  # fmt: skip
+        return
+    try:
+        ids = cancel_trials(sweep_dir, cfg, CTRL_C_REASON)
+    except SlurmError as exc:
+        console.print(f"interrupted, but cancelling the sweep's jobs failed: {escape(str(exc))}; retry with: "
+                      f"launcher cancel {escape(str(sweep_dir))}", soft_wrap=True)  # fmt: skip
+        return
+    if ids:
+        console.print(f"interrupted: cancelled Slurm job(s) {', '.join(ids)}; their trials are recorded as cancelled",
+                      soft_wrap=True)  # fmt: skip
+
+
+def _detach_stalled(sweep_dir: Path, cfg: LauncherConfig, stalled: Stalled) -> None:
+    """The sweep waited too long in the queue: say why each job waits, and how to follow it."""
+    print(f"{stalled}; waiting:")
+    for line in stalled.waiting:
+        print(f"  {line}")
+    again = f"  —  carry on the search with: launcher sweep --resume {sweep_dir}" if cfg.sweep.search == "adaptive" else ""
+    print(f"detached, jobs left queued; follow with: launcher status {sweep_dir}  —  table with: launcher collect "
+          f"{sweep_dir}  —  cancel with: launcher cancel {sweep_dir}{again}")  # fmt: skip
 
 
 def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: bool = True,
@@ -247,7 +301,8 @@ def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: b
         console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
     if cfg.cluster.kind == "slurm":
         # Render every job script before the folder exists: a bad value stops here, not mid-submission.
-        job_requests(cfg, Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time()), trials)
+        planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
+        job_requests(cfg, planned, trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
     console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True)
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -103,6 +103,14 @@ class JobState:
     @property
     def terminal(self) -> bool:
         return self.slurm_state in _TERMINAL
+
+    @property
+    def queue_reason(self) -> str | None:
+        """Slurm's Reason a queued job waits (squeue `%r`: Resources, Priority, Dependency,
+        JobHeldUser, QOSMaxJobsPerUser, …); None when it is not waiting or nobody said why."""
+        if self.status in ("pending", "requeued") and self.source == "squeue" and self.detail not in ("", "None"):
+            return self.detail
+        return None
 
     def reason(self, time_limit: str | None = None) -> str | None:
         """One line for the table; None when it completed cleanly."""
@@ -264,32 +272,55 @@ def sbatch_test_only(script: Path, env: Mapping[str, str]) -> tuple[bool, str]:
 
 
 def query(keys: list[str], env: Mapping[str, str]) -> tuple[dict[str, JobState], dict[str, str]]:
-    """States of job keys (`123`, `123_2`), from sacct, falling back to squeue for keys sacct
-    does not know yet. Returns (states, notes) where notes says why a source was not used."""
+    """States of job keys (`123`, `123_2`): sacct first; then squeue for keys sacct does not know
+    yet and for queued ones, since only squeue says why a job waits (its Reason). Returns
+    (states, notes) where notes says why a source was not used."""
     notes: dict[str, str] = {}
     ids = sorted({k.split("_", 1)[0] for k in keys})
-    states: dict[str, JobState] = {}
+    acct: dict[str, JobState] = {}
     if not ids:
-        return states, notes
+        return acct, notes
     proc = _run(["sacct", "--noheader", "--parsable2", "--duplicates", f"--format={SACCT_FORMAT}",
                  "-j", ",".join(ids)], env)  # fmt: skip
     if proc.returncode == 0:
-        states.update(states_from_sacct(parse_sacct(proc.stdout)))
+        acct = states_from_sacct(parse_sacct(proc.stdout))
     else:
         notes["sacct"] = proc.stderr.strip() or f"exit {proc.returncode}"
-    missing = [k for k in keys if k not in states]
-    if missing:
-        proc = _run(["squeue", "--noheader", f"--format={SQUEUE_FORMAT}", "-j", ",".join(ids)], env)
+    live: dict[str, JobState] = {}
+    waiting = sorted({k.split("_", 1)[0] for k in keys if k not in acct or acct[k].status in ("pending", "requeued")})
+    if waiting:
+        proc = _run(["squeue", "--noheader", f"--format={SQUEUE_FORMAT}", "-j", ",".join(waiting)], env)
         if proc.returncode == 0:
-            for key, st in states_from_squeue(parse_squeue(proc.stdout)).items():
-                states.setdefault(key, st)
+            live = states_from_squeue(parse_squeue(proc.stdout))
         else:
             notes["squeue"] = proc.stderr.strip() or f"exit {proc.returncode}"
-    return {k: v for k, v in states.items() if k in keys}, notes
+    return combine(acct, live, keys), notes
+
+
+def combine(acct: dict[str, JobState], live: dict[str, JobState], keys: list[str]) -> dict[str, JobState]:
+    """One state per key: sacct's when it has ended (or squeue has nothing), else squeue's live
+    state and Reason, keeping the requeues and steps only sacct knows."""
+    out = {}
+    for key in keys:
+        a, q = acct.get(key), live.get(key)
+        if q is None or (a is not None and a.terminal):
+            if a is not None:
+                out[key] = a
+        elif a is None:
+            out[key] = q
+        else:
+            out[key] = replace(q, status=_status(q.slurm_state, a.requeues), requeues=a.requeues, steps=a.steps)
+    return out
 
 
 def scancel(job_ids: list[str], env: Mapping[str, str]) -> None:
+    """Cancel jobs (`123`) or array elements (`123_4`). A job that has already left the queue
+    is not an error: there is nothing left to cancel."""
     if job_ids:
         proc = _run(["scancel", *job_ids], env)
-        if proc.returncode:
+        if proc.returncode and not _GONE.search(proc.stderr):
             raise SlurmError(f"scancel {' '.join(job_ids)} failed: {proc.stderr.strip()}")
+
+
+# What scancel says about a job that already ended (rc 1 once the controller has forgotten it).
+_GONE = re.compile(r"Invalid job id specified|already completing or completed")

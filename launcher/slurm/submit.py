@@ -1,26 +1,32 @@
-"""Slurm side of a sweep: group trials into jobs, render every script, submit, track.
+"""Slurm side of a sweep: group trials into jobs, render every script, submit, ask Slurm, cancel.
 
-All scripts are rendered (and so checked) before the first sbatch. After each sbatch the job id
-is written into each of its trials' `submission.json` at once, so a launcher that dies
-mid-submission leaves an exact account of what was submitted.
+All scripts are rendered (and so checked) before the first sbatch. Each job has one record,
+`jobs/<job>.submitted.json`, written (fsync'd) just before its sbatch, naming its trials, and
+again right after, with the job id: the durable and exact account of what was submitted, so a
+resumed sweep never submits a trial twice. Each trial's `submission.json` is a copy derived from
+it. `launcher.slurm.track` follows the jobs to their ends.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 import sys
+import threading
 import time
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typing import Any, Callable, Iterator
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_text, last_lines
+from launcher.io import atomic_write_json, atomic_write_text, last_lines
 from launcher.trials.folder import (
     FileRead,
+    read_document,
+    read_outcome,
     read_record,
     read_submission,
     trial_dir,
@@ -30,9 +36,7 @@ from launcher.trials.folder import (
 )
 from launcher.trials.spec import Trial
 from launcher.slurm.render import JobRequest, job_request, render_script
-from launcher.slurm.commands import JobState, query, sbatch, slurm_env
-
-POLL_S = 2.0
+from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -88,29 +92,108 @@ def write_scripts(sweep_dir: Path, jobs: list[PreparedJob]) -> None:
         atomic_write_text(sweep_dir / "jobs" / f"{job.name}.sbatch", job.script)
 
 
+# Each job's durable record: which trials it runs and, once sbatch answered, its job id.
+RECORD_SUFFIX = ".submitted.json"
+
+
+def record_path(sweep_dir: Path, job_name: str) -> Path:
+    return sweep_dir / "jobs" / f"{job_name}{RECORD_SUFFIX}"
+
+
 def submit_jobs(sweep_dir: Path, jobs: list[PreparedJob], env: dict[str, str],
                 on_submit: Callable[[PreparedJob, str], None] | None = None) -> None:  # fmt: skip
+    """sbatch each job between two fsync'd writes of its record, then derive its trials'
+    submission.json (see the module docstring)."""
     for job in jobs:
-        job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
-        for i, t in enumerate(job.trials):
-            key = f"{job_id}_{i}" if job.request.array else job_id
-            write_submission(
-                trial_dir(sweep_dir, t.trial_id),
-                {"job_id": job_id, "key": key, "script": f"jobs/{job.name}.sbatch", "pack_step": i if job.request.pack
-                 else None, "submitted_at": time.time()},  # fmt: skip
-            )
+        record = _submit_one(sweep_dir, job, env)
+        _write_copies(sweep_dir, _trial_docs(record))
         if on_submit:
-            on_submit(job, job_id)
+            on_submit(job, record["job_id"])
+
+
+def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[str, Any]:
+    """One sbatch between two writes of the job's record. Ctrl-C waits until both are done: an
+    interrupt between sbatch and the second write would leave a job that no record names, so
+    that nothing could cancel it."""
+    path = record_path(sweep_dir, job.name)
+    record: dict[str, Any] = {"job": job.name, "script": f"jobs/{job.name}.sbatch", "job_id": None,
+                              "trials": [t.trial_id for t in job.trials], "array": job.request.array,
+                              "pack": job.request.pack}  # fmt: skip
+    with _interrupt_deferred():
+        atomic_write_json(path, record)  # from here on its trials count as submitted
+        try:
+            job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
+        except SlurmError:
+            path.unlink()  # sbatch refused the job: nothing was submitted
+            raise
+        record = {**record, "job_id": job_id, "submitted_at": time.time()}
+        atomic_write_json(path, record)
+    return record
+
+
+@contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """Hold a SIGINT (Ctrl-C) until the block ends, then deliver it. Signals reach only the
+    main thread, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(*caught[0])  # the default handler raises KeyboardInterrupt here
+
+
+def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each trial's submission, derived from its job's record: array task i is `<id>_i`, a packed
+    job's trial i is its step i. No job id (see `submissions`): no key either."""
+    job_id, docs = record["job_id"], {}
+    for i, trial_id in enumerate(record["trials"]):
+        key = f"{job_id}_{i}" if job_id is not None and record["array"] else job_id
+        docs[trial_id] = {"job_id": job_id, "key": key, "script": record["script"],
+                          "pack_step": i if record["pack"] else None, "submitted_at": record.get("submitted_at"),
+                          "record": f"jobs/{record['job']}{RECORD_SUFFIX}"}  # fmt: skip
+    return docs
+
+
+def _write_copies(sweep_dir: Path, docs: dict[str, dict[str, Any]]) -> None:
+    """Each trial's submission.json, for readers of the trial folder. Written atomically but
+    not fsync'd: the job's record is the durable copy (256 fsyncs cost 0.2 s, more than the
+    sbatch calls), and `refresh` rewrites a copy that a crash of the machine lost or cut."""
+    for trial_id, doc in docs.items():
+        write_submission(trial_dir(sweep_dir, trial_id), doc, durable=False)
+
+
+def _check_record(doc: dict[str, Any]) -> str | None:
+    trials = doc.get("trials")
+    if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
+        return "no 'trials' list of trial ids"
+    if not (doc.get("job_id") is None or isinstance(doc["job_id"], str)):
+        return f"'job_id' is {json.dumps(doc['job_id'])[:40]}, not a string"
+    missing = [k for k in ("job", "script", "array", "pack") if k not in doc]
+    return f"no {missing[0]!r}" if missing else None
 
 
 def submissions(sweep_dir: Path) -> dict[str, FileRead]:
-    """trial id → its submission.json, for every trial that was submitted. A damaged file is
-    kept (as corrupt): the trial was submitted, only its job id is lost, and submitting it again
-    would run it twice."""
-    out = {}
+    """trial id → its submission, for every trial that was submitted: from the jobs' records,
+    else (a sweep from before them, or a damaged record) from the trial's submission.json.
+
+    A trial counts as submitted from just before its sbatch. If the launcher died between sbatch
+    and the record's second write, the record names the trials but no job id: they are never
+    submitted again (that could run them twice); their job cannot be asked about, so they end as
+    `unknown` with a reason naming the script, and a record.json the payload writes still makes
+    the row. A damaged submission.json also counts (as corrupt): only its job id is lost."""
+    out: dict[str, FileRead] = {}
+    for path in sorted((sweep_dir / "jobs").glob(f"*{RECORD_SUFFIX}")):
+        record = read_document(path, _check_record)
+        if record.doc is not None:
+            out |= {t: FileRead(name=path.name, state="ok", doc=d) for t, d in _trial_docs(record.doc).items()}
     for tdir in trial_dirs(sweep_dir):
-        sub = read_submission(tdir)
-        if not sub.missing:
+        if tdir.name not in out and not (sub := read_submission(tdir)).missing:
             out[tdir.name] = sub
     return out
 
@@ -173,15 +256,30 @@ def _record_completed(tdir: Path) -> bool:
 _ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
 
 
-def refresh(sweep_dir: Path, cfg: LauncherConfig) -> dict[str, dict]:
-    """Ask Slurm about every submitted trial; write each trial's outcome.json; return them."""
-    subs = submissions(sweep_dir)
-    states, notes = query(sorted({s.doc["key"] for s in subs.values() if s.doc is not None}), env_for(cfg))
-    outcomes = {}
-    for trial_id, sub in subs.items():
+def refresh(sweep_dir: Path, cfg: LauncherConfig, known: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Ask Slurm about every submitted trial that has not ended, write each outcome.json that
+    changed, and return every submitted trial's outcome. A trial whose outcome is final (on
+    disk, or in `known`, the tracker's cache) is never asked about again, as submitit's watcher
+    does: Slurm's word on an ended job does not change, and a sweep of 256 trials would
+    otherwise ask about all of them on every poll."""
+    known = known or {}
+    outcomes: dict[str, dict] = {}
+    ask: dict[str, tuple[FileRead, dict | None]] = {}
+    for trial_id, sub in submissions(sweep_dir).items():
+        prior = known.get(trial_id) or read_outcome(trial_dir(sweep_dir, trial_id)).doc
+        if prior is not None and prior.get("final"):
+            outcomes[trial_id] = prior
+        else:
+            ask[trial_id] = (sub, prior)
+    keys = sorted({sub.doc["key"] for sub, _ in ask.values() if sub.doc is not None and sub.doc["key"]})
+    states, notes = query(keys, env_for(cfg))
+    for trial_id, (sub, prior) in ask.items():
         tdir = trial_dir(sweep_dir, trial_id)
         outcomes[trial_id] = doc = _outcome(sweep_dir, cfg, tdir, sub, states, notes)
-        write_outcome(tdir, doc)
+        if doc != prior:  # an unchanged file is not rewritten: the tracker watches the folder for news
+            write_outcome(tdir, doc)
+        if sub.name.endswith(RECORD_SUFFIX) and sub.doc is not None and read_submission(tdir).doc != sub.doc:
+            write_submission(tdir, sub.doc)  # the copy a crash of the machine lost or cut
     return outcomes
 
 
@@ -193,11 +291,25 @@ def _outcome(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, read: FileRead, s
         return {"executor": "slurm", "job": None, "status": "corrupt", "final": True, "source": read.name,
                 "reason": f"{read.reason}; its job cannot be asked about"}  # fmt: skip
     sub = read.doc
+    if sub["key"] is None:  # the launcher stopped between sbatch and recording the job id (see `submissions`)
+        return {"executor": "slurm", "job": None, "status": "unknown", "final": True, "source": read.name,
+                "reason": f"handed to sbatch as {sub['script']}, but the launcher stopped before recording the job "
+                          f"id; `sacct --name=lnch-{sweep_dir.resolve().name}` lists the sweep's jobs"}  # fmt: skip
     st = states.get(sub["key"])
     if st is None:
         why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
         return {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
                 "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
+    status, reason = _status_and_reason(sweep_dir, cfg, tdir, sub, st)
+    return {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
+            "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
+            "nodelist": st.nodelist, "reason": reason, "slurm_reason": st.queue_reason,
+            "steps": [list(s) for s in st.steps], "requeues": st.requeues}  # fmt: skip
+
+
+def _status_and_reason(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, sub: dict,
+                       st: JobState) -> tuple[str, str | None]:  # fmt: skip
+    """The trial's status and reason from its job's state (a packed trial: its own step's)."""
     status, reason = st.status, st.reason(cfg.cluster.time_limit)
     step = pack_step_state(sub, st)
     if step is not None:  # a packed trial is one step of a shared job: its own step speaks for it
@@ -212,25 +324,42 @@ def _outcome(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, read: FileRead, s
     if status in ("failed", "oom") or (status == "completed" and not _record_completed(tdir)):
         detail = payload_detail(tdir, sweep_dir / "jobs" / f"slurm-{sub['key']}.out")
         reason = "; ".join(r for r in (reason, detail) if r) or None
-    return {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
-            "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
-            "nodelist": st.nodelist, "reason": reason, "steps": [list(s) for s in st.steps],
-            "requeues": st.requeues}  # fmt: skip
+    return status, reason
 
 
-def track(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True) -> None:
-    """Poll until every submitted trial has reached a terminal state, showing each one's state."""
-    console = Console(stderr=True)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
-        tasks = {t.trial_id: progress.add_task(f"{t.trial_id} ({t.nodes} nodes, {t.world_size} ranks)") for t in trials}
-        while True:
-            outcomes = refresh(sweep_dir, cfg)
-            for trial_id, doc in outcomes.items():
-                if trial_id in tasks:
-                    label = doc.get("slurm_state") or doc["status"]
-                    progress.update(tasks[trial_id], description=f"{trial_id}: job {doc['job']} {label} "
-                                                                  f"({doc['source']})")  # fmt: skip
-            if all(outcomes.get(t.trial_id, {}).get("final") for t in trials):
-                return
-            time.sleep(POLL_S)
+def cancel_trials(sweep_dir: Path, cfg: LauncherConfig, reason: str) -> list[str]:
+    """scancel every submitted trial that has not ended and record it as `cancelled` with
+    `reason`; return the job ids scancel was given. A trial that ended keeps its outcome."""
+    outcomes = refresh(sweep_dir, cfg)  # one last look, so a job that just ended is not called cancelled
+    subs = submissions(sweep_dir)
+    open_: dict[str, dict] = {}
+    for trial_id, outcome in outcomes.items():
+        sub = subs[trial_id].doc if trial_id in subs else None
+        if not outcome.get("final") and sub is not None and sub["key"]:
+            open_[trial_id] = sub
+    ids = _cancel_ids(list(open_.values()), subs)
+    # A second Ctrl-C waits until the jobs are cancelled and recorded: stopped between the two,
+    # jobs would be gone while their trials still read as running.
+    with _interrupt_deferred():
+        scancel(ids, env_for(cfg))
+        now = time.time()
+        for trial_id, sub in open_.items():
+            write_outcome(trial_dir(sweep_dir, trial_id), {
+                "executor": "slurm", "job": sub["key"], "status": "cancelled", "slurm_state": "CANCELLED",
+                "final": True, "source": "launcher", "reason": reason, "cancelled_at": now})  # fmt: skip
+    return ids
+
+
+def _cancel_ids(open_: list[dict], subs: dict[str, FileRead]) -> list[str]:
+    """What to hand scancel: a whole job when none of its trials has ended (a pending array
+    element cancelled on its own stays folded into sacct's PENDING row of the array), else
+    the array elements still open."""
+    per_job = Counter(s.doc["job_id"] for s in subs.values() if s.doc is not None and s.doc.get("job_id"))
+    keys: dict[str, set[str]] = {}
+    for sub in open_:
+        keys.setdefault(sub["job_id"], set()).add(sub["key"])
+    ids: list[str] = []
+    for job_id, mine in sorted(keys.items()):
+        whole = mine == {job_id} or len(mine) == per_job[job_id]
+        ids += [job_id] if whole else sorted(mine)
+    return ids

@@ -15,6 +15,7 @@ damaged trial becomes a row that says so instead of a traceback or a silently mi
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,8 +184,15 @@ def write_outcome(tdir: Path, doc: dict[str, Any]) -> None:
     atomic_write_json(tdir / OUTCOME_FILE, doc)
 
 
-def write_submission(tdir: Path, doc: dict[str, Any]) -> None:
-    atomic_write_json(tdir / SUBMISSION_FILE, doc)
+def write_submission(tdir: Path, doc: dict[str, Any], *, durable: bool = True) -> None:
+    """submission.json. `durable=False` skips the fsync: for a copy whose durable original is the
+    job's record (jobs/<job>.submitted.json), where 256 fsyncs would cost more than the sbatch calls."""
+    if durable:
+        atomic_write_json(tdir / SUBMISSION_FILE, doc)
+        return
+    tmp = tdir / f".{SUBMISSION_FILE}.tmp"
+    tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")  # one line: json's C encoder
+    os.replace(tmp, tdir / SUBMISSION_FILE)
 
 
 def read_sweep_spec(sweep_dir: Path) -> FileRead:

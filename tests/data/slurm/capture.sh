@@ -130,6 +130,22 @@ case_requeued() {
     "${SACCT[@]}" "$j" > "$D/sacct_requeued.txt"
 }
 
+case_held() {
+    local j d a
+    # A held job, one waiting on it, and a held array: only squeue's %r says why each waits
+    # (sacct shows PENDING and nothing more); then all three cancelled while still pending.
+    j=$(submit --hold --job-name=held --wrap 'sleep 1')
+    d=$(submit --dependency=afterok:"$j" --job-name=waits --wrap 'sleep 1')
+    a=$(submit --hold --array=0-2 --job-name=held-array --wrap 'sleep 1')
+    sleep 5  # slurmdbd has the pending records, and a scheduling pass has set the reasons
+    "${SQUEUE[@]}" "$j,$d,$a" > "$D/squeue_held.txt"
+    "${SACCT[@]}" "$j,$d,$a" > "$D/sacct_pending.txt"
+    scancel "$j" "$d" "$a"
+    wait_state "$a" 30 CANCELLED
+    sleep 3
+    "${SACCT[@]}" "$j,$d,$a" > "$D/sacct_cancelled_pending.txt"
+}
+
 case_error_partition() {
     local rc=0
     sbatch --parsable --partition=nope --wrap true 2> "$D/sbatch_error_partition.txt" > /dev/null || rc=$?
@@ -137,11 +153,11 @@ case_error_partition() {
 }
 
 cases=("$@")
-((${#cases[@]})) || cases=(completed_2node array error_partition timeout requeued cancelled failed_exit3 step_killed node_fail)
+((${#cases[@]})) || cases=(completed_2node array error_partition held timeout requeued cancelled failed_exit3 step_killed node_fail)
 pids=()
 for c in "${cases[@]}"; do
     case $c in
-        completed_2node | array | error_partition) log "case $c"; "case_$c" ;;  # need the whole cluster
+        completed_2node | array | error_partition | held) log "case $c"; "case_$c" ;;  # need the whole cluster
         *) log "case $c (background)"; "case_$c" & pids+=($!) ;;
     esac
 done
