@@ -20,7 +20,8 @@ CASES: dict[str, list[str]] = {
     "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
     "gpu_torchrun_all_options": [
         "cluster=example_gpu_site", "cluster.partition=debug", "cluster.account=dev", "cluster.qos=normal",
-        "cluster.time_limit=00:20:00", "cluster.gpus_per_node=2", "cluster.cpus_per_task=1", "cluster.mem=1G",
+        "cluster.time_limit=00:20:00", "cluster.gpus_per_node=2", "cluster.cpus_per_task=1", "cluster.threads_per_rank=1",
+        "cluster.mem=1G",
         "cluster.constraint=dev", "cluster.exclusive=true", "cluster.launch=torchrun",
         "cluster.sbatch_extra=['--mail-type=END','--comment=scaling']",
         "cluster.setup=['source $(conda info --base)/etc/profile.d/conda.sh','conda activate train']",

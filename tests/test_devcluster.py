@@ -6,6 +6,7 @@ well under a second) and leave it up for the rest of the suite.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import time
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from launcher.slurm import devcluster
+from launcher.slurm.devcluster import cluster as cluster_verb
 from launcher.slurm.devcluster import conf
 from launcher.slurm.devcluster.__main__ import main as devcluster_main
+from launcher.slurm.devcluster.state import State
 
 ROOT = Path("/var/tmp/launcher-devcluster")
 LAYOUT = conf.Layout(root=ROOT)
@@ -148,6 +151,32 @@ def test_gres_conf_fake_gpus():
     assert conf.fake_gpu_files(LAYOUT) == [ROOT / "fakegpu/gpu0", ROOT / "fakegpu/gpu1"]
 
 
+def test_stand_in_gpus_per_node():
+    """`launcher cluster up --gpus-per-node 4`: every node 4 gres GPUs, each backed by a device file,
+    and a CPU per GPU declared (config_overrides), so 4 ranks of 1 CPU each schedule on a node."""
+    nodes = lines(conf.slurm_conf_text(LAYOUT, conf.node_names(2), gpus=4))
+    assert ("NodeName=n2 NodeAddr=10.77.0.12 NodeHostname=n2 CPUs=4 RealMemory=4000 Gres=gpu:4 Feature=dev,cpu "
+            "State=UNKNOWN") in nodes
+    assert f"NodeName=n1 Name=gpu Count=4 File={ROOT}/fakegpu/gpu[0-3]" in lines(
+        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=4))
+    assert f"NodeName=n1 Name=gpu Count=1 File={ROOT}/fakegpu/gpu0" in lines(
+        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=1))
+    assert conf.fake_gpu_files(LAYOUT, 4) == [ROOT / f"fakegpu/gpu{i}" for i in range(4)]
+    assert conf.node_cpus(1) == conf.node_cpus(2) == 2  # the default cluster's text is unchanged
+    for bad in (0, conf.MAX_GPUS + 1):
+        with pytest.raises(ValueError, match=f"gpus per node={bad}"):
+            conf.check_gpus(bad)
+
+
+def test_gpus_per_node_option_and_its_record():
+    p = argparse.ArgumentParser()
+    cluster_verb.add_arguments(p)
+    assert p.parse_args(["up", "--gpus-per-node", "4"]).gpus_per_node == 4
+    assert p.parse_args(["up"]).gpus_per_node is None  # keep the running cluster's count
+    assert State.from_json({"nodes": ["n1"]}).gpus_per_node == conf.NODE_GPUS  # a record from before the option
+    assert State.from_json(State(gpus_per_node=4).to_json()).gpus_per_node == 4
+
+
 def test_hosts_and_resolver_keep_names_inside():
     text = lines(conf.hosts_text(conf.node_names(3)))
     assert "10.77.0.1\tlnch-ctl" in text
@@ -220,6 +249,8 @@ def test_up_is_idempotent_and_fast(cluster):
     assert cluster.env()["SLURM_CONF"] == str(cluster.slurm_conf)
     text = devcluster.status(cluster.root)
     assert text.splitlines()[-1] == f"export SLURM_CONF={cluster.slurm_conf}"
+    assert f"gpus per node: {cluster.gpus_per_node} (stand-ins" in text
+    assert f"gpu:{cluster.gpus_per_node}" in text  # sinfo's GRES column
     assert "slurmctld" in text and "DEAD" not in text
 
 

@@ -41,6 +41,16 @@ def test_gres_only_when_gpus_are_asked_for():
     assert "#SBATCH --gres=gpu:2\n" in gpu
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_srun_step_names_its_cpus(name):
+    """srun 22.05 does not take --cpus-per-task from the allocation: each step names it, and a
+    torchrun task per node holds the CPUs of every rank it spawns."""
+    for req, script in scripts(name):
+        step = script[script.index("\n    srun "):script.index("|| rc=$?")]
+        per_task = req.cpus_per_task * (req.ntasks_per_node if req.launch == "torchrun" else 1)
+        assert f" --cpus-per-task={per_task} " in step.replace("\\\n", " ")
+
+
 def test_rendezvous_from_nodelist_and_job_id():
     (_, script), = scripts("devcluster_2nodes")
     assert 'HOSTS=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))' in script

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from launcher.config.checks import at_least, check_sizes, short
+from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 
@@ -25,6 +26,7 @@ def check_slurm(c: ClusterConfig) -> None:
     _check_slurm_values(c)
     _check_script_lines(c)
     _check_node_shape(c)
+    _check_binding(c)
     if c.python is not None and (
         "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
     ):
@@ -98,6 +100,23 @@ def _check_node_shape(c: ClusterConfig) -> None:
         raise ConfigError(
             f"cluster.signal_warning_s={c.signal_warning_s} is over 65535 s, the most Slurm's --signal takes; "
             "set e.g. cluster.signal_warning_s=120"
+        )
+
+
+def _check_binding(c: ClusterConfig) -> None:
+    """Each rank's threads fit the CPUs Slurm gives it, and a CUDA rank has a GPU of its own."""
+    # Locally cpus_per_task binds nothing (every rank shares this machine), so only Slurm is checked.
+    if c.kind == "slurm" and c.threads_per_rank > c.cpus_per_task:
+        raise ConfigError(
+            f"cluster.threads_per_rank={c.threads_per_rank} is more than cluster.cpus_per_task={c.cpus_per_task}, "
+            f"so each rank's threads would share its CPUs; set cluster.cpus_per_task={c.threads_per_rank} "
+            f"(or cluster.threads_per_rank={c.cpus_per_task})"
+        )
+    ranks = ranks_per_node(c)
+    if c.device == "cuda" and 0 < c.gpus_per_node < ranks:
+        raise ConfigError(
+            f"cluster.tasks_per_node={ranks} ranks would share cluster.gpus_per_node={c.gpus_per_node} GPUs: "
+            f"one rank per GPU; set cluster.tasks_per_node={c.gpus_per_node} (or null: one per GPU)"
         )
 
 

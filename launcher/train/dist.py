@@ -3,21 +3,44 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from launcher.train.env import RankEnv
+from launcher.train.env import RankEnv, bound_gpu, device_slot, process_env
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
+    """This rank's device: on CUDA one of its own (env.device_slot), refused rather than shared."""
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("cluster.device=cuda but torch sees no CUDA device on this host")
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        return torch.device("cuda", torch.cuda.current_device())
+        index = device_slot(os.environ, local_rank, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
+
+
+def rank_binding(device: torch.device) -> dict[str, Any]:
+    """What this rank was given to run on (one entry of the record's `rank_bindings`): its host,
+    the GPUs it sees and the one it is bound to, its CUDA device, and the CPUs it may run on.
+    On a CPU trial device_index and device_name are null; CUDA_VISIBLE_DEVICES is still kept."""
+    renv = process_env(os.environ)
+    cuda = device.type == "cuda"
+    return {
+        "rank": renv.rank,
+        "host": socket.gethostname(),
+        "local_rank": renv.local_rank,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpu": bound_gpu(os.environ, renv.local_rank),
+        "device_index": device.index if cuda else None,
+        "device_name": torch.cuda.get_device_name(device) if cuda else None,
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def pick_backend(requested: str, device: torch.device) -> str:

@@ -74,6 +74,43 @@ def process_env(environ: Mapping[str, str]) -> RankEnv:
                    sources=sources)  # fmt: skip
 
 
+def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list (Slurm's gres sets it for each step); None when unset."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    return None if value is None else [d.strip() for d in value.split(",") if d.strip()]
+
+
+def device_slot(environ: Mapping[str, str], local_rank: int, count: int) -> int:
+    """Which of the `count` CUDA devices this process sees is this rank's own: one device per rank.
+
+    The node's ranks see the same devices (the step holds all the node's GPUs, torchrun's workers
+    share their agent's, the local executor's ranks share the machine's), so rank r on a node
+    takes the r-th. Where Slurm bound GPUs to each task instead (a plain srun with
+    --gpus-per-task: SLURM_GPUS_PER_TASK set, RANK not), a task's first device is its own."""
+    per_task = "RANK" not in environ and bool(environ.get("SLURM_GPUS_PER_TASK"))
+    slot = 0 if per_task else local_rank
+    if slot >= count:
+        shown = environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        raise ValueError(
+            f"local rank {local_rank} has no CUDA device of its own: this process sees {count} "
+            f"(CUDA_VISIBLE_DEVICES={shown}) and ranks never share one; run at most {count} rank(s) per node "
+            "(cluster.tasks_per_node / cluster.gpus_per_node, or run.world_size locally)"
+        )
+    return slot
+
+
+def bound_gpu(environ: Mapping[str, str], local_rank: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry this rank is bound to (the node's GPU as Slurm numbers it),
+    also on a CPU trial with stand-in GPUs; None when nothing is visible for it."""
+    visible = visible_devices(environ)
+    if not visible:
+        return None
+    try:
+        return visible[device_slot(environ, local_rank, len(visible))]
+    except ValueError:
+        return None
+
+
 def attempt(environ: Mapping[str, str]) -> int:
     """This run's attempt: Slurm's restart count (0 on the first run, 1 after one requeue), else 0."""
     return int(environ.get("SLURM_RESTART_COUNT") or 0)

@@ -23,6 +23,8 @@ PREFIX_LEN = 24
 NODE_CPUS = 2
 NODE_MEMORY_MB = 4000
 NODE_GPUS = 2
+"""Stand-in GPUs per node unless `launcher cluster up --gpus-per-node N` asks for others."""
+MAX_GPUS = 16
 NODE_FEATURES = "dev,cpu"
 ACCOUNT = "dev"
 QOS = "normal"
@@ -190,7 +192,19 @@ def resolv_text() -> str:
     )
 
 
-def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports()) -> str:
+def node_cpus(gpus: int) -> int:
+    """CPUs a node declares: at least one per stand-in GPU, so a rank per GPU at 1 CPU each
+    schedules (config_overrides lets a node declare more CPUs than the machine's 2 cores)."""
+    return max(NODE_CPUS, gpus)
+
+
+def check_gpus(gpus: int) -> int:
+    if not 1 <= gpus <= MAX_GPUS:
+        raise ValueError(f"gpus per node={gpus}: the dev cluster takes 1 to {MAX_GPUS} stand-in GPUs per node")
+    return gpus
+
+
+def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports(), *, gpus: int = NODE_GPUS) -> str:
     r = layout
     sock = r.munge_socket
     lines = [
@@ -241,13 +255,13 @@ def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports
         "KillWait=5",
         "InactiveLimit=0",
         "MinJobAge=300",
-        # Lets four nodes each declare 2 CPUs while the machine has 2 cores in all.
+        # Lets four nodes each declare 2 (or one per GPU) CPUs while the machine has 2 cores in all.
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
     ]
     lines += [
-        f"NodeName={n} NodeAddr={node_ip(n)} NodeHostname={n} CPUs={NODE_CPUS} "
-        f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{NODE_GPUS} Feature={NODE_FEATURES} State=UNKNOWN"
+        f"NodeName={n} NodeAddr={node_ip(n)} NodeHostname={n} CPUs={node_cpus(gpus)} "
+        f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{gpus} Feature={NODE_FEATURES} State=UNKNOWN"
         for n in nodes
     ]
     lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -280,17 +294,18 @@ def slurmdbd_conf_text(layout: Layout, db_password: str, ports: Ports = Ports())
     return "\n".join(lines) + "\n"
 
 
-def fake_gpu_files(layout: Layout) -> list[Path]:
-    return [layout.fake_gpu_dir / f"gpu{i}" for i in range(NODE_GPUS)]
+def fake_gpu_files(layout: Layout, gpus: int = NODE_GPUS) -> list[Path]:
+    return [layout.fake_gpu_dir / f"gpu{i}" for i in range(gpus)]
 
 
-def gres_conf_text(layout: Layout, nodes: tuple[str, ...]) -> str:
+def gres_conf_text(layout: Layout, nodes: tuple[str, ...], *, gpus: int = NODE_GPUS) -> str:
     # slurmd 22.05 drops a GPU without File= ("Ignoring file-less GPU") and the node registers
     # 0 < 2 GPUs, INVALID. Empty regular files in the cluster folder satisfy it: nothing opens
-    # them under task/none, and no CUDA program can mistake them for a device.
-    files = f"{layout.fake_gpu_dir}/gpu[0-{NODE_GPUS - 1}]" if NODE_GPUS > 1 else str(fake_gpu_files(layout)[0])
+    # them under task/none, and no CUDA program can mistake them for a device. With a file per
+    # GPU, Slurm sets CUDA_VISIBLE_DEVICES for each step to the indices it allocated.
+    files = f"{layout.fake_gpu_dir}/gpu[0-{gpus - 1}]" if gpus > 1 else str(fake_gpu_files(layout, gpus)[0])
     lines = ["# Written by launcher.slurm.devcluster: fake GPUs backed by empty files.", "AutoDetect=off"]
-    lines += [f"NodeName={n} Name=gpu Count={NODE_GPUS} File={files}" for n in nodes]
+    lines += [f"NodeName={n} Name=gpu Count={gpus} File={files}" for n in nodes]
     return "\n".join(lines) + "\n"
 
 

@@ -14,25 +14,25 @@ from launcher.slurm.devcluster.conf import Layout, Ports
 PORTS = Ports()
 
 
-def configs(layout: Layout, nodes: tuple[str, ...], db_password: str) -> dict[Path, tuple[str, int]]:
+def configs(layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int) -> dict[Path, tuple[str, int]]:
     return {
-        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS), 0o644),
+        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus), 0o644),
         layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),
-        layout.gres_conf: (conf.gres_conf_text(layout, nodes), 0o644),
+        layout.gres_conf: (conf.gres_conf_text(layout, nodes, gpus=gpus), 0o644),
         layout.hosts: (conf.hosts_text(nodes), 0o644),
         layout.resolv_conf: (conf.resolv_text(), 0o644),
     }
 
 
-def configs_current(layout: Layout, nodes: tuple[str, ...]) -> bool:
+def configs_current(layout: Layout, nodes: tuple[str, ...], gpus: int) -> bool:
     try:
         pw = layout.db_password_file.read_text().strip()
-        return all(p.read_text() == text for p, (text, _) in configs(layout, nodes, pw).items())
+        return all(p.read_text() == text for p, (text, _) in configs(layout, nodes, pw, gpus).items())
     except OSError:
         return False
 
 
-def make_dirs(layout: Layout, names: tuple[str, ...]) -> None:
+def make_dirs(layout: Layout, names: tuple[str, ...], gpus: int) -> None:
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o755)
     for d in (layout.etc, layout.munge_lib, layout.mysql_dir, layout.state_dir, layout.spool, layout.run, layout.log):
@@ -43,17 +43,17 @@ def make_dirs(layout: Layout, names: tuple[str, ...]) -> None:
     layout.munge_socket_dir.mkdir(parents=True, exist_ok=True)
     layout.munge_socket_dir.chmod(0o755)
     layout.munge_lib.chmod(0o700)
-    make_fake_gpus(layout)
+    make_fake_gpus(layout, gpus)
     for n in names:  # slurmd does not create its spool folder
         layout.slurmd_spool(n).mkdir(parents=True, exist_ok=True)
 
 
-def make_fake_gpus(layout: Layout) -> None:
+def make_fake_gpus(layout: Layout, gpus: int) -> None:
     """Device files behind the fake GPUs: character devices 1:3, i.e. what /dev/null is, so
     anything that opens one reads nothing and writes nowhere. slurmd accepts a regular file
     too, with an error line in its log, which is the fallback where mknod is refused."""
     layout.fake_gpu_dir.mkdir(exist_ok=True)
-    for f in conf.fake_gpu_files(layout):
+    for f in conf.fake_gpu_files(layout, gpus):
         if f.exists() and stat.S_ISCHR(f.stat().st_mode):
             continue
         f.unlink(missing_ok=True)
@@ -63,11 +63,11 @@ def make_fake_gpus(layout: Layout) -> None:
             f.touch()
 
 
-def write_configs(layout: Layout, names: tuple[str, ...]) -> set[Path]:
+def write_configs(layout: Layout, names: tuple[str, ...], gpus: int) -> set[Path]:
     """Write the config files; returns those whose text changed (their readers must restart)."""
     pw = accounting.db_password(layout)
     changed = set()
-    for path, (text, mode) in configs(layout, names, pw).items():
+    for path, (text, mode) in configs(layout, names, pw, gpus).items():
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)

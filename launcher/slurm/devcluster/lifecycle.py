@@ -42,14 +42,17 @@ class DevCluster:
     """Compute node names, ("n1", ..., "nN")."""
     partition: str
     """The default partition, "debug"."""
+    gpus_per_node: int
+    """Stand-in GPUs per node (gres `gpu`, device files in the cluster folder)."""
 
     def env(self) -> dict[str, str]:
         """A copy of os.environ with SLURM_CONF: what Slurm's client commands need."""
         return dict(os.environ, SLURM_CONF=str(self.slurm_conf))
 
 
-def _cluster(layout: Layout, nodes: tuple[str, ...]) -> DevCluster:
-    return DevCluster(root=layout.root, slurm_conf=layout.slurm_conf, nodes=nodes, partition=conf.PARTITION)
+def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int) -> DevCluster:
+    return DevCluster(root=layout.root, slurm_conf=layout.slurm_conf, nodes=nodes, partition=conf.PARTITION,
+                      gpus_per_node=gpus)
 
 
 def _daemon_env(layout: Layout) -> dict[str, str]:
@@ -94,12 +97,12 @@ def _names(nodes: tuple[str, ...]) -> list[str]:
     return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
 
 
-def _healthy(layout: Layout, st: State, nodes: tuple[str, ...]) -> bool:
-    if st.nodes != nodes:
+def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bool:
+    if st.nodes != nodes or st.gpus_per_node != gpus:
         return False
     if not all(name in st.procs and daemons.alive(st.procs[name]) for name in _names(nodes)):
         return False
-    if not all(netns.node_ok(n) for n in nodes) or not files.configs_current(layout, nodes):
+    if not all(netns.node_ok(n) for n in nodes) or not files.configs_current(layout, nodes, gpus):
         return False
     states = _sinfo_states(layout)
     return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
@@ -108,34 +111,41 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...]) -> bool:
 # ---------------------------------------------------------------- up
 
 
-def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print) -> DevCluster:
-    """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers."""
+def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print,
+       gpus_per_node: int | None = None) -> DevCluster:  # fmt: skip
+    """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers.
+    `gpus_per_node`: stand-in GPUs on every node; None keeps the running cluster's (2 on a new one),
+    so a plain `up` from another test session never reconfigures, and restarts, a cluster in use."""
     if os.geteuid() != 0:
         raise DevClusterError(NOT_ROOT)
+    layout = Layout(root=Path(root))
     try:
         names = conf.node_names(nodes)
+        gpus = conf.check_gpus(load(layout).gpus_per_node if gpus_per_node is None else gpus_per_node)
     except ValueError as exc:
         raise DevClusterError(str(exc)) from None
-    layout = Layout(root=Path(root))
-    if layout.state_file.exists() and _healthy(layout, load(layout), names):
-        return _cluster(layout, names)
+    if layout.state_file.exists() and _healthy(layout, load(layout), names, gpus):
+        return _cluster(layout, names, gpus)
     try:
         with locked(layout):
-            return _up(layout, names, log)
+            return _up(layout, names, gpus, log)
     except (InstallError, netns.NetError, OSError, subprocess.SubprocessError) as exc:
         raise DevClusterError(f"{exc} (logs in {layout.log})") from None
 
 
-def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> DevCluster:
+def _up(layout: Layout, names: tuple[str, ...], gpus: int, log: Callable[[str], None]) -> DevCluster:
     t0 = time.monotonic()
     st = load(layout)
-    if _healthy(layout, st, names):  # another `up` finished while we waited for the lock
-        return _cluster(layout, names)
+    if _healthy(layout, st, names, gpus):  # another `up` finished while we waited for the lock
+        return _cluster(layout, names, gpus)
     ensure_packages(log, layout.log_file("apt"))
-    files.make_dirs(layout, names)
-    changed = files.write_configs(layout, names)
+    files.make_dirs(layout, names, gpus)
+    changed = files.write_configs(layout, names, gpus)
     if st.nodes and st.nodes != names:
         log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
+    if st.nodes and st.gpus_per_node != gpus:
+        log(f"giving every node {gpus} stand-in GPUs (was {st.gpus_per_node}); running jobs are stopped")
+    st.gpus_per_node = gpus
     env = _daemon_env(layout)
 
     if layout.slurmdbd_conf in changed and "slurmdbd" in st.procs:
@@ -172,7 +182,7 @@ def _up(layout: Layout, names: tuple[str, ...], log: Callable[[str], None]) -> D
     save(layout, st)
     _wait_ready(layout, st, names)
     log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
-    return _cluster(layout, names)
+    return _cluster(layout, names, gpus)
 
 
 def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
@@ -336,9 +346,12 @@ def status(root: Path = DEFAULT_ROOT) -> str:
         lines.append(
             f"{name:<12} {'not started' if p is None else f'pid {p.pid:<8} ' + ('alive' if daemons.alive(p) else 'DEAD')}"
         )
-    r = _run([program("sinfo"), "--Node"], layout, timeout=10)
+    # CPUs and GRES columns: what a job may ask of each node (the stand-in GPUs included).
+    r = _run([program("sinfo"), "--Node", "--format=%10N %9P %6t %5c %G"], layout, timeout=10)
     lines.append("")
     lines.append((r.stdout if r.returncode == 0 else f"sinfo failed: {r.stderr.strip()}\n").rstrip("\n"))
+    lines.append(f"gpus per node: {st.gpus_per_node} (stand-ins: device files in {layout.fake_gpu_dir}; "
+                 "jobs compute on CPU, Slurm sets CUDA_VISIBLE_DEVICES)")
     lines.append(f"export SLURM_CONF={layout.slurm_conf}")
     return "\n".join(lines)
 
@@ -352,4 +365,4 @@ def current(root: Path = DEFAULT_ROOT) -> DevCluster | None:
         return None
     if not st.nodes or not all(n in st.procs and daemons.alive(st.procs[n]) for n in _names(st.nodes)):
         return None
-    return _cluster(layout, st.nodes)
+    return _cluster(layout, st.nodes, st.gpus_per_node)

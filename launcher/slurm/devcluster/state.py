@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from launcher.slurm.devcluster.conf import Layout
+from launcher.slurm.devcluster.conf import NODE_GPUS, Layout
 from launcher.slurm.devcluster.daemons import Proc
 from launcher.slurm.devcluster.errors import DevClusterError
 
@@ -26,6 +26,8 @@ class State:
     """Nodes whose namespace `up` created."""
     accounting: bool = False
     """Cluster, account and user are in the accounting database."""
+    gpus_per_node: int = NODE_GPUS
+    """Stand-in GPUs per node of the last `up` (a later `up` without --gpus-per-node keeps them)."""
 
     def to_json(self) -> dict:
         return {
@@ -34,6 +36,7 @@ class State:
             "bridge": self.bridge,
             "netns": self.netns,
             "accounting": self.accounting,
+            "gpus_per_node": self.gpus_per_node,
         }
 
     @classmethod
@@ -44,6 +47,7 @@ class State:
             bridge=bool(d.get("bridge", False)),
             netns=list(d.get("netns", [])),
             accounting=bool(d.get("accounting", False)),
+            gpus_per_node=int(d.get("gpus_per_node", NODE_GPUS)),
         )
 
 
