@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from layout_parity import BASE, assert_same, launch, reference, run_trial
 
 from launcher.config.compose import compose_config
 from launcher.io import read_json
+from launcher.train.engines.stages import StageModule
+from launcher.train.models import build_model, materialise
 
 pytestmark = pytest.mark.torch_dist
 
@@ -81,3 +84,17 @@ def test_bf16_pipeline_runs(tmp_path):
     record = run_trial(tmp_path, "bf16", 2, ["parallel=pipeline", "precision=bf16"], steps=3, save_params=False)
     losses = record["metrics"]["losses"]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+
+
+def test_a_stage_built_on_meta_allocates_only_its_own_parameters_with_the_reference_values():
+    """What a pipeline rank builds: the model on the meta device, then only its stage
+    materialised, each parameter from the seed and its reference name."""
+    cfg = compose_config(BASE).model
+    reference = build_model(cfg, seed=11).state_dict()
+    with torch.device("meta"):
+        model = build_model(cfg)
+    last = materialise(StageModule(model, 1, 2), torch.device("cpu"), seed=11)
+    mine = last.state_dict()
+    assert set(mine) == {k for k in reference if k.startswith(("blocks.2.", "blocks.3.", "ln_f.", "head."))}
+    assert all(torch.equal(mine[k], reference[k]) for k in mine)
+    assert model.tok_emb.weight.is_meta and all(p.is_meta for p in model.blocks[0].parameters())  # never allocated

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from launcher.run.local import LocalOutcome, RankExit
+from launcher.run.local import LocalOutcome, MemoryWatch, RankExit
 from launcher.results.table import corrupt_row, trial_row
+from launcher.trials import ends
 from launcher.trials.folder import FileRead, TrialFiles
+
+GIB = 1 << 30
 
 TRIAL = {"trial_id": "001-ws2", "world_size": 2, "nodes": 1, "layout": "ddp", "dp": 2, "micro": 8, "accum": 1,
          "global_batch": 16, "scaling": "weak", "lr": 1e-3}  # fmt: skip
@@ -85,3 +88,60 @@ def test_exit_reasons_name_the_first_failure():
     assert LocalOutcome(ranks=[RankExit(rank=0, returncode=0)]).reason() is None
     timed = LocalOutcome(ranks=[RankExit(rank=0, returncode=-15, stopped_by_launcher=True)], timed_out=True, wall_s=61)
     assert timed.reason() == "timed out after 61 s (cluster.trial_timeout_s); all ranks stopped"
+
+
+def test_a_predicted_oom_is_an_oom_row_with_the_estimate():
+    reason = ("predicted: needs ~90.1 GiB per rank (params 5.3, grads 10.6, optimizer 10.6, activations 63.3, "
+              "runtime 0.4 GiB) > 23.5 GiB (host memory 23.5 GiB (cluster.host_memory_gb))")
+    outcome = {"executor": "estimate", "status": "oom", "predicted": True, "final": True, "reason": reason}
+    row = trial_row(TRIAL, None, outcome)
+    assert (row["status"], row["reason"], row["tokens_per_s"], row["device_hours"]) == ("oom", reason, None, None)
+
+
+def _killed(watch: MemoryWatch, rss: int = 11 * GIB) -> LocalOutcome:
+    """Rank 1 SIGKILLed first, rank 0 stopped by the launcher; each last seen holding `rss`."""
+    watch.last_rss = {0: rss, 1: rss}
+    stopped = RankExit(rank=0, returncode=-15, stopped_by_launcher=True, exit_seq=1, last_rss_bytes=rss)
+    return LocalOutcome(ranks=[stopped, RankExit(rank=1, returncode=-9, exit_seq=0, last_rss_bytes=rss)], memory=watch)
+
+
+def test_a_rank_the_kernel_killed_at_the_memory_limit_is_oom_not_failed():
+    out = _killed(MemoryWatch(oom_kills_before=0, oom_kills_after=0, limit_bytes=24 * GIB, total_bytes=24 * GIB))
+    assert out.oom and out.culprit() == 1
+    reason = out.reason()
+    assert reason == ("rank 1 was killed by SIGKILL: out of memory: the kernel OOM killer (rank 1 last held 11.0 GiB; "
+                      "its ranks 22.0 GiB of a 24.0 GiB limit); the launcher stopped rank(s) 0")  # fmt: skip
+    row = trial_row(TRIAL, None, {"executor": "local", "final": True, "reason": reason, "oom": out.oom})
+    assert (row["status"], row["reason"]) == ("oom", f"no record written: {reason}")
+
+
+def test_the_cgroup_counting_an_oom_kill_is_enough():
+    out = _killed(MemoryWatch(oom_kills_before=2, oom_kills_after=3, limit_bytes=64 * GIB), rss=GIB)
+    assert out.oom and "memory cgroup oom_kill +1" in out.reason()
+
+
+def test_a_sigkill_far_from_the_limit_stays_failed():
+    """LAUNCHER_FAULT's kill, or anyone's `kill -9`: memory had room, the cgroup counted nothing."""
+    out = _killed(MemoryWatch(oom_kills_before=0, oom_kills_after=0, limit_bytes=24 * GIB, total_bytes=24 * GIB,
+                              min_available_bytes=20 * GIB), rss=GIB // 2)  # fmt: skip
+    assert not out.oom
+    assert out.reason() == "rank 1 was killed by SIGKILL; the launcher stopped rank(s) 0"
+    row = trial_row(TRIAL, None, {"executor": "local", "final": True, "reason": out.reason(), "oom": out.oom})
+    assert row["status"] == "failed"
+    assert not _killed(MemoryWatch()).oom  # nothing known about memory: no claim either way
+
+
+def test_the_memory_cgroup_is_read_for_v1_and_v2(tmp_path):
+    v2 = tmp_path / "v2"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\n")
+    (v2 / "job" / "memory.max").write_text("8589934592\n")
+    (tmp_path / "cg2").write_text("0::/job\n")
+    dirs = ends.memory_cgroup_dirs(v2, tmp_path / "cg2")
+    assert dirs == [v2 / "job", v2] and ends.oom_kill_count(dirs) == 2 and ends.memory_limit_bytes(dirs) == 8 * GIB
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "slice").mkdir(parents=True)
+    (v1 / "memory" / "slice" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    (tmp_path / "cg1").write_text("9:cpu:/x\n4:memory:/slice\n")
+    assert ends.oom_kill_count(ends.memory_cgroup_dirs(v1, tmp_path / "cg1")) == 5
+    assert ends.oom_kill_count([tmp_path / "nowhere"]) is None

@@ -166,3 +166,26 @@ def test_the_first_task_srun_saw_fail_is_named_from_the_batch_log():
     assert first_task_error(log, Path("/scratch/sweep/trials/007-killrank-ws2")) == "task 1 on n4: Killed"
     assert first_task_error(log, Path("/scratch/sweep/trials/other")) == "task 1 on n4: Killed"  # one attempt only
     assert first_task_error(DATA / "missing.txt", Path("/x")) is None
+
+
+# Slurm 22.05 `sacct --parsable2` for jobs whose memory cgroup killed a rank: the job itself
+# OUT_OF_MEMORY (0:125), and a job that reads FAILED while its srun step ran out of memory.
+SACCT_OOM = """\
+61|61|lnch-big|OUT_OF_MEMORY|0:125|00:02:13|n1|2026-11-22T18:20:01|2026-11-22T18:22:14
+61.batch|61.batch|batch|OUT_OF_MEMORY|0:125|00:02:13|n1|2026-11-22T18:20:01|2026-11-22T18:22:14
+61.extern|61.extern|extern|COMPLETED|0:0|00:02:13|n1|2026-11-22T18:20:01|2026-11-22T18:22:14
+61.0|61.0|python|OUT_OF_MEMORY|0:125|00:02:12|n1|2026-11-22T18:20:02|2026-11-22T18:22:14
+62|62|lnch-big|FAILED|1:0|00:01:40|n[1-2]|2026-11-22T18:23:01|2026-11-22T18:24:41
+62.batch|62.batch|batch|FAILED|1:0|00:01:40|n1|2026-11-22T18:23:01|2026-11-22T18:24:41
+62.0|62.0|python|OUT_OF_MEMORY|0:125|00:01:39|n[1-2]|2026-11-22T18:23:02|2026-11-22T18:24:41
+"""
+
+
+def test_out_of_memory_is_oom_for_the_job_and_for_a_failed_job_whose_step_ran_out():
+    jobs = states_from_sacct(parse_sacct(SACCT_OOM))
+    oom, step = jobs["61"], jobs["62"]
+    assert (oom.slurm_state, oom.status, oom.exit_code, oom.signal) == ("OUT_OF_MEMORY", "oom", 0, 125)
+    assert oom.reason() == "out of memory (Slurm OUT_OF_MEMORY): a rank reached the job's memory limit"
+    assert (step.slurm_state, step.status) == ("FAILED", "oom")
+    assert step.reason() == "out of memory (Slurm OUT_OF_MEMORY in step 62.0): a rank reached the job's memory limit"
+    assert states_from_sacct(parse_sacct((DATA / "sacct_failed_exit3.txt").read_text()))["34"].status == "failed"

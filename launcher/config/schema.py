@@ -38,7 +38,7 @@ Link = _choices("Link", "nvlink pcie ib400 ib200 eth100 eth10")
 Launch = _choices("Launch", "srun torchrun")
 Search = _choices("Search", "grid adaptive")
 PolicyName = _choices("PolicyName", "max_efficient min_cost fastest_within_budget")
-Precision = _choices("Precision", "fp32 bf16 fp16")
+Precision = _choices("Precision", "auto fp32 bf16 fp16")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -134,9 +134,16 @@ class ClusterConfig:
     device: DeviceKind = DeviceKind.auto
     """Device per rank; `auto` is CUDA when available, else CPU."""
     device_name: str = "cpu"
-    """Human name of the device (recorded; e.g. A100-80GB)."""
+    """Name of the device, recorded, and the row of the peak table (launcher/model/peaks.py) MFU
+    uses, matched case-insensitively: "A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (as
+    torch.cuda.get_device_name reports it), "MI300X". On CUDA a name the table does not know
+    (this default "cpu", "unknown") gives way to the one torch reports, recorded as
+    `metrics.cuda_device_name`; on CPU no table row applies."""
     peak_flops_per_device: Optional[float] = None
-    """Peak FLOP/s of one device at the training precision. Unknown (null) → MFU is null."""
+    """Dense peak FLOP/s of one device at the precision its matmuls run in (bf16/fp16, or tf32 for
+    fp32 on CUDA), overriding the table. null → the table's peak for the device; a device the
+    table does not know (every CPU) → MFU is null. An explicit peak that does not fit the
+    precision on a known device (H100's bf16 9.89e14 for an fp32 run) is flagged in the report."""
     usd_per_device_hour: Optional[float] = None
     """Price of one device-hour (one GPU-hour on GPU clusters); null → $ columns are null
     (device-hours per 1M tokens are always shown)."""
@@ -147,11 +154,19 @@ class ClusterConfig:
     inter_link: Link = Link.ib400
     """Link between nodes (per device), for `launcher plan` when nothing measured says otherwise."""
     threads_per_rank: int = 1
-    """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS)."""
+    """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0
     """local: a trial still running after this many seconds is killed and recorded as failed."""
     pg_timeout_s: float = 120.0
     """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
+    device_memory_gb: Optional[float] = None
+    """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
+    per-rank memory is estimated (launcher/model/memory.py); one that cannot fit is recorded as
+    a predicted `oom` and not launched. Null: GPU trials are not checked."""
+    host_memory_gb: Optional[float] = None
+    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
+    trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,
+    else no check."""
     # --- slurm only ---------------------------------------------------------------------
     partition: Optional[str] = None
     """`--partition`; null → the cluster's default partition."""
@@ -164,11 +179,13 @@ class ClusterConfig:
     nodes: int = 1
     """Nodes of a single `launcher run`."""
     gpus_per_node: int = 0
-    """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU."""
+    """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU: each rank uses the GPU at its
+    local rank among those it sees (CUDA_VISIBLE_DEVICES), never one another rank uses."""
     tasks_per_node: Optional[int] = None
     """Ranks per node; null → gpus_per_node, or 1 without GPUs."""
     cpus_per_task: int = 1
-    """`--cpus-per-task` for each rank."""
+    """CPUs for each rank: `--cpus-per-task` of the job and of its srun step (torchrun launch: the
+    one task per node gets ranks per node × this). Slurm: at least threads_per_rank."""
     mem: Optional[str] = None
     """`--mem` per node, e.g. 64G; null → the partition's default."""
     constraint: Optional[str] = None
@@ -276,5 +293,7 @@ class LauncherConfig:
     """A single `launcher run`."""
     seed: int = 0
     """Seed for weights and synthetic data."""
-    precision: Precision = Precision.fp32
-    """Training precision: fp32, or autocast (FSDP: MixedPrecisionPolicy) to bf16/fp16."""
+    precision: Precision = Precision.auto
+    """Training precision: fp32, or autocast (FSDP: MixedPrecisionPolicy) to bf16/fp16. `auto`:
+    bf16 on CUDA, fp32 on CPU (no native bf16 there: ~10× slower), resolved by the payload per
+    device and recorded as `metrics.precision`. fp32 on CUDA runs matmuls and convolutions in TF32."""

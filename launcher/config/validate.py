@@ -19,6 +19,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Sizes beyond any cluster a sweep measures (larger ones: `launcher plan`); cluster=local starts
 # each rank as a process on this machine.
 _ITEMSIZE = {"uint16": 2, "int32": 4, "int64": 8}  # bytes per token of data.dtype
+_MAX_PEAK = 1e17  # FLOP/s: ~40× the fastest dense peak in launcher/model/peaks.py (B200 bf16, 2.25e15)
 
 
 def validate(cfg: LauncherConfig) -> LauncherConfig:
@@ -116,6 +117,7 @@ def _check_cluster(c: ClusterConfig) -> None:
     """Prices, threads and timeouts (every executor)."""
     if c.peak_flops_per_device is not None:
         positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
+        _check_peak(c.peak_flops_per_device)
     if c.usd_per_device_hour is not None and not (
         math.isfinite(c.usd_per_device_hour) and c.usd_per_device_hour >= 0
     ):
@@ -127,6 +129,21 @@ def _check_cluster(c: ClusterConfig) -> None:
     at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
     positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
     positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
+    if c.device_memory_gb is not None:
+        positive("cluster.device_memory_gb", c.device_memory_gb, 80)
+    if c.host_memory_gb is not None:
+        positive("cluster.host_memory_gb", c.host_memory_gb, 256)
+
+
+def _check_peak(peak: float) -> None:
+    """One device's peak: a figure beyond any device's is an exponent typo or a node's total,
+    and would make every MFU tiny without a word."""
+    if peak > _MAX_PEAK:
+        raise ConfigError(
+            f"cluster.peak_flops_per_device={peak:.3g} is more than any one device's dense peak (B200 bf16: 2.25e15); "
+            "give one device's figure, e.g. cluster.peak_flops_per_device=9.894e14 (H100 SXM bf16), or null to "
+            "take it from the peak table for cluster.device_name"
+        )
 
 
 def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:

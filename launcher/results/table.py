@@ -13,19 +13,23 @@ from launcher.results.scaling import add_scaling
 from launcher.trials.ends import mentions_oom
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
-TABLE_SCHEMA_VERSION = 4  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs
+TABLE_SCHEMA_VERSION = 5  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
+# 5: + precision and the peak MFU used (value, source, mismatch note)
 
 COLUMNS = [
     "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",
     "global_batch", "status", "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
     "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
-    "speedup", "efficiency", "scaling", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s",
+    "speedup", "efficiency", "scaling", "mfu", "peak_flops_per_device", "ccr", "busbw_gbps", "allreduce_time_s",
+    "compute_time_s",
     "bubble_measured", "bubble_theory", "collective_time_s",
     "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "device_hours_per_1m_tokens",
     "hours_to_budget", "device_hours_to_budget", "usd_to_budget", "device_hours", "allreduce_bytes", "cpu_contention",
-    "ranks_per_node", "lr", "hosts", "reason",
+    "ranks_per_node", "lr", "precision", "peak_source", "peak_mismatch", "hosts", "reason",
 ]  # fmt: skip
 _LAYOUT_COLUMNS = ["bubble_measured", "bubble_theory", "collective_time_s"]
+# What MFU means: the precision that ran and the peak it was divided by (metrics of the record).
+_PEAK_COLUMNS = ["precision", "peak_flops_per_device", "peak_source", "peak_mismatch"]
 
 _METRIC_COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
@@ -40,7 +44,7 @@ def _blank_row(trial: dict[str, Any]) -> dict[str, Any]:
                                                      "micro", "accum", "global_batch", "scaling", "lr")}  # fmt: skip
     row["repeat"] = trial.get("repeat", 0)
     row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
-    row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS})
+    row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS + _PEAK_COLUMNS})
     row.update(peak_memory_mb=None, hosts=None)
     return row
 
@@ -52,6 +56,8 @@ def _no_record(outcome: dict[str, Any] | None) -> tuple[str, str | None]:
     reason = outcome.get("reason")
     if outcome.get("executor") == "search":
         return outcome.get("status", "skipped"), reason
+    if outcome.get("executor") == "estimate":  # never launched: its memory estimate cannot fit
+        return outcome.get("status", "oom"), reason
     if outcome.get("executor") == "slurm":
         # Slurm's state is the story: cancelled, timeout, node_fail, running, … A job that
         # COMPLETED without a record still failed: the record is the proof of a finished trial.
@@ -61,7 +67,8 @@ def _no_record(outcome: dict[str, Any] | None) -> tuple[str, str | None]:
         lost = f"job {outcome.get('job')} completed but the payload wrote no record"
         return "failed", f"{lost}; {reason}" if reason else lost
     if reason:
-        return "failed", f"no record written: {reason}"
+        # A rank the kernel (or its cgroup) killed for memory: the executor saw it (run/local.py).
+        return "oom" if outcome.get("oom") else "failed", f"no record written: {reason}"
     ranks = outcome.get("ranks") or []
     if ranks and all(isinstance(r, dict) and r.get("returncode") == 0 for r in ranks):
         # Every rank said success, yet rank 0 never wrote its record: say exactly that.
@@ -103,6 +110,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     layout = m.get("layout") if isinstance(m.get("layout"), dict) else {}
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})
     row.update({k: layout.get(k) for k in _LAYOUT_COLUMNS})
+    row.update({k: m.get(k) for k in _PEAK_COLUMNS})
     if isinstance(m.get("peak_memory_bytes"), (int, float)):
         row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
     if record.get("hosts"):
@@ -153,10 +161,19 @@ def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame
         row = trial_row(planned[trial_id], None, None)
         rows.append({**row, "status": "corrupt", "reason": missing_folder(trial_id)})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in _COST_COLUMNS])
-    for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_memory_mb", "device_hours"]:
+    for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_flops_per_device", "peak_memory_mb", "device_hours"]:
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = add_cost(add_scaling(df), pricing or Pricing())
     return df[COLUMNS].sort_values(["trial_id"]).reset_index(drop=True)
+
+
+def peak_mismatch_line(df: pd.DataFrame) -> str | None:
+    """One line for the table's footer when some trial's explicit peak does not fit the precision
+    it ran (its MFU is then off by that factor); None when none is flagged."""
+    if "peak_mismatch" not in df:
+        return None
+    notes = sorted({str(n) for n in df["peak_mismatch"].dropna() if n})
+    return "MFU " + "; ".join(notes) if notes else None
 
 
 def write_table(df: pd.DataFrame, sweep_dir: Path) -> None:

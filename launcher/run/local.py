@@ -18,13 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
 from launcher.io import last_lines
+from launcher.trials.ends import NEAR_LIMIT, memory_limit_bytes, meminfo_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
 GRACE_S = 5.0
+GIB = 1 << 30
+# Present on a machine with an NVIDIA driver loaded; without it no rank can use CUDA.
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/gpus")
 
 
 @dataclass(kw_only=True)
@@ -37,6 +42,62 @@ class RankExit:
     """True when the launcher stopped it after a peer failed or the trial timed out."""
     exit_seq: int = 0
     """Order in which the launcher saw it exit (0 = first): the first failure is the cause."""
+    last_rss_bytes: int | None = None
+    """Its resident memory at the launcher's last look before it exited (None: never seen)."""
+
+
+@dataclass(kw_only=True)
+class MemoryWatch:
+    """What the launcher saw of memory while the ranks ran: enough to tell the kernel's OOM
+    killer (or a cgroup's) from any other SIGKILL, where dmesg cannot be read."""
+
+    oom_kills_before: int | None = None
+    """The memory cgroup's oom_kill count when the trial started (None: unreadable)."""
+    oom_kills_after: int | None = None
+    """The same count when every rank had ended."""
+    limit_bytes: int | None = None
+    """The cgroup's memory limit, else the machine's MemTotal."""
+    total_bytes: int | None = None
+    """The machine's MemTotal."""
+    min_available_bytes: int | None = None
+    """The least MemAvailable seen while ranks ran."""
+    last_rss: dict[int, int] = field(default_factory=dict)
+    """rank → resident bytes at the last look."""
+
+    @classmethod
+    def start(cls) -> "MemoryWatch":
+        return cls(oom_kills_before=oom_kill_count(), limit_bytes=memory_limit_bytes(),
+                   total_bytes=meminfo_bytes("MemTotal"))  # fmt: skip
+
+    def look(self, procs: list[subprocess.Popen]) -> None:
+        """Sample each live rank's RSS and the machine's available memory (cheap /proc reads)."""
+        for i, p in enumerate(procs):
+            if p.returncode is None and (rss := rss_bytes(p.pid)) is not None:
+                self.last_rss[i] = rss
+        avail = meminfo_bytes("MemAvailable")
+        if avail is not None and (self.min_available_bytes is None or avail < self.min_available_bytes):
+            self.min_available_bytes = avail
+
+    def oom_evidence(self, culprit: RankExit) -> str | None:
+        """Why a rank killed by SIGKILL (not by the launcher) was killed for memory, or None when
+        nothing says so: the cgroup counted an OOM kill, or memory was at the limit."""
+        if culprit.returncode != -signal.SIGKILL:
+            return None
+        kills = (self.oom_kills_after or 0) - self.oom_kills_before if self.oom_kills_before is not None else 0
+        held = sum(self.last_rss.values())
+        near = self.limit_bytes is not None and held >= NEAR_LIMIT * self.limit_bytes
+        avail, total = self.min_available_bytes, self.total_bytes
+        low = avail is not None and total is not None and avail <= (1 - NEAR_LIMIT) * total
+        if not (kills > 0 or near or low):
+            return None
+        seen = [f"memory cgroup oom_kill +{kills}"] if kills > 0 else []
+        if culprit.last_rss_bytes:
+            seen.append(f"rank {culprit.rank} last held {culprit.last_rss_bytes / GIB:.1f} GiB")
+        if self.limit_bytes:
+            seen.append(f"its ranks {held / GIB:.1f} GiB of a {self.limit_bytes / GIB:.1f} GiB limit")
+        if low:
+            seen.append(f"{avail / GIB:.1f} GiB of the machine's memory left")
+        return f"out of memory: the kernel OOM killer ({'; '.join(seen)})"
 
 
 @dataclass(kw_only=True)
@@ -47,6 +108,8 @@ class LocalOutcome:
     """The trial exceeded cluster.trial_timeout_s."""
     wall_s: float = 0.0
     """Seconds from the first spawn to the last exit."""
+    memory: MemoryWatch = field(default_factory=MemoryWatch)
+    """What the launcher saw of memory while the ranks ran."""
 
     @property
     def ok(self) -> bool:
@@ -64,12 +127,19 @@ class LocalOutcome:
         )
         if not failed:
             return "ranks were stopped before finishing"
-        parts = [f"rank {failed[0].rank} {describe_exit(failed[0].returncode)}"]
+        oom = self.memory.oom_evidence(failed[0])
+        parts = [f"rank {failed[0].rank} {describe_exit(failed[0].returncode)}" + (f": {oom}" if oom else "")]
         parts += [f"then rank {r.rank} {describe_exit(r.returncode)}" for r in failed[1:]]
         stopped = [r.rank for r in self.ranks if r.stopped_by_launcher]
         if stopped:
             parts.append(f"the launcher stopped rank(s) {', '.join(map(str, stopped))}")
         return "; ".join(parts)
+
+    @property
+    def oom(self) -> bool:
+        """The first rank to fail was killed for memory (the kernel's OOM killer or its cgroup's)."""
+        failed = [r for r in self.ranks if r.returncode not in (0, None) and not r.stopped_by_launcher]
+        return bool(failed) and self.memory.oom_evidence(min(failed, key=lambda r: r.exit_seq)) is not None
 
     def culprit(self) -> int | None:
         """The rank whose failure came first, if any."""
@@ -113,6 +183,31 @@ def rank_env(rank: int, world_size: int, port: int, threads: int, extra: dict[st
     return env
 
 
+def cuda_devices(device: str) -> int | None:
+    """CUDA devices a trial's ranks would see here (torch's count, after CUDA_VISIBLE_DEVICES);
+    None when the trial computes on CPU (cluster.device=cpu, or auto with no CUDA here)."""
+    if device == "cpu" or (device == "auto" and not NVIDIA_DRIVER.exists()):
+        return None
+    # Lazy: torch's import costs ~2 s, paid only where a trial may use CUDA.
+    import torch
+
+    if device == "auto" and not torch.cuda.is_available():
+        return None
+    return torch.cuda.device_count()
+
+
+def check_gpu_count(device: str, world_size: int) -> None:
+    """One rank per GPU: refuse, before any rank starts, a CUDA trial with more ranks than GPUs."""
+    count = cuda_devices(device)
+    if count is not None and world_size > count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        seen = f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+        raise ConfigError(
+            f"{world_size} ranks on this machine's {seen}: one rank per GPU, never shared; measure at most "
+            f"{count} rank(s) here (sweep.world_sizes / run.world_size), or set cluster.device=cpu"
+        )
+
+
 def payload_argv(trial_json: Path, record: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "launcher.train", "--trial", str(trial_json), "--record", str(record), *extra]
 
@@ -131,12 +226,14 @@ def run_local(
     spec = read_trial(trial_dir)
     if not spec.ok:  # written by this launcher a moment ago: damage here is a bug to see, not a row
         raise RuntimeError(spec.reason)
-    user_env = dict(env_pairs(spec.doc["config"]["cluster"].get("env") or []))
+    cluster = spec.doc["config"]["cluster"]
+    check_gpu_count(str(cluster.get("device", "auto")), world_size)
+    user_env = dict(env_pairs(cluster.get("env") or []))
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
     start = time.monotonic()
-    outcome = LocalOutcome()
+    outcome = LocalOutcome(memory=MemoryWatch.start())
     try:
         for rank in range(world_size):
             logs.append(open(trial_dir / f"rank{rank}.log", "wb"))
@@ -150,6 +247,7 @@ def run_local(
         for log in logs:
             log.close()
         outcome.wall_s = time.monotonic() - start
+        outcome.memory.oom_kills_after = oom_kill_count()
     return outcome
 
 
@@ -166,6 +264,7 @@ def _wait_all(procs: list[subprocess.Popen], outcome: LocalOutcome, *, start: fl
                 exit_seq[i] = len(exit_seq)
         if len(exit_seq) == len(procs):
             break
+        outcome.memory.look(procs)
         if on_poll:
             on_poll()
         now = time.monotonic()
@@ -177,8 +276,8 @@ def _wait_all(procs: list[subprocess.Popen], outcome: LocalOutcome, *, start: fl
         if failed_at is not None and now - failed_at >= (0 if outcome.timed_out else GRACE_S):
             stopped |= _stop(procs)
         time.sleep(POLL_S)
-    return [RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i))
-            for i, p in enumerate(procs)]  # fmt: skip
+    return [RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i),
+                     last_rss_bytes=outcome.memory.last_rss.get(i)) for i, p in enumerate(procs)]  # fmt: skip
 
 
 def _stop(procs: list[subprocess.Popen]) -> set[int]:
@@ -226,9 +325,10 @@ def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float
         "final": True,
         "reason": reason,
         "timed_out": outcome.timed_out,
+        "oom": outcome.oom,
         "wall_s": outcome.wall_s,
-        "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher}
-                  for r in outcome.ranks],  # fmt: skip
+        "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher,
+                   "last_rss_bytes": r.last_rss_bytes} for r in outcome.ranks],  # fmt: skip
     }
     write_outcome(tdir, doc)
     return doc

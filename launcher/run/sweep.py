@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -31,6 +31,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
+from launcher.model import memory
 from launcher.model.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
@@ -43,7 +44,7 @@ from launcher.slurm.commands import SlurmError
 from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
 from launcher.slurm.track import Stalled, track
 from launcher.trials.expand import expand
-from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_trial
+from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trial
 from launcher.trials.spec import Trial, sweep_trials
 
 
@@ -84,6 +85,28 @@ class PreparedSweep:
     """Every trial with the config it runs."""
     skipped: list[str]
     """Impossible combinations, each with its reason (listed before anything runs)."""
+    predicted_oom: dict[str, str] = field(default_factory=dict)
+    """trial id → why its estimated memory per rank cannot fit (launcher/model/memory.py):
+    recorded as `oom` rows before anything runs, and never launched."""
+
+
+def predict_oom(items: Sequence[tuple[Trial, LauncherConfig]]) -> dict[str, str]:
+    """trial id → the predicted-oom reason of each trial whose ranks cannot fit their memory."""
+    host = memory.host_memory_bytes()
+    gpu_here = memory.local_gpu()
+    out = {}
+    for t, tcfg in items:
+        reason = memory.predicted_oom(tcfg, t, gpu=memory.runs_on_gpu(tcfg, gpu_here), host_bytes=host)
+        if reason is not None:
+            out[t.trial_id] = reason
+    return out
+
+
+def record_predicted_oom(sweep_dir: Path, predicted: dict[str, str]) -> None:
+    """Close each predicted trial as `oom` (final: no executor ever starts it)."""
+    for trial_id, reason in predicted.items():
+        write_outcome(trial_dir(sweep_dir, trial_id), {"executor": "estimate", "status": "oom", "predicted": True,
+                                                       "final": True, "reason": reason})  # fmt: skip
 
 
 def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> PreparedSweep:
@@ -93,7 +116,8 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     variants = expand(overrides)
     if len(variants) == 1:
         cfg = compose_config(variants[0].overrides, recipes)
-        return PreparedSweep(cfg=cfg, items=[(t, cfg) for t in sweep_trials(cfg)], skipped=[])
+        items = [(t, cfg) for t in sweep_trials(cfg)]
+        return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=predict_oom(items))
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
     base: LauncherConfig | None = None
@@ -110,7 +134,7 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     if not items:
         raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
     assert base is not None
-    return PreparedSweep(cfg=base, items=items, skipped=skipped)
+    return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=predict_oom(items))
 
 
 def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],
@@ -305,6 +329,9 @@ def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: b
         job_requests(cfg, planned, trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
     console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True)
+    record_predicted_oom(sweep_dir, plan.predicted_oom)
+    for trial_id, reason in plan.predicted_oom.items():
+        console.print(f"{trial_id}: not launched, oom {escape(reason)}", soft_wrap=True)
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 

@@ -126,7 +126,10 @@ class JobState:
         if s == "NODE_FAIL":
             return f"a node failed (Slurm NODE_FAIL on {self.nodelist or 'its nodes'})"
         if s == "OUT_OF_MEMORY":
-            return "out of memory (Slurm OUT_OF_MEMORY)"
+            return "out of memory (Slurm OUT_OF_MEMORY): a rank reached the job's memory limit"
+        if self.status == "oom":  # the job reads FAILED, one of its steps OUT_OF_MEMORY
+            step = oom_step(self.steps)
+            return f"out of memory (Slurm OUT_OF_MEMORY in step {step}): a rank reached the job's memory limit"
         if s == "FAILED":
             how = f"signal {self.signal}" if self.signal else f"exit code {self.exit_code}"
             return f"job FAILED with {how}"
@@ -217,9 +220,9 @@ def states_from_sacct(rows: list[SacctRow]) -> dict[str, JobState]:
                 jobs[key] = row
                 requeues[key] = requeues.get(key, 0) + (row.state == "REQUEUED")
     return {
-        key: JobState(key=key, slurm_state=r.state, status=_status(r.state, requeues[key]), source="sacct",
-                      detail=r.state_detail, exit_code=r.exit_code, signal=r.signal, nodelist=r.nodelist,
-                      steps=tuple(steps.get(key, ())), requeues=requeues[key])  # fmt: skip
+        key: JobState(key=key, slurm_state=r.state, status=_status(r.state, requeues[key], steps.get(key, ())),
+                      source="sacct", detail=r.state_detail, exit_code=r.exit_code, signal=r.signal,
+                      nodelist=r.nodelist, steps=tuple(steps.get(key, ())), requeues=requeues[key])  # fmt: skip
         for key, r in jobs.items()
     }
 
@@ -233,10 +236,17 @@ def states_from_squeue(rows: list[SqueueRow]) -> dict[str, JobState]:
     return out
 
 
-def _status(state: str, requeues: int = 0) -> str:
+def _status(state: str, requeues: int = 0, steps: list[tuple[str, str, int, int]] | tuple = ()) -> str:
     if state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") or (requeues and state == "PENDING"):
         return "requeued"  # waiting to run again: say so, not just "pending"
+    if state == "FAILED" and oom_step(steps) is not None:
+        return "oom"  # the kernel (cgroup) killed a step for memory; the job only says FAILED
     return _TERMINAL.get(state) or _ACTIVE.get(state) or state.lower()
+
+
+def oom_step(steps: list[tuple[str, str, int, int]] | tuple) -> str | None:
+    """The first of a job's steps (id, state, exit code, signal) that Slurm ended OUT_OF_MEMORY."""
+    return next((step[0] for step in steps if step[1] == "OUT_OF_MEMORY"), None)
 
 
 # --- commands (I/O) ----------------------------------------------------------------------

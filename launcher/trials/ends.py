@@ -1,10 +1,88 @@
-"""How a trial can end, in words both the payload and the table read (no torch, no pandas)."""
+"""How a trial can end, in words both the payload and the table read (no torch, no pandas);
+and the kernel's side of a memory kill, read from /proc and the memory cgroup (local ranks)."""
 
 from __future__ import annotations
 
-# What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator.
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
+import re
+from pathlib import Path
+
+# What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator; what
+# the launcher says of a rank the kernel killed for memory; Slurm's word for it.
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory",
+               "DefaultCPUAllocator: not enough memory", "kernel OOM killer", "OUT_OF_MEMORY")  # fmt: skip
+
+NEAR_LIMIT = 0.9
+"""A SIGKILLed rank counts as killed for memory when its trial's ranks held at least this
+fraction of the memory limit at the launcher's last look (or the machine had less than
+1 − NEAR_LIMIT of its memory left)."""
 
 
 def mentions_oom(text: str | None) -> bool:
     return any(m in (text or "") for m in OOM_MARKERS)
+
+
+def _kb_field(text: str, name: str) -> int | None:
+    found = re.search(rf"^{name}:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else None
+
+
+def rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """Resident memory of process `pid` now (None once it is gone)."""
+    try:
+        return _kb_field((proc / str(pid) / "status").read_text(), "VmRSS")
+    except OSError:
+        return None
+
+
+def meminfo_bytes(name: str, meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """A /proc/meminfo figure (MemTotal, MemAvailable) in bytes; None where unreadable."""
+    try:
+        return _kb_field(meminfo.read_text(), name)
+    except OSError:
+        return None
+
+
+def memory_cgroup_dirs(root: Path = Path("/sys/fs/cgroup"),
+                       proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:  # fmt: skip
+    """This process's memory cgroup folders, most specific first: cgroup v2 (`0::/path`) and v1
+    (`N:memory:/path`), each also at the mount's root (a cgroup namespace shows its own root there)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    dirs: list[Path] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        base = root if controllers == "" else root / "memory" if "memory" in controllers.split(",") else None
+        if base is not None:
+            dirs += [base / path.lstrip("/"), base]
+    return [d for d in dict.fromkeys(dirs) if d.is_dir()]
+
+
+def oom_kill_count(dirs: list[Path] | None = None) -> int | None:
+    """The kernel's count of OOM kills in this process's memory cgroup (v2 memory.events,
+    v1 memory.oom_control: `oom_kill N`); None where no such file is readable."""
+    for d in memory_cgroup_dirs() if dirs is None else dirs:
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                found = re.search(r"^oom_kill (\d+)", (d / name).read_text(), re.MULTILINE)
+            except OSError:
+                continue
+            if found:
+                return int(found.group(1))
+    return None
+
+
+def memory_limit_bytes(dirs: list[Path] | None = None) -> int | None:
+    """Memory this process's ranks may use: the cgroup's limit (v2 memory.max, v1
+    memory.limit_in_bytes) where one is set below the machine's, else MemTotal."""
+    total = meminfo_bytes("MemTotal")
+    for d in memory_cgroup_dirs() if dirs is None else dirs:
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            try:
+                text = (d / name).read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and (total is None or int(text) < total):
+                return int(text)
+    return total

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import TokenModel
+from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
 
 COMPUTE_ITERS = 3
@@ -20,7 +20,7 @@ COMPUTE_ITERS = 3
 
 class DDPEngine(Engine):
     def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
-        self.model, self.cfg, self.device = model, cfg, device
+        self.model, self.cfg, self.device = materialise(model, device, seed=cfg.seed), cfg, device
         self.group = topo.mesh["dp"].get_group()
         self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, process_group=self.group)
 

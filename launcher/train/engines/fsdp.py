@@ -27,7 +27,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import TokenModel
+from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.tp import apply_tensor_parallel, local_scalar, mixed_params, tp_collective_seconds
 
@@ -62,6 +62,8 @@ class FSDPEngine(Engine):
         # The root is never resharded after forward (as torchtitan does): its backward starts
         # right after forward and would all-gather it straight back.
         fully_shard(model, mesh=self.dp_mesh, reshard_after_forward=False, mp_policy=mp)
+        # Sharded on meta (torchtitan's order): only this rank's shards are allocated.
+        materialise(model, device, seed=cfg.seed)
         self.foreach_optimizer = not mixed_params(model.parameters())
         self._accum = 1
         self._last_batch: torch.Tensor | None = None

@@ -35,24 +35,33 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from launcher.config.schema import LauncherConfig
 from launcher.trials.layout import pipeline_bubble, virtual_stages
 from launcher.train.dist import sync
-from launcher.train.models import TokenModel
+from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
 from launcher.train.engines.stages import StageModule, rank_stages
 
+BUBBLE_STEPS = 2
+"""Optimizer steps of the instrumented pass that measures the bubble, after the timed steps."""
+
 
 class _RunState:
-    """What the engine shares with its stages: the busy clock and whether this schedule step
-    is the last of the optimizer step (the one that synchronises gradients over dp)."""
+    """What the engine shares with its stages: the busy clock, whether it runs (only in the
+    instrumented pass, never in the timed steps), and whether this schedule step is the last of
+    the optimizer step (the one that synchronises gradients over dp)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.busy_s = 0.0
+        self.instrumented = False
         self.sync_grads = True
 
     @contextmanager
     def busy(self):
+        if not self.instrumented:
+            yield
+            return
         # On CUDA the device is synchronised around each section so that host timers measure
-        # the kernels, not their launch (a small cost); on CPU `sync` is a no-op.
+        # the kernels, not their launch; that stalls the pipeline, hence only in the
+        # instrumented pass. On CPU `sync` is a no-op.
         sync(self.device)
         start = time.perf_counter()
         try:
@@ -117,12 +126,8 @@ class PipelineEngine(Engine):
         self.has_first = any(mod.is_first for mod in self.modules)
         self.has_last = any(mod.is_last for mod in self.modules)
         self._stage_numel = sum(p.numel() for mod in self.modules for p in mod.parameters())
-        # The loop builds the whole model on every rank; free what this rank's stages do not own
-        # (the loop no longer uses `model` once the engine exists).
-        owned = {id(p) for mod in self.modules for p in mod.parameters()}
-        for p in model.parameters():
-            if id(p) not in owned:
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        # The loop builds the model on the meta device: only this rank's stages are ever
+        # allocated (each in _wrap); the other stages' parameters stay meta, costing nothing.
         self.wrapped = [self._wrap(mod) for mod in self.modules]
         self._state = _RunState(device)
         stages = [_Stage(w, s, self.n_stages, device, group=self.pp_group, state=self._state)
@@ -138,17 +143,21 @@ class PipelineEngine(Engine):
             raise ValueError(f"parallel.schedule={par.schedule} is not a pipeline schedule")
         self._accum = 1
         self._activation_numel = 0
-        self._steps: list[tuple[float, float]] = []  # (busy s, wall s) per optimizer step
+        self._last_batches: list[torch.Tensor] = []  # the last timed step's, replayed by the instrumented pass
+        self._steps: list[tuple[float, float]] = []  # (busy s, wall s) per instrumented optimizer step
 
     def _wrap(self, mod: StageModule) -> nn.Module:
-        if self.layout == "dp_pp":
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            return DDP(mod, device_ids=ids, process_group=self.dp_group)
+        """Materialise this stage (sharded first under fsdp_pp: only its shards are allocated) and
+        wrap it for data parallelism."""
         if self.layout == "fsdp_pp":
             mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
             for block in mod.blocks.values():
                 fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
             fully_shard(mod, mesh=mesh, reshard_after_forward=reshard)
+        materialise(mod, self.device, seed=self.cfg.seed)
+        if self.layout == "dp_pp":
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return DDP(mod, device_ids=ids, process_group=self.dp_group)
         return mod
 
     def _loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -161,12 +170,23 @@ class PipelineEngine(Engine):
         return [p for w in self.wrapped for p in w.parameters()]
 
     def forward_backward(self, micro_batches):
-        accum = len(micro_batches)
-        self._accum = accum
-        total = torch.zeros((), device=self.device)
+        self._last_batches = micro_batches
+        return self._schedule_steps(micro_batches)
+
+    def _instrumented_step(self, micro_batches):
+        """One optimizer step's schedule steps with the busy clock on, its (busy, wall) kept."""
         busy0 = self._state.busy_s
         sync(self.device)
         start = time.perf_counter()
+        loss = self._schedule_steps(micro_batches)
+        sync(self.device)
+        self._steps.append((self._state.busy_s - busy0, time.perf_counter() - start))
+        return loss
+
+    def _schedule_steps(self, micro_batches):
+        accum = len(micro_batches)
+        self._accum = accum
+        total = torch.zeros((), device=self.device)
         for k, batch in enumerate(micro_batches):
             batch = batch.to(self.device, non_blocking=True)
             x, y = batch[:, :-1], batch[:, 1:]
@@ -179,10 +199,23 @@ class PipelineEngine(Engine):
             self.schedule.step(*args, return_outputs=False, **kwargs)
             if self.has_last:
                 total += torch.stack([loss.detach() for loss in losses]).sum()
-        sync(self.device)
-        self._steps.append((self._state.busy_s - busy0, time.perf_counter() - start))
         self._state.sync_grads = True
         return total if self.has_last else None
+
+    def measure_bubble(self, steps: int = BUBBLE_STEPS) -> None:
+        """The instrumented pass: `steps` more optimizer steps' forward and backward on the last
+        timed step's micro-batches, each stage chunk timed (with a device sync around it on
+        CUDA), then the gradients dropped: parameters stay those of the timed steps. Collective."""
+        if self._steps or not self._last_batches:
+            return
+        self._state.instrumented = True
+        try:
+            for _ in range(steps):
+                self._instrumented_step(self._last_batches)
+        finally:
+            self._state.instrumented = False
+            for p in self.parameters():
+                p.grad = None
 
     def full_state_dict(self):
         mine: dict[str, torch.Tensor] = {}
@@ -211,19 +244,21 @@ class PipelineEngine(Engine):
         return self._activation_numel if self.layout == "pipeline" else self._stage_numel
 
     def metrics(self) -> dict[str, Any]:
-        """Bubble: theory (p−1)/(v·m+p−1), and measured on this rank as
-        1 − busy ÷ wall, summed over every optimizer step but the first (the first includes
-        torch's one-off shape inference and lazy initialisation). wall: from the start of the
-        step's first schedule step to the end of its last. busy: time inside this rank's own
+        """Bubble: theory (p−1)/(v·m+p−1), and measured on this rank as 1 − busy ÷ wall, summed
+        over the BUBBLE_STEPS steps of the instrumented pass that runs after the timed steps
+        (measure_bubble, run here on first call: collective, so every rank calls metrics(), as
+        measure.gather_ranks does). The timed steps run uninstrumented: a sync around each stage
+        chunk would stall the pipeline they measure. wall: from the start of the step's first
+        schedule step to the end of its last. busy: time inside this rank's own
         stage compute — each forward_one_chunk's module call (PipelineStage.
         forward_maybe_with_nosync), each backward_one_chunk's autograd call
         (backward_maybe_with_nosync) and the last stage's loss — timed by overriding those
         PipelineStage methods. Everything else (waiting on send/recv, schedule bookkeeping, FSDP's
         final reduce-scatter) counts as idle. For dp_pp/fsdp_pp, busy includes collectives that
         run inside those calls (DDP's all-reduce in the last backward, FSDP's all-gathers)."""
-        measured = self._steps[1:] or self._steps
-        busy = sum(b for b, _ in measured)
-        wall = sum(w for _, w in measured)
+        self.measure_bubble()
+        busy = sum(b for b, _ in self._steps)
+        wall = sum(w for _, w in self._steps)
         p, v, m = self.pp, self.v, self.m
         return {
             "bubble_theory": pipeline_bubble(p, m, v),

@@ -33,7 +33,8 @@ def rank_stages(pp_rank: int, pp: int, v: int) -> list[int]:
 class StageModule(nn.Module):
     """One pipeline stage of a TokenModel: token ids (first stage) or hidden states in,
     hidden states or logits (last stage) out. Modules are shared with the source model, not
-    copied, so every rank's stage starts from the seed's initialisation."""
+    copied: built on the meta device, a stage is materialised alone, each parameter from the
+    seed and its reference name (models.materialise), as the full model would be."""
 
     def __init__(
         self,

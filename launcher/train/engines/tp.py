@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import Block, MLPBlock, TokenModel
+from launcher.train.models import Block, MLPBlock, TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
 
 MEASURE_ITERS = 3
@@ -144,6 +144,7 @@ class TPEngine(Engine):
     def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
         self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
         apply_tensor_parallel(model, topo.mesh["tp"])
+        materialise(model, device, seed=cfg.seed)  # parallelised on meta: only this rank's shards are allocated
         # Every parameter is a DTensor under this plan; a foreach optimizer is only refused a mix.
         self.foreach_optimizer = not mixed_params(model.parameters())
         self._accum = 1

@@ -1,0 +1,247 @@
+"""Memory one rank of a trial needs, estimated before anything runs, and the room it has.
+
+Pure arithmetic on the config (no torch): parameters, gradients, optimizer state and activations
+of this rank's part of the model under its layout and precision, plus the process's runtime
+(interpreter, torch and its communication library; on a GPU the CUDA context). A trial whose
+estimate exceeds its room (cluster.device_memory_gb on a GPU; on CPU the host's memory,
+cluster.host_memory_gb or this machine's MemTotal when local, shared by the ranks on it) is
+recorded as a predicted `oom` and never launched.
+
+Counts follow what the payload builds (launcher/train): fp32 master parameters; DDP keeps a
+gradient and a bucket copy of it; FSDP keeps its shard of parameters, gradients and optimizer
+state, plus the units gathered at a time (two blocks and the root with reshard_after_forward,
+everything without), and whole unsharded gradients while accumulating; autocast keeps a 16-bit
+copy of the weights it casts. Activations are the tensors a block saves for backward (fused
+attention: no seq² term), the logits and their log-softmax, held for as many microbatches as
+the pipeline schedule has in flight on the rank. No activation checkpointing exists in the
+payload, so none is assumed. It is an estimate: allocator fragmentation and communication
+buffers are left out, so a trial it passes can still run out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
+from launcher.trials.spec import Trial
+
+GIB = float(1 << 30)
+FP32 = 4
+RUNTIME_BYTES = {"cpu": 0.4 * GIB, "cuda": 1.0 * GIB}
+"""Per process before any tensor: interpreter + torch + gloo (cpu); CUDA context + NCCL (cuda)."""
+SAVED_PER_LAYER = {("gpt", "fp32"): 68, ("gpt", "mixed"): 46, ("mlp", "fp32"): 40, ("mlp", "mixed"): 26}
+"""Bytes a block saves for backward per token, per unit of d_model (gpt fp32: 17 d-wide tensors
+of 4 bytes — LayerNorm inputs and outputs, q, k, v, attention out, the ffn's 4d hidden twice)."""
+LOGIT_BYTES = 16
+"""Per logit around the loss: logits, log-softmax, and their gradients in backward."""
+OPTIMIZER_STATES = {"adamw": 2}
+"""fp32 tensors per parameter the optimizer keeps (sgd: 1 with momentum, else 0)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class RankMemory:
+    """Bytes one rank needs, by what holds them."""
+
+    params: float
+    """Parameters: this rank's fp32 shard or stage, plus gathered or 16-bit copies."""
+    grads: float
+    """Gradients (and DDP's bucket copy; FSDP's unsharded ones while they exist)."""
+    optimizer: float
+    """Optimizer state (AdamW: two fp32 moments per parameter)."""
+    activations: float
+    """What forward saves for backward, including the logits around the loss."""
+    runtime: float
+    """The process itself: interpreter, torch, communication library or CUDA context."""
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.runtime
+
+    def describe(self) -> str:
+        parts = ("params", "grads", "optimizer", "activations", "runtime")
+        each = ", ".join(f"{p} {getattr(self, p) / GIB:.1f}" for p in parts)
+        return f"needs ~{self.total / GIB:.1f} GiB per rank ({each} GiB)"
+
+
+@dataclass(kw_only=True, frozen=True)
+class Room:
+    """Memory one rank may use, and where that figure came from."""
+
+    bytes_per_rank: float
+    """Bytes available to one rank."""
+    source: str
+    """In words, e.g. `cluster.device_memory_gb` or `host memory 23.5 GiB (MemTotal) shared by 2 ranks`."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ModelParts:
+    """Parameter counts of TokenModel's pieces (they sum to flops.param_counts' total)."""
+
+    embedding: int
+    """Token and position tables."""
+    block: int
+    """One block, LayerNorms included."""
+    block_norms: int
+    """One block's LayerNorm parameters (replicated, not split, under tensor parallel)."""
+    head: int
+    """The untied output projection."""
+    final_norm: int
+    """The final LayerNorm."""
+
+
+def model_parts(m: ModelConfig) -> ModelParts:
+    d, f = m.d_model, m.ffn_mult * m.d_model
+    ffn = d * f + f + f * d + d
+    norms = (2 if m.arch == "gpt" else 1) * 2 * d
+    attention = 4 * (d * d + d) if m.arch == "gpt" else 0
+    return ModelParts(embedding=(m.vocab_size + m.seq_len) * d, block=attention + ffn + norms, block_norms=norms,
+                      head=d * m.vocab_size, final_norm=2 * d)  # fmt: skip
+
+
+def rank_params(parts: ModelParts, m: ModelConfig, trial: Trial, pp_rank: int) -> tuple[float, float]:
+    """(parameters of pipeline rank `pp_rank`'s stages on one tp rank, of them outside blocks),
+    before any FSDP sharding. Pipeline rank 0 holds the embeddings, the last the head."""
+    tp = trial.tp
+    block = (parts.block - parts.block_norms) / tp + parts.block_norms
+    root = 0.0
+    if pp_rank == 0:
+        root += parts.embedding / tp
+    if pp_rank == trial.pp - 1:
+        root += parts.head / tp + parts.final_norm
+    return m.n_layers / trial.pp * block + root, root
+
+
+def mixed_precision(cfg: LauncherConfig, device: str) -> bool:
+    """16-bit compute: precision bf16/fp16, or `auto` on a GPU (bf16 there, fp32 on CPU)."""
+    return cfg.precision in ("bf16", "fp16") or (cfg.precision == "auto" and device == "cuda")
+
+
+def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, float]:
+    """(layers' worth of whole micro-batches whose activations pipeline rank `pp_rank` holds at
+    its peak; fraction of a micro-batch's tokens whose logits its last stage holds at once)."""
+    m, L, pp = cfg.parallel.microbatches, cfg.model.n_layers, trial.pp
+    if trial.layout not in PIPELINE_LAYOUTS:
+        return float(L), 1.0
+    schedule = cfg.parallel.schedule
+    if schedule == "gpipe":  # every microbatch forward before any backward
+        return L / pp, 1.0
+    if schedule == "1f1b":
+        return min(m, pp - pp_rank) * (L / pp) / m, 1 / m
+    v = cfg.parallel.virtual_stages  # interleaved: warm-up forwards of one chunk (L / (pp·v) layers) each
+    held = min(m * v, (v - 1) * pp + 2 * (pp - 1 - pp_rank) + 1)
+    return held * (L / (pp * v)) / m, 1 / m
+
+
+def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> float:
+    m = cfg.model
+    tokens = trial.micro * m.seq_len
+    layers, logits = in_flight(cfg, trial, pp_rank)
+    per_layer = SAVED_PER_LAYER[(m.arch, "mixed" if mixed_precision(cfg, device) else "fp32")]
+    blocks = layers * tokens * per_layer * m.d_model / trial.tp
+    if pp_rank != trial.pp - 1:
+        return blocks
+    return blocks + logits * tokens * LOGIT_BYTES * m.vocab_size / trial.tp
+
+
+def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> RankMemory:
+    """What pipeline rank `pp_rank` (any dp and tp coordinate) of `trial` needs, in bytes."""
+    parts = model_parts(cfg.model)
+    n, root = rank_params(parts, cfg.model, trial, pp_rank)
+    fsdp = trial.layout in FSDP_LAYOUTS
+    local = n / trial.dp if fsdp else n
+    compute = 2 if mixed_precision(cfg, device) else FP32
+    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
+    if fsdp:
+        gathered = n if not cfg.parallel.reshard_after_forward else min(n, root + 2 * unit)
+        params = local * FP32 + gathered * compute
+        unsharded_grads = n if trial.accum > 1 else min(n, root + 2 * unit)
+        grads = local * FP32 + unsharded_grads * FP32
+    else:
+        params = n * FP32 + (0 if compute == FP32 else n * compute)
+        grads = n * FP32 * (2 if trial.layout in ("ddp", "dp_pp") else 1)
+    o = cfg.optim
+    states = OPTIMIZER_STATES.get(o.name, 1 if o.momentum else 0)
+    activations = activation_bytes(cfg, trial, pp_rank, device)
+    return RankMemory(params=params, grads=grads, optimizer=local * FP32 * states, activations=activations,
+                      runtime=RUNTIME_BYTES[device])  # fmt: skip
+
+
+def estimate(cfg: LauncherConfig, trial: Trial, device: str = "cpu") -> RankMemory:
+    """The neediest rank of `trial` (pipeline ranks differ: the first holds the embeddings, the
+    last the head and logits, the early ones more microbatches in flight)."""
+    return max((rank_memory(cfg, trial, r, device) for r in range(trial.pp)), key=lambda mem: mem.total)
+
+
+def runs_on_gpu(cfg: LauncherConfig, gpu_here: bool | None = None) -> bool:
+    """Whether the trial's ranks use GPUs: device=cuda; device=auto with GPUs per node asked for
+    (Slurm) or, locally, a GPU on this machine."""
+    c = cfg.cluster
+    if c.device != "auto":
+        return c.device == "cuda"
+    if c.kind == "local":
+        return local_gpu() if gpu_here is None else gpu_here
+    return c.gpus_per_node > 0
+
+
+def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | None) -> Room | None:
+    """Memory per rank, or None where nothing says (a GPU without cluster.device_memory_gb; a
+    Slurm CPU node without cluster.host_memory_gb or cluster.mem). `host_bytes`: this machine's
+    memory, used for local CPU trials when cluster.host_memory_gb is not set."""
+    c = cfg.cluster
+    if gpu:
+        if not c.device_memory_gb:
+            return None
+        return Room(bytes_per_rank=c.device_memory_gb * GIB, source="cluster.device_memory_gb")
+    if c.host_memory_gb:
+        total, what = c.host_memory_gb * GIB, "cluster.host_memory_gb"
+    elif c.kind == "slurm" and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
+        total, what = per_node, f"cluster.mem={c.mem}"
+    elif c.kind == "local" and host_bytes:
+        total, what = host_bytes, "this machine's MemTotal"
+    else:
+        return None
+    ranks = trial.world_size if c.kind == "local" else math.ceil(trial.world_size / max(1, trial.nodes))
+    shared = f", shared by {ranks} ranks" if ranks > 1 else ""
+    return Room(bytes_per_rank=total / ranks, source=f"host memory {total / GIB:.1f} GiB ({what}){shared}")
+
+
+def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | None) -> str | None:
+    """The reason `trial` cannot fit, or None when it fits or the room is unknown."""
+    where = room(cfg, trial, gpu=gpu, host_bytes=host_bytes)
+    if where is None:
+        return None
+    need = estimate(cfg, trial, "cuda" if gpu else "cpu")
+    if need.total <= where.bytes_per_rank:
+        return None
+    return f"predicted: {need.describe()} > {where.bytes_per_rank / GIB:.1f} GiB ({where.source})"
+
+
+_MEM = re.compile(r"(\d+(?:\.\d+)?)([KMGT]?)B?", re.IGNORECASE)
+
+
+def slurm_mem_bytes(mem: str) -> float | None:
+    """`--mem` as bytes: `64G`, `500M`, `1T`, or a bare number (megabytes, Slurm's unit); None if unreadable."""
+    m = _MEM.fullmatch(mem.strip())
+    if not m:
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
+    return float(m.group(1)) * scale
+
+
+def host_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    """This machine's MemTotal in bytes (None where /proc/meminfo does not say)."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    found = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return float(found.group(1)) * 1024 if found else None
+
+
+def local_gpu(driver: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
+    """Whether this machine has an NVIDIA driver loaded (where `device: auto` may pick CUDA)."""
+    return driver.exists()
