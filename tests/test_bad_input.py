@@ -28,7 +28,7 @@ CASES = [
     (["sweep.world_sizes=4"], "sweep.world_sizes=4 must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
     (["model.arch=null"], "model.arch=null must be one of gpt, mlp; e.g. model.arch=gpt"),
     (["parallel.schedule=2f2b"], "parallel.schedule='2f2b' is not one of gpipe, 1f1b, interleaved_1f1b; set e.g. parallel.schedule=gpipe"),
-    (["precision=16"], "precision='16' is not one of fp32, bf16, fp16; set e.g. precision=fp32"),
+    (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16; set e.g. precision=auto"),
     (["model=nope"], "model=nope is not a recipe in {recipes}/model; available: gpt_125m, gpt_1_3b, gpt_350m, mlp, tiny_gpt"),
     (["batch.micro=["], "cannot parse override 'batch.micro=['; write key=value, lists as key=[a,b], and quote values with special characters"),
     (["sweep.world_sizes=[1,x]"], "sweep.world_sizes=[1,x] must be a list of integers; e.g. sweep.world_sizes=[1,2]"),

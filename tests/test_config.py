@@ -128,7 +128,7 @@ def test_resolved_yaml_reads_back_as_the_same_config():
     assert "\nbatch:\n  micro: 8\n  accum: 1\n  global_batch: 64\n" in text
     assert "  layout: pipeline\n" in text and "  schedule: 1f1b\n" in text
     assert "  python: /opt/x\\${HOME}/python\n" in text  # escaped: a recipe holding it gives the literal back
-    assert text.startswith("model:\n  name: tiny_gpt\n") and text.endswith("seed: 0\nprecision: fp32\n")
+    assert text.startswith("model:\n  name: tiny_gpt\n") and text.endswith("seed: 0\nprecision: auto\n")
     assert load_config(OmegaConf.to_container(OmegaConf.create(text), resolve=True)) == cfg
 
 

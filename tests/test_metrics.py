@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.config.schema import ModelConfig
+from launcher.model.peaks import choose_peak
 from launcher.train import metrics
 
 
@@ -23,6 +24,19 @@ def test_mfu_null_without_peak_and_ratio_with_it():
     # 1e5 tok/s × 6e9 FLOP/tok = 6e14 FLOP/s over 8 × 312e12 = 0.2404
     assert metrics.mfu(tokens_per_s=1e5, flops_per_token=6e9, peak_flops_per_device=312e12, devices=8) == pytest.approx(
         6e14 / (8 * 312e12)
+    )
+
+
+def test_mfu_divides_by_the_peak_table_figure_of_the_precision_that_ran():
+    a100 = "NVIDIA A100-SXM4-80GB"
+    bf16 = choose_peak(device_name=a100, dtype="bf16", explicit=None).flops
+    tf32 = choose_peak(device_name=a100, dtype="tf32", explicit=None).flops
+    assert metrics.mfu(tokens_per_s=1e5, flops_per_token=6e9, peak_flops_per_device=bf16, devices=8) == pytest.approx(
+        6e14 / (8 * 312e12)
+    )
+    # The same run in fp32 (TF32 matmuls) is measured against half that peak: twice the MFU.
+    assert metrics.mfu(tokens_per_s=1e5, flops_per_token=6e9, peak_flops_per_device=tf32, devices=8) == pytest.approx(
+        6e14 / (8 * 156e12)
     )
 
 

@@ -12,6 +12,7 @@ from launcher.report import plots
 from launcher.report.html import write_html
 from launcher.report.terminal import SHORT, display_rows
 from launcher.results.policy import Recommendation
+from launcher.results.table import peak_mismatch_line
 from launcher.trials.folder import read_sweep_spec
 
 if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
@@ -68,10 +69,12 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
         model_lines = ["Performance model (step = compute + exposed all-reduce + bubble + overhead):", *model.lines]
     size = "none" if rec.world_size is None else str(rec.world_size)
     recommendation = f"Recommended world size: {size} — {rec.reason}"
+    flags = [line for line in [peak_mismatch_line(df)] if line]  # the table's footer: an MFU not to trust
     text = "\n".join([
         f"# Sweep {sweep_id}", "", summary, "",
         f"**Recommended world size: {size}** — {rec.reason}", "",
         markdown_table(df), "",
+        *[f"**{line}**\n" for line in flags],
         *[f"{n}\n" for n in notes],
         *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)], "",
         *[f"![{caption}]({path.name})" for caption, path in images], "",
@@ -83,5 +86,5 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     header, rows = display_rows(df)
     short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
     write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
-               table=pd.DataFrame(rows, columns=short), images=images, notes=[*notes, *model_lines],
+               table=pd.DataFrame(rows, columns=short), images=images, notes=[*flags, *notes, *model_lines],
                figure_notes=left_out)  # fmt: skip

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from launcher.results.policy import Recommendation
+from launcher.results.table import peak_mismatch_line
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
@@ -188,6 +189,8 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str =
         where = f"all columns are in {everything}" if everything else "a wider terminal shows them"
         names = [header_name(c, unit) for c in fit.dropped]
         console.print(_left_out(console.width, names, where), markup=False, highlight=False)
+    if mismatch := peak_mismatch_line(df):
+        console.print(mismatch, markup=False, highlight=False)
     if "mfu" in fit.columns and df["mfu"].isna().all():
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
     size = "none" if rec.world_size is None else str(rec.world_size)

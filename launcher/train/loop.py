@@ -5,6 +5,7 @@ train() = build → resume → steps → save parameters → measure (launcher/t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -18,11 +19,11 @@ import torch
 import torch.distributed as dist
 
 from launcher.config.schema import LauncherConfig, OptimConfig
+from launcher.model.peaks import resolve_precision
 from launcher.trials.spec import Trial
 from launcher.train import checkpoint as ckpt
 from launcher.train import measure
 from launcher.train.data import MicroBatches, build_dataset
-from launcher.train.dist import sync
 from launcher.train.engines import build_engine
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.env import RankEnv
@@ -83,13 +84,26 @@ def train(
     """Train `trial.steps` steps and measure; returns the metrics every rank agrees on.
     With `checkpoint_dir`: resume from its latest checkpoint, save every
     `trial.checkpoint_every` steps, and on `stop.set` (USR1) save and raise Preempted."""
+    cfg = with_precision(cfg, device)
     run = build(trial, cfg, renv, device, checkpoint_dir=checkpoint_dir, stop=stop, log=log)
     trained = run_steps(run, start_step=resume(run))
+    memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
     full = run.engine.full_state_dict()  # collective: every rank takes part, rank 0 gets it
     if save_params is not None and full is not None:
         torch.save(full, save_params)
     return measure.summarize(trained, trial=trial, cfg=cfg, engine=run.engine, optimizer=run.optimizer,
-                             device=device, params=run.params)  # fmt: skip
+                             device=device, params=run.params, memory=memory)  # fmt: skip
+
+
+def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
+    """`cfg` with `precision: auto` resolved for this device (bf16 on CUDA, fp32 on CPU). An fp32
+    run on CUDA computes matmuls and convolutions in TF32, as production fp32 training does:
+    strict fp32 would leave the tensor cores idle and measure a slower machine than anyone runs."""
+    precision = resolve_precision(cfg.precision, device.type)
+    if device.type == "cuda" and precision == "fp32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return dataclasses.replace(cfg, precision=precision)
 
 
 def build(
@@ -98,7 +112,8 @@ def build(
 ) -> Run:  # fmt: skip
     topo = Topology.build(trial, renv.rank, device)
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model).to(device)  # the same full model on every rank; layouts cut it up
+    with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
+        model = build_model(cfg.model)
     params = param_counts(model)
     engine = build_engine(model, topo, cfg, device)
     optimizer = build_optimizer(cfg.optim, engine.parameters(), trial.lr, foreach=engine.foreach_optimizer)
@@ -140,36 +155,108 @@ def resume(run: Run) -> int:
     return start_step
 
 
+WINDOW_STEPS = 10
+"""Steps between two waits for the device. Inside a window nothing waits: step times come from
+CUDA events (read when the window ends) or host clocks on CPU, and the loss check and the stop
+vote (the all-reduce on which the ranks agree to stop or checkpoint) run once after it, as a
+production loop logs and checks every N steps rather than every step."""
+
+
+class StepClock:
+    """Marks step boundaries without waiting for the device. CUDA: an event on the current
+    stream (where the step's kernels queue), read once the window's last one has completed.
+    CPU: perf_counter, since CPU ops (gloo collectives included) are done when they return."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """Each step's seconds, between consecutive marks (on CUDA this waits for the last mark)."""
+        if self.cuda:
+            self.marks[-1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def timing_kind(device: torch.device) -> str:
+    """What the recorded step times were read from."""
+    return "cuda_events" if device.type == "cuda" else "host_clock"
+
+
 def run_steps(run: Run, *, start_step: int) -> measure.Trained:
-    """The timed optimizer steps, from `start_step` to the trial's end."""
+    """The timed optimizer steps, from `start_step` to the trial's end, window by window."""
     kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
+    every = run.trial.checkpoint_every if run.checkpoint_dir is not None else 0
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
-    loss: torch.Tensor | None = None
+    has_loss = False
+    last: list[torch.Tensor] = []
+    step = start_step
+    while step < run.trial.steps:
+        end = window_end(step, run.trial.steps, every)
+        times, losses, last = run_window(run, step, end, kill_at)
+        has_loss = any(loss is not None for loss in losses)
+        step_times += times
+        step_losses += [loss if loss is not None else torch.zeros((), device=run.device) for loss in losses]
+        log_window(run, step, losses, times)
+        after_window(run, step, losses)
+        step = end
+    return measure.Trained(start_step=start_step, step_times=step_times, step_losses=step_losses, has_loss=has_loss,
+                           last_batch=last[-1] if last else None, timing=timing_kind(run.device))  # fmt: skip
+
+
+def window_end(step: int, steps: int, checkpoint_every: int, window: int = WINDOW_STEPS) -> int:
+    """Where the window that starts at `step` ends: `window` steps on, at the trial's end, or at
+    the next periodic checkpoint, whichever comes first (so checkpoints land on their steps)."""
+    end = min(step + window, steps)
+    if checkpoint_every:
+        end = min(end, (step // checkpoint_every + 1) * checkpoint_every)
+    return end
+
+
+def run_window(
+    run: Run, start: int, end: int, kill_at: int | None
+) -> tuple[list[float], list[torch.Tensor | None], list[torch.Tensor]]:
+    """Steps start..end−1, none waiting for the device; (each step's seconds, each step's loss,
+    the last step's micro-batches). A step's time includes fetching its batches."""
+    clock = StepClock(run.device)
+    losses: list[torch.Tensor | None] = []
     micro_batches: list[torch.Tensor] = []
-    for step in range(start_step, run.trial.steps):
+    clock.mark()
+    for step in range(start, end):
         if step == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        start = time.perf_counter()
+        if step == run.trial.warmup_steps:
+            measure.reset_memory_peak(run.device)  # GPU peaks of the steady state, not warm-up's one-offs
         micro_batches = [next(run.batches) for _ in range(run.trial.accum)]
-        loss = optimizer_step(run, micro_batches)
-        step_times.append(time.perf_counter() - start)
-        step_losses.append(loss if loss is not None else torch.zeros((), device=run.device))
-        log_step(run, step, loss, step_times[-1])
-        after_step(run, step + 1, loss)
-    last_batch = micro_batches[-1] if micro_batches else None
-    return measure.Trained(start_step=start_step, step_times=step_times, step_losses=step_losses,
-                           has_loss=loss is not None, last_batch=last_batch)  # fmt: skip
+        losses.append(optimizer_step(run, micro_batches))
+        clock.mark()
+    return clock.seconds(), losses, micro_batches
 
 
 def optimizer_step(run: Run, micro_batches: list[torch.Tensor]) -> torch.Tensor | None:
-    """One timed step; returns this rank's loss (None on ranks that compute none)."""
+    """One timed step; returns this rank's loss (None on ranks that compute none), still on the
+    device: nothing here waits for the device to finish."""
     loss = run.engine.forward_backward(micro_batches)
     run.optimizer.step()
     run.schedule.step()
     run.optimizer.zero_grad(set_to_none=True)
-    sync(run.device)
     return loss
+
+
+def log_window(run: Run, start: int, losses: list[torch.Tensor | None], times: list[float]) -> None:
+    """The window's log lines, written after it: printing a loss mid-window would wait for the device."""
+    for i, (loss, seconds) in enumerate(zip(losses, times, strict=True)):
+        log_step(run, start + i, loss, seconds)
 
 
 def log_step(run: Run, step: int, loss: torch.Tensor | None, seconds: float) -> None:
@@ -183,15 +270,33 @@ def log_step(run: Run, step: int, loss: torch.Tensor | None, seconds: float) -> 
         run.log(f"step {step + 1}/{steps} time {seconds * 1e3:.1f} ms", flush=True)
 
 
-def after_step(run: Run, done: int, loss: torch.Tensor | None) -> None:
-    """Outside the timed step: every rank learns whether any loss went bad or USR1 arrived,
-    so all of them stop, or checkpoint, at the same step."""
-    control = torch.tensor([0.0 if loss is None or bool(torch.isfinite(loss)) else 1.0,
-                            1.0 if run.stop is not None and run.stop.set else 0.0], device=run.device)  # fmt: skip
+def after_window(run: Run, start: int, losses: list[torch.Tensor | None]) -> None:
+    """Outside the timed steps: every rank learns whether a loss of the window went bad, and at
+    which step, or whether USR1 arrived, so all of them stop, or checkpoint, at the same step."""
+    never = run.trial.steps + 1
+    seen = first_nonfinite(losses)
+    bad = start + seen + 1 if seen is not None else never  # steps done when the loss went bad
+    stop = run.stop is not None and run.stop.set
+    # MAX over the negated step: the earliest bad step on any rank; MAX over the flags: any rank's USR1.
+    control = torch.tensor([-bad, int(stop)], dtype=torch.int64, device=run.device)
     dist.all_reduce(control, op=dist.ReduceOp.MAX)
-    nonfinite, stopping = bool(control[0] > 0), bool(control[1] > 0)
-    if nonfinite:
-        raise NonFiniteLoss(done, run.trial.steps)
+    neg_bad, stopping = control.tolist()
+    if -neg_bad != never:
+        raise NonFiniteLoss(-neg_bad, run.trial.steps)
+    checkpoint(run, start + len(losses), stopping=bool(stopping))
+
+
+def first_nonfinite(losses: list[torch.Tensor | None]) -> int | None:
+    """Index of the window's first NaN/inf loss (one wait for the device), None when all are finite."""
+    present = [(i, loss) for i, loss in enumerate(losses) if loss is not None]
+    if not present:
+        return None
+    finite = torch.isfinite(torch.stack([loss.float() for _, loss in present])).tolist()
+    return next((i for (i, _), ok in zip(present, finite, strict=True) if not ok), None)
+
+
+def checkpoint(run: Run, done: int, *, stopping: bool) -> None:
+    """Save at a periodic checkpoint step, or on USR1 (then raise Preempted)."""
     every = run.trial.checkpoint_every
     if run.checkpoint_dir is None or not (stopping or (every and done % every == 0 and done < run.trial.steps)):
         return

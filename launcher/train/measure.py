@@ -10,7 +10,7 @@ import resource
 import socket
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,9 @@ import torch.distributed as dist
 
 from launcher.config.schema import LauncherConfig
 from launcher.model.flops import flops_per_token
+from launcher.model.peaks import PeakChoice, choose_peak, find_device, math_dtype
 from launcher.train import metrics
-from launcher.train.dist import sync
+from launcher.train.dist import rank_binding, sync
 from launcher.train.engines.base import Engine
 from launcher.trials.spec import Trial
 
@@ -41,6 +42,59 @@ class Trained:
     """Whether this rank computes a loss (a pipeline: only its last stage)."""
     last_batch: torch.Tensor | None
     """A micro-batch of the last step, to time compute alone; None when no step ran."""
+    timing: str = "host_clock"
+    """What `step_times` were read from: `cuda_events` or `host_clock` (loop.StepClock)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class MemoryPeaks:
+    """This rank's memory high-water marks, read as training ends: before the full state dict
+    and the communication probes, which allocate for the harness, not for the layout (FSDP's
+    gradient-sized all-reduce probe holds a whole unsharded model's worth)."""
+
+    host_rss_bytes: int
+    """Peak resident set of the process (getrusage ru_maxrss), start-up included."""
+    cuda_allocated_bytes: int | None
+    """Peak bytes held in tensors on the GPU since warm-up ended (None on CPU)."""
+    cuda_reserved_bytes: int | None
+    """Peak bytes the caching allocator reserved on the GPU since warm-up ended (None on CPU)."""
+
+
+def memory_peaks(device: torch.device) -> MemoryPeaks:
+    """This rank's peaks now (call before any post-training probe)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if device.type != "cuda":
+        return MemoryPeaks(host_rss_bytes=rss, cuda_allocated_bytes=None, cuda_reserved_bytes=None)
+    return MemoryPeaks(host_rss_bytes=rss, cuda_allocated_bytes=torch.cuda.max_memory_allocated(device),
+                       cuda_reserved_bytes=torch.cuda.max_memory_reserved(device))  # fmt: skip
+
+
+def reset_memory_peak(device: torch.device) -> None:
+    """Start the GPU peaks afresh (after warm-up: its one-off allocations are not the steady
+    state's). The host's ru_maxrss cannot be reset and keeps the whole process's peak."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_metrics(everyone: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """The record's memory figures: the largest rank's, and every rank's host peak."""
+    peaks = [MemoryPeaks(**r["memory"]) for r in everyone]
+    cuda = device.type == "cuda"
+
+    def largest(values: list[int | None]) -> int | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    allocated = largest([p.cuda_allocated_bytes for p in peaks])
+    rss = [p.host_rss_bytes for p in peaks]
+    return {
+        "peak_memory_bytes": allocated if cuda and allocated is not None else max(rss),
+        "peak_memory_kind": "cuda_max_allocated" if cuda else "cpu_max_rss",
+        "cuda_peak_allocated_bytes": allocated,
+        "cuda_peak_reserved_bytes": largest([p.cuda_reserved_bytes for p in peaks]),
+        "host_peak_rss_bytes": max(rss),
+        "host_peak_rss_bytes_per_rank": rss,
+    }
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -66,27 +120,32 @@ def summarize(
     optimizer: torch.optim.Optimizer,
     device: torch.device,
     params: tuple[int, int],
+    memory: MemoryPeaks | None = None,
 ) -> dict[str, Any]:
-    """`hosts` and `metrics` of the record, the same on every rank. `params`: (all, non-embedding)."""
+    """`hosts` and `metrics` of the record, the same on every rank. `params`: (all, non-embedding).
+    `memory`: this rank's peaks as training ended (None: read now, probes not yet run)."""
+    memory = memory or memory_peaks(device)
     losses = mean_losses(trained, device)
     comm = time_comm(engine, device)
     compute = engine.compute_seconds(trained.last_batch)
     compute_s = compute * trial.accum if compute is not None else None
     optimizer.zero_grad(set_to_none=True)  # compute_seconds left gradients behind
-    everyone = gather_ranks(trained, engine, device, warmup_steps=trial.warmup_steps)
+    everyone = gather_ranks(trained, engine, device, warmup_steps=trial.warmup_steps, memory=memory)
     # A step ends when its slowest rank ends it.
     measured = [max(ts) for ts in zip(*(r["step_times"] for r in everyone), strict=True)]
+    peak = peak_of(cfg, device)
     return {
         "hosts": [r["host"] for r in everyone],
+        "rank_bindings": [r["binding"] for r in everyone],  # host, GPU and CPUs each rank was given
         "metrics": {
             "resumed_from_step": trained.start_step,
-            **speed_metrics(measured, everyone, trial=trial, cfg=cfg, params=params),
+            **speed_metrics(measured, everyone, trial=trial, cfg=cfg, params=params, peak=peak),
+            **precision_metrics(cfg, device, peak, timing=trained.timing),
             **comm_metrics(comm),
             **machine_metrics(everyone, device),
             "compute_time_s": compute_s,
             "ccr": metrics.ccr(comm_s=comm.seconds, compute_s=compute_s) if compute_s is not None else None,
-            "peak_memory_bytes": max(r["peak_memory"] for r in everyone),
-            "peak_memory_kind": peak_memory(device)[1],
+            **memory_metrics(everyone, device),
             "loss_first": losses[0],
             "loss_last": losses[-1],
             "losses": losses,
@@ -113,32 +172,71 @@ def time_comm(engine: Engine, device: torch.device) -> Comm:
     return Comm(numel=numel, seconds=seconds, probe=probe, ranks=dist.get_world_size(group) if numel else 1)
 
 
-def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warmup_steps: int) -> list[dict[str, Any]]:
+def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warmup_steps: int,
+                 memory: MemoryPeaks) -> list[dict[str, Any]]:  # fmt: skip
     """Every rank's own figures, on every rank."""
     # Warm-up is excluded from each attempt (a resumed run warms up again), keeping ≥ 1 step.
     measured_from = min(warmup_steps, len(trained.step_times) - 1)
     mine = {"host": socket.gethostname(), "step_times": trained.step_times[measured_from:],
-            "peak_memory": peak_memory(device)[0], "layout": engine.metrics(), "machine": machine_id(),
-            "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}  # fmt: skip
+            "memory": asdict(memory), "layout": engine.metrics(), "machine": machine_id(),
+            "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "binding": rank_binding(device)}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
 
 
 def speed_metrics(
-    measured: list[float], everyone: list[dict[str, Any]], *, trial: Trial, cfg: LauncherConfig, params: tuple[int, int]
-) -> dict[str, Any]:
+    measured: list[float], everyone: list[dict[str, Any]], *, trial: Trial, cfg: LauncherConfig,
+    params: tuple[int, int], peak: PeakChoice,
+) -> dict[str, Any]:  # fmt: skip
     """Step times, throughput, FLOPs and MFU, and how far the ranks' own medians spread."""
     stats = metrics.step_stats(measured)
     thr = metrics.throughput(global_batch=trial.global_batch, seq_len=cfg.model.seq_len,
                              step_time_s=stats["step_time_median_s"], devices=trial.world_size)  # fmt: skip
     fpt = flops_per_token(cfg.model, params[1])
     mfu = metrics.mfu(tokens_per_s=thr["tokens_per_s"], flops_per_token=fpt,
-                      peak_flops_per_device=cfg.cluster.peak_flops_per_device, devices=trial.world_size)  # fmt: skip
+                      peak_flops_per_device=peak.flops, devices=trial.world_size)  # fmt: skip
     rank_medians = [statistics.median(r["step_times"]) for r in everyone]
     return {**stats, **thr, "steps_measured": len(measured), "params": params[0], "params_non_embedding": params[1],
             "flops_per_token": fpt, "mfu": mfu, "rank_step_time_median_s": rank_medians,
             "rank_spread": metrics.spread(rank_medians)}  # fmt: skip
+
+
+def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:
+    """The peak MFU divides by: cluster.peak_flops_per_device, else the peak table's for this GPU at
+    the precision its matmuls ran in; on CPU no table row applies (MFU null unless set)."""
+    return choose_peak(device_name=table_name(cfg, device), dtype=matmul_dtype(cfg, device),
+                       explicit=cfg.cluster.peak_flops_per_device)  # fmt: skip
+
+
+def table_name(cfg: LauncherConfig, device: torch.device) -> str | None:
+    """The name looked up in the peak table: cluster.device_name when the table knows it, else
+    what torch reports for this GPU; None on CPU."""
+    if device.type != "cuda":
+        return None
+    return cfg.cluster.device_name if find_device(cfg.cluster.device_name) else torch.cuda.get_device_name(device)
+
+
+def matmul_dtype(cfg: LauncherConfig, device: torch.device) -> str:
+    """bf16/fp16, or for fp32: tf32 where the payload enabled it on an NVIDIA GPU (loop.with_precision).
+    ROCm runs fp32 matmuls in fp32 unless told otherwise by its own switches, so it counts as fp32."""
+    tf32 = device.type == "cuda" and torch.version.hip is None and torch.backends.cuda.matmul.allow_tf32
+    return math_dtype(str(cfg.precision), tf32=tf32)
+
+
+def precision_metrics(cfg: LauncherConfig, device: torch.device, peak: PeakChoice, *, timing: str) -> dict[str, Any]:
+    """What precision ran and which peak MFU used, so a record says what its MFU means."""
+    return {
+        "precision": str(cfg.precision),
+        "matmul_dtype": matmul_dtype(cfg, device),
+        "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "peak_flops_per_device": peak.flops,
+        "peak_source": peak.source,
+        "peak_device": peak.device,
+        "peak_mismatch": peak.mismatch,
+        "step_timing": timing,
+    }
 
 
 def comm_metrics(comm: Comm) -> dict[str, Any]:
@@ -158,13 +256,6 @@ def machine_metrics(everyone: list[dict[str, Any]], device: torch.device) -> dic
         "cpus_per_machine": min(r["cpus"] for r in everyone),
         "threads_per_rank": max(r["threads"] for r in everyone),
     }
-
-
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    """(bytes, what they count) of this rank's peak memory."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
 
 
 def merge_layout_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,19 +293,35 @@ def cpu_contention(ranks: list[dict[str, Any]]) -> float:
 
 
 def time_allreduce(numel: int, group, device: torch.device) -> float:
-    """Median time of one all-reduce of `numel` float32 elements over `group` (what DDP moves
-    per step when it is the gradient's size); 0 for a group of one."""
+    """Median time of an all-reduce of `numel` float32 elements over `group` (what DDP moves per
+    step when it is the gradient's size); 0 for a group of one. On a GPU the message goes in
+    chunks that fit the memory left (as DDP's buckets do), so the probe of an FSDP model's whole
+    gradient size cannot turn a finished run into an out-of-memory one."""
     if dist.get_world_size(group) < 2:
         return 0.0
-    buf = torch.ones(numel, dtype=torch.float32, device=device)
+    chunk = _probe_chunk(numel, group, device)
+    buf = torch.ones(chunk, dtype=torch.float32, device=device)
+    pieces = [buf[: min(chunk, numel - i)] for i in range(0, numel, chunk)]
     for _ in range(COMM_WARMUP):
-        dist.all_reduce(buf, group=group)
+        dist.all_reduce(pieces[0], group=group)
     times = []
     for _ in range(COMM_ITERS):
         dist.barrier(group=group)
         sync(device)
         start = time.perf_counter()
-        dist.all_reduce(buf, group=group)
+        for piece in pieces:
+            dist.all_reduce(piece, group=group)
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _probe_chunk(numel: int, group, device: torch.device) -> int:
+    """Elements per all-reduce of the probe: all of them on CPU; on a GPU at most half the memory
+    free on the emptiest rank (every rank must issue the same collectives, so they agree on it)."""
+    if device.type != "cuda":
+        return numel
+    free, _ = torch.cuda.mem_get_info(device)
+    fits = torch.tensor([max(1, min(numel, free // 2 // 4))], dtype=torch.int64, device=device)
+    dist.all_reduce(fits, op=dist.ReduceOp.MIN, group=group)
+    return int(fits.item())

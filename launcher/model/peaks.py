@@ -1,0 +1,143 @@
+"""Dense peak FLOP/s per device and math precision, the denominator of MFU (pure: no torch).
+
+Every figure is the vendor's dense (no 2:4 structured sparsity) tensor-core peak; where a
+datasheet prints only the sparse figure (marked "with sparsity"), the dense one is half of it.
+`bf16` covers fp16 too (the same tensor-core rate on every device here); `tf32` is what fp32
+matmuls run at on CUDA with TF32 enabled (the payload enables it for fp32 runs); `fp32` is the
+plain (non-tensor) rate. An unknown device has no peak: MFU is then null, never a guess.
+
+A device is picked by its name as `torch.cuda.get_device_name()` reports it ("NVIDIA
+A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X") or as a recipe writes it
+(`cluster.device_name`), case-insensitively; the first row whose pattern matches wins, so
+variants (PCIe, NVL) come before the plain name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+MATH_DTYPES = ("bf16", "tf32", "fp32")
+"""The math precisions a row gives a peak for."""
+MISMATCH_RATIO = 2.0
+"""An explicit peak more than this factor from the table's peak for the precision used is flagged."""
+SAME_PEAK = 0.05
+"""Within this relative distance an explicit peak "is" a table figure (9.89e14 is H100's bf16 989.4 TF)."""
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    device: str
+    """The row's name, as the report prints it."""
+    pattern: str
+    """Regex searched (case-insensitive) in a device name."""
+    bf16: float
+    """Dense bf16/fp16 tensor-core FLOP/s."""
+    tf32: float
+    """Dense tf32 tensor-core FLOP/s (fp32 matmuls with TF32 enabled)."""
+    fp32: float
+    """Plain fp32 FLOP/s (no tensor cores)."""
+    source: str
+    """The vendor document the figures come from."""
+
+    def flops(self, math_dtype: str) -> float:
+        return {"bf16": self.bf16, "fp16": self.bf16, "tf32": self.tf32, "fp32": self.fp32}[math_dtype]
+
+
+_NV_A100 = "NVIDIA A100 Tensor Core GPU Datasheet (dense figures)"
+_NV_H100 = "NVIDIA H100 Tensor Core GPU Datasheet (sparse figures halved)"
+_NV_H200 = "NVIDIA H200 Tensor Core GPU Datasheet (sparse figures halved)"
+
+PEAKS: tuple[DevicePeak, ...] = (
+    # A100 SXM4 and PCIe share their tensor-core peaks (40 GB and 80 GB alike), so a bare "A100" is no guess.
+    DevicePeak(device="A100 SXM4", pattern=r"A100.*SXM", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
+    DevicePeak(device="A100 PCIe", pattern=r"A100.*PCIE", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
+    DevicePeak(device="A100", pattern=r"(?<![A-Z0-9])A100", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
+    DevicePeak(device="H100 PCIe", pattern=r"H100.*PCIE", bf16=756e12, tf32=378e12, fp32=51.2e12, source=_NV_H100),
+    DevicePeak(device="H100 NVL", pattern=r"H100.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H100),
+    # torch reports the SXM5 part as "NVIDIA H100 80GB HBM3"; a bare "H100" could be a PCIe card: unknown.
+    DevicePeak(device="H100 SXM5", pattern=r"(?<![A-Z0-9])H100.*(SXM|HBM3)", bf16=989.4e12, tf32=494.7e12,
+               fp32=66.9e12, source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column)"),  # fmt: skip
+    DevicePeak(device="H200 NVL", pattern=r"H200.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H200),
+    # H200 ships as SXM or NVL only; torch reports the SXM part as "NVIDIA H200".
+    DevicePeak(device="H200 SXM", pattern=r"(?<![A-Z0-9])H200", bf16=989.5e12, tf32=494.5e12, fp32=67e12,
+               source=_NV_H200),  # fmt: skip
+    # HGX B200 (1,000 W). A GB200 superchip's B200 runs at 1,200 W with higher peaks: not matched ("GB200").
+    DevicePeak(device="B200 (HGX)", pattern=r"(?<![A-Z0-9])B200", bf16=2.25e15, tf32=1.1e15, fp32=75e12,
+               source="NVIDIA HGX B200 specifications, NVIDIA Blackwell datasheet (sparse figures halved)"),  # fmt: skip
+    DevicePeak(device="L40S", pattern=r"L40S", bf16=362.05e12, tf32=183e12, fp32=91.6e12,
+               source="NVIDIA L40S GPU Datasheet (dense figures)"),  # fmt: skip
+    DevicePeak(device="MI300X", pattern=r"MI300X", bf16=1307.4e12, tf32=653.7e12, fp32=163.4e12,
+               source="AMD Instinct MI300X Accelerator Data Sheet (dense figures)"),  # fmt: skip
+)
+
+
+@dataclass(frozen=True)
+class PeakChoice:
+    """The peak MFU is computed against, and where it came from."""
+
+    flops: float | None
+    """FLOP/s of one device; None: unknown, MFU null."""
+    source: str | None
+    """`cluster.peak_flops_per_device`, or the table row and its document; None when unknown."""
+    device: str | None
+    """The table row the device name matched (None: no row)."""
+    mismatch: str | None
+    """One line when an explicit peak does not fit the precision used on a known device."""
+
+
+def find_device(name: str | None) -> DevicePeak | None:
+    """The first row whose pattern is found in `name` (case-insensitive); None for no match."""
+    if not name:
+        return None
+    upper = name.upper()
+    return next((row for row in PEAKS if re.search(row.pattern, upper)), None)
+
+
+def math_dtype(precision: str, *, tf32: bool) -> str:
+    """The precision matmuls run at: bf16/fp16 autocast, else tf32 where TF32 is enabled, else fp32."""
+    if precision in ("bf16", "fp16"):
+        return precision
+    return "tf32" if tf32 else "fp32"
+
+
+def resolve_precision(requested: str, device_type: str) -> str:
+    """`auto`: bf16 on CUDA; fp32 on CPU (bf16 there has no native support and runs ~10× slower)."""
+    if requested != "auto":
+        return requested
+    return "bf16" if device_type == "cuda" else "fp32"
+
+
+def choose_peak(*, device_name: str | None, dtype: str, explicit: float | None) -> PeakChoice:
+    """An explicit peak wins (flagged when it does not fit `dtype` on a known device); else the
+    table's peak for the device and `dtype`; else unknown."""
+    row = find_device(device_name)
+    if explicit:
+        note = mismatch(row, dtype, explicit) if row is not None else None
+        return PeakChoice(flops=explicit, source="cluster.peak_flops_per_device",
+                          device=row.device if row is not None else None, mismatch=note)  # fmt: skip
+    if row is None:
+        return PeakChoice(flops=None, source=None, device=None, mismatch=None)
+    return PeakChoice(flops=row.flops(dtype), source=f"{row.device} dense {dtype}: {row.source}", device=row.device,
+                      mismatch=None)  # fmt: skip
+
+
+def mismatch(row: DevicePeak, dtype: str, explicit: float) -> str | None:
+    """Why an explicit peak does not fit `dtype` on `row`'s device, or None when it does. It does
+    not fit when it is more than 2× off the table's figure, or when it is (within 5%) the figure of
+    another precision that differs from this one's: 9.89e14 on an H100 running fp32 (TF32,
+    494.7 TF) is the bf16 peak, so MFU would read half of what it is."""
+    expected = row.flops(dtype)
+    ratio = explicit / expected
+    other = next((d for d in MATH_DTYPES if not _close(row.flops(d), expected) and _close(row.flops(d), explicit)), None)
+    if other is None and 1 / MISMATCH_RATIO <= ratio <= MISMATCH_RATIO:
+        return None
+    looks = f" (the {row.device} {other} peak)" if other else ""
+    return (f"peak/precision mismatch: cluster.peak_flops_per_device={explicit:.3g}{looks} but the trials' "
+            f"matmuls ran in {dtype} on {row.device}, whose dense {dtype} peak is {expected:.3g}: the MFU shown is "
+            f"{1 / ratio:.2g}× the MFU against that peak")  # fmt: skip
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=SAME_PEAK)
