@@ -95,7 +95,7 @@ def main() -> None:
     for split, r in results.items():
         worst = max(c["error_pct"] for c in r["cases"])
         inside = sum(c["inside_interval"] for c in r["cases"])
-        lines.append(f"| {split} | {r['label']} ({r['train_trials']} trials) | {r['mape_pct']:.1f}% | {worst:.1f}% | "
+        lines.append(f"| {split} | {r['label']} ({r['train_trials']} trials) | {r['mape_pct']:.1f}% ({'met' if r['mape_pct'] <= 10 else 'NOT met'}) | {worst:.1f}% | "
                      f"{inside}/{len(r['cases'])} | {r['model']['contention_exponent']:.2f} |")  # fmt: skip
     lines += ["", "Per held-out trial:", "", "| split | nodes | accum | measured tok/s | predicted | error |", "|---|---|---|---|---|---|"]
     for split, r in results.items():

@@ -101,7 +101,10 @@ def main() -> None:
         "# Adaptive search vs the exhaustive grid (synthetic curves)", "",
         f"Grid {GRID[0]}…{GRID[-1]} GPUs (doubling, {len(GRID)} sizes); {STEPS} steps + {STARTUP_S:.0f} s start-up per trial.",
         f"**{summary['same_answer']}/{summary['cases']} cases give the grid's answer; GPU-hours spent ÷ grid: median "
-        f"{summary['median_ratio']:.3f}, max {summary['max_ratio']:.3f}** (goal ≤ 0.25).", "",
+        f"{summary['median_ratio']:.3f}, max {summary['max_ratio']:.3f}** (goal ≤ 0.25: "
+        f"{'met' if summary['max_ratio'] <= 0.25 and summary['same_answer'] == summary['cases'] else 'NOT met'}). "
+        "Caveat: the curves come from the same step-time model the search calibrates, so this checks the search "
+        "logic, not the model (issue 13 replaces it with measured and published curves).", "",
         "| case | threshold | grid answer | search answer | sizes run | GPU-h ratio |", "|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in rows:
