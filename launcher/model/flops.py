@@ -3,21 +3,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from launcher.config.schema import ModelConfig
 
 
-def param_counts(cfg: ModelConfig) -> tuple[int, int]:
-    """(all parameters, non-embedding parameters) of `train.models.TokenModel`, counted from its
-    layers: the untied head is non-embedding (a real matmul per token), the lookups are not."""
-    d, f = cfg.d_model, cfg.ffn_mult * cfg.d_model
+@dataclass(kw_only=True, frozen=True)
+class ModelParts:
+    """Parameter counts of `train.models.TokenModel`'s pieces, counted from its layers."""
+
+    embedding: int
+    """Token and position tables."""
+    block: int
+    """One block, LayerNorms included."""
+    block_norms: int
+    """One block's LayerNorm parameters (replicated, not split, under tensor parallel)."""
+    head: int
+    """The untied output projection."""
+    final_norm: int
+    """The final LayerNorm."""
+
+
+def model_parts(m: ModelConfig) -> ModelParts:
+    d, f = m.d_model, m.ffn_mult * m.d_model
     ffn = d * f + f + f * d + d
-    if cfg.arch == "gpt":
-        block = 4 * (d * d + d) + ffn + 2 * 2 * d  # q, k, v, proj; feed-forward; two LayerNorms
-    else:
-        block = ffn + 2 * d
-    embedding = cfg.vocab_size * d + cfg.seq_len * d
-    non_embedding = cfg.n_layers * block + 2 * d + d * cfg.vocab_size  # blocks, final norm, head
-    return embedding + non_embedding, non_embedding
+    norms = (2 if m.arch == "gpt" else 1) * 2 * d
+    attention = 4 * (d * d + d) if m.arch == "gpt" else 0
+    return ModelParts(embedding=(m.vocab_size + m.seq_len) * d, block=attention + ffn + norms, block_norms=norms,
+                      head=d * m.vocab_size, final_norm=2 * d)  # fmt: skip
+
+
+def param_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(all parameters, non-embedding parameters): the untied head is non-embedding (a real
+    matmul per token), the lookups are not."""
+    p = model_parts(cfg)
+    non_embedding = cfg.n_layers * p.block + p.final_norm + p.head
+    return p.embedding + non_embedding, non_embedding
 
 
 def flops_per_token(cfg: ModelConfig, non_embedding_params: int) -> float:

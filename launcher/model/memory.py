@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.model.flops import ModelParts, model_parts
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.trials.spec import Trial
@@ -75,31 +76,6 @@ class Room:
     """Bytes available to one rank."""
     source: str
     """In words, e.g. `cluster.device_memory_gb` or `host memory 23.5 GiB (MemTotal) shared by 2 ranks`."""
-
-
-@dataclass(kw_only=True, frozen=True)
-class ModelParts:
-    """Parameter counts of TokenModel's pieces (they sum to flops.param_counts' total)."""
-
-    embedding: int
-    """Token and position tables."""
-    block: int
-    """One block, LayerNorms included."""
-    block_norms: int
-    """One block's LayerNorm parameters (replicated, not split, under tensor parallel)."""
-    head: int
-    """The untied output projection."""
-    final_norm: int
-    """The final LayerNorm."""
-
-
-def model_parts(m: ModelConfig) -> ModelParts:
-    d, f = m.d_model, m.ffn_mult * m.d_model
-    ffn = d * f + f + f * d + d
-    norms = (2 if m.arch == "gpt" else 1) * 2 * d
-    attention = 4 * (d * d + d) if m.arch == "gpt" else 0
-    return ModelParts(embedding=(m.vocab_size + m.seq_len) * d, block=attention + ffn + norms, block_norms=norms,
-                      head=d * m.vocab_size, final_norm=2 * d)  # fmt: skip
 
 
 def rank_params(parts: ModelParts, m: ModelConfig, trial: Trial, pp_rank: int) -> tuple[float, float]:
