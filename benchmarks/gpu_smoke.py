@@ -1,13 +1,20 @@
-"""GPU smoke test: one real 1-rank NCCL trial of gpt_125m on one GPU, precision `auto` (bf16 on CUDA).
+"""GPU smoke test: real 1-rank NCCL trials on one GPU, through the real payload.
 
-The trial runs through the real payload (`python -m launcher.train`, started by
-launcher.run.local.run_local from a trial.json, as `launcher sweep` does), DDP layout, the
-cluster's device name left unset so that the payload looks the GPU up in the peak table
-(launcher/model/peaks.py) by the name torch reports. It writes benchmarks/results/gpu_smoke.{md,json}:
-how it was run, the device, torch and CUDA versions, MFU against the table's peak, tokens/s, step
-times, CUDA memory figures and the all-reduce probe, and checks that the record says NCCL, bf16,
-CUDA-event timing and a table peak. Without a GPU (torch.cuda.is_available() false) it writes
-"NOT run: no GPU" to the same files and exits 0.
+Each trial runs as `launcher sweep` runs one (launcher.run.local.run_local → `python -m launcher.train`
+from a trial.json). It writes benchmarks/results/gpu_smoke.{md,json}: how it was run, the device,
+torch and CUDA versions, and per trial MFU against the peak table, tokens/s, step times, CUDA memory
+next to launcher/model/memory.py's estimate. Trials:
+
+- main: gpt_125m, DDP, `precision=auto` (bf16 on CUDA), the device name left unset so the payload
+  looks the GPU up in the peak table (launcher/model/peaks.py) by the name torch reports;
+- fp32: the same in fp32 (TF32 matmuls), to compare the bf16 loss with;
+- fsdp: gpt_125m under FSDP2 with its bf16 mixed-precision policy;
+- parity: tiny_gpt in fp32 on the GPU and on the CPU, same seed: the CPU run is the reference.
+
+Checks (a FAIL exits 1): backend nccl, auto → bf16, CUDA-event timing, a table peak, MFU in (0, 1],
+losses finite, bf16 first loss within 2% of fp32's, GPU losses within 1e-3 (first) and 5e-3 (last,
+after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate within 0.8–1.5× of the measured peak allocation. Without a GPU
+(torch.cuda.is_available() false) it writes "NOT run: no GPU" to the same files and exits 0.
 
     .venv/bin/python benchmarks/gpu_smoke.py [--steps 30] [--warmup 10] [--micro 8]
 """
@@ -15,6 +22,7 @@ CUDA-event timing and a table peak. Without a GPU (torch.cuda.is_available() fal
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -30,18 +38,27 @@ sys.path.insert(0, str(HERE.parent))
 
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
+from launcher.model.memory import estimate  # noqa: E402
 from launcher.run.local import run_local  # noqa: E402
 from launcher.trials.folder import trial_document  # noqa: E402
 from launcher.trials.spec import make_trial  # noqa: E402
 
 OUT = HERE / "results"
 REPRODUCE = "`.venv/bin/python benchmarks/gpu_smoke.py` (on a machine with one CUDA GPU and a CUDA build of torch)"
+COMMON = ["batch.accum=1", "optim=adamw", "seed=0"]
 
 
-def overrides(micro: int) -> list[str]:
-    """The trial's config: `precision=auto` so the payload's own per-device choice is what runs."""
-    return ["model=gpt_125m", "parallel=ddp", f"batch.micro={micro}", "batch.accum=1", "cluster.device=cuda",
-            "precision=auto", "optim=adamw", "seed=0"]  # fmt: skip
+def trials(micro: int) -> dict[str, list[str]]:
+    """Each trial's overrides. `precision=auto` in main so the payload's own per-device choice runs."""
+    big = ["model=gpt_125m", f"batch.micro={micro}", *COMMON]
+    tiny = ["model=tiny_gpt", "parallel=ddp", "batch.micro=8", "precision=fp32", *COMMON]
+    return {
+        "main": [*big, "parallel=ddp", "cluster.device=cuda", "precision=auto"],
+        "fp32": [*big, "parallel=ddp", "cluster.device=cuda", "precision=fp32"],
+        "fsdp": [*big, "parallel=fsdp", "cluster.device=cuda", "precision=bf16"],
+        "parity_gpu": [*tiny, "cluster.device=cuda"],
+        "parity_cpu": [*tiny, "cluster.device=cpu"],
+    }
 
 
 def environment() -> dict[str, Any]:
@@ -56,10 +73,12 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run_trial(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str | None]:
-    """(record, failure reason) of the 1-rank trial."""
-    cfg = compose_config(overrides(args.micro))
-    trial = make_trial(cfg, index=0, world_size=1, steps=args.steps, warmup_steps=args.warmup)
+def run_trial(overrides: list[str], steps: int, warmup: int) -> tuple[dict[str, Any] | None, str | None, float]:
+    """(record, failure reason, estimated peak bytes on the device) of a 1-rank trial."""
+    cfg = compose_config(overrides)
+    trial = make_trial(cfg, index=0, world_size=1, steps=steps, warmup_steps=warmup)
+    m = estimate(cfg, trial, "cuda")
+    predicted = m.params + m.grads + m.optimizer + m.activations  # runtime (CUDA context) is not allocated by torch
     with tempfile.TemporaryDirectory() as work:
         tdir = Path(work) / trial.trial_id
         tdir.mkdir()
@@ -69,71 +88,75 @@ def run_trial(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str | No
         log = (tdir / "rank0.log").read_text(errors="replace")[-2000:] if (tdir / "rank0.log").exists() else ""
     if record is None or record.get("status") != "completed":
         why = out.reason() or (record or {}).get("reason") or "no record"
-        return record, f"{why}\n\nrank 0 log (tail):\n{log}"
-    return record, None
+        return record, f"{why}\n\nrank 0 log (tail):\n{log}", predicted
+    return record, None, predicted
 
 
-def checks(record: dict[str, Any]) -> list[tuple[str, bool]]:
-    """What a GPU run must show: the defaults that change on CUDA, and an MFU with a named peak."""
-    m = record["metrics"]
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def checks(recs: dict[str, dict[str, Any]], predicted: dict[str, float]) -> list[tuple[str, bool]]:
+    """What a GPU run must show: the defaults that change on CUDA, an MFU with a named peak, losses that
+    agree with fp32 and with a CPU reference, and a memory estimate near what CUDA allocated."""
+    m, f32 = recs["main"]["metrics"], recs["fp32"]["metrics"]
+    g, c = recs["parity_gpu"]["metrics"], recs["parity_cpu"]["metrics"]
+    finite = all(math.isfinite(r["metrics"][k]) for r in recs.values() for k in ("loss_first", "loss_last"))
+    ratios = [predicted[k] / recs[k]["metrics"]["cuda_peak_allocated_bytes"] for k in ("main", "fsdp")]
     return [
-        ("backend is nccl", record.get("backend") == "nccl"),
+        ("backend is nccl", recs["main"].get("backend") == "nccl"),
         ("precision auto resolved to bf16", m.get("precision") == "bf16"),
         ("step times from CUDA events", m.get("step_timing") == "cuda_events"),
         ("peak from the table for the detected device",
          m.get("peak_source") not in (None, "cluster.peak_flops_per_device") and m.get("mfu") is not None),
         ("mfu in (0, 1]", m.get("mfu") is not None and 0 < m["mfu"] <= 1),
-        ("losses finite and falling", m["loss_last"] < m["loss_first"]),
-    ]
+        ("losses finite in every trial", finite),
+        ("bf16 first loss within 2% of fp32's", rel(m["loss_first"], f32["loss_first"]) <= 0.02),
+        ("tiny_gpt on the GPU matches the CPU reference (first loss rel 1e-3, last rel 5e-3: TF32 matmuls)",
+         rel(g["loss_first"], c["loss_first"]) <= 1e-3 and rel(g["loss_last"], c["loss_last"]) <= 5e-3),
+        ("memory estimate 0.8-1.5x of measured peak allocation (ddp, fsdp)", all(0.8 <= r <= 1.5 for r in ratios)),
+    ]  # fmt: skip
 
 
-def figures(record: dict[str, Any]) -> dict[str, Any]:
-    """The record's figures the smoke test reports (memory: every memory figure the record has)."""
+KEEP = ("precision", "matmul_dtype", "cuda_device_name", "mfu", "peak_flops_per_device", "peak_source", "peak_device",
+        "peak_mismatch", "tokens_per_s", "samples_per_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
+        "steps_measured", "step_timing", "flops_per_token", "params", "allreduce_bytes", "compute_time_s",
+        "loss_first", "loss_last", "cuda_peak_allocated_bytes", "cuda_peak_reserved_bytes", "host_peak_rss_bytes",
+        "peak_memory_bytes", "peak_memory_kind")  # fmt: skip
+
+
+def figures(record: dict[str, Any], predicted: float) -> dict[str, Any]:
     m = record["metrics"]
-    keep = ("precision", "matmul_dtype", "cuda_device_name", "mfu", "peak_flops_per_device", "peak_source",
-            "peak_device", "peak_mismatch", "tokens_per_s", "samples_per_s", "step_time_median_s", "step_time_p10_s",
-            "step_time_p90_s", "steps_measured", "step_timing", "flops_per_token", "params", "allreduce_bytes",
-            "allreduce_time_s", "algbw_gbps", "busbw_gbps", "allreduce_probe", "compute_time_s", "loss_first",
-            "loss_last")  # fmt: skip
-    out = {k: m.get(k) for k in keep}
-    out.update({k: v for k, v in m.items() if is_memory(k)})
+    out = {k: m.get(k) for k in KEEP}
+    out["estimated_device_bytes"] = predicted
+    alloc = m.get("cuda_peak_allocated_bytes")
+    out["estimate_over_measured"] = round(predicted / alloc, 3) if alloc else None
     return out
-
-
-def is_memory(key: str) -> bool:
-    """peak_memory_bytes/kind, cuda_peak_allocated_bytes, cuda_peak_reserved_bytes, host_peak_rss_bytes, …"""
-    return "memory" in key or "_peak_" in key
 
 
 def not_run_lines(env: dict[str, Any], args: argparse.Namespace) -> list[str]:
     return [
         "# GPU smoke test", "",
         "**NOT run: no GPU.** `torch.cuda.is_available()` is false on this machine "
-        f"(torch {env['torch']}, CUDA build: {env['cuda'] or 'none'}; {env['platform']}; {env['measured_at']}).",
-        "Nothing below has been measured on a GPU yet: no MFU, memory or NCCL figure exists for this code.", "",
-        f"What it runs when a GPU is there: one rank, `{' '.join(overrides(args.micro))}`, {args.steps} steps "
-        f"({args.warmup} warm-up), through the real payload (`python -m launcher.train` via "
-        "launcher.run.local.run_local), and it checks: backend nccl, precision auto → bf16, step times from CUDA "
-        "events, MFU against the peak table's figure for the device torch reports.", "",
+        f"(torch {env['torch']}, CUDA build: {env['cuda'] or 'none'}; {env['platform']}; {env['measured_at']}).", "",
+        f"Trials it runs when a GPU is there ({args.steps} steps, {args.warmup} warm-up):", "",
+        *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()], "",
         f"Reproduce: {REPRODUCE}", "",
     ]  # fmt: skip
 
 
-def ran_lines(env: dict[str, Any], args: argparse.Namespace, record: dict[str, Any]) -> list[str]:
-    f, v = figures(record), record.get("versions", {})
-    mem = {k: x for k, x in f.items() if is_memory(k)}
-    probe = f["allreduce_probe"] or "none (1 rank: nothing to all-reduce)"
-    ok = checks(record)
+def ran_lines(env: dict[str, Any], args: argparse.Namespace, figs: dict[str, dict], ok: list, versions: dict) -> list[str]:
+    names = list(figs)
     return [
         "# GPU smoke test", "",
-        f"Measured {env['measured_at']} on **{env['device_name']}** (torch {v.get('torch')}, CUDA {v.get('cuda')}; "
-        f"{env['platform']}): one rank, `{' '.join(overrides(args.micro))}`, {args.steps} steps, the first "
+        f"Measured {env['measured_at']} on **{env['device_name']}** (torch {versions.get('torch')}, CUDA "
+        f"{versions.get('cuda')}; {env['platform']}): one rank per trial, {args.steps} steps each, the first "
         f"{args.warmup} excluded, through the real payload (launcher.run.local.run_local → `python -m launcher.train`).",
-        "",
-        "| figure | value |", "|---|---|",
-        *[f"| {k} | {x} |" for k, x in f.items() if not is_memory(k) and k != "allreduce_probe"],
-        *[f"| {k} | {x} |" for k, x in mem.items()],
-        f"| allreduce_probe [ranks, bytes, s] | {probe} |", "",
+        "", *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()], "",
+        "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
+        *[f"| {k} | " + " | ".join(str(figs[n].get(k)) for n in names) + " |" for k in figs[names[0]]], "",
+        "Memory estimate: launcher/model/memory.py's params + grads + optimizer + activations (its runtime "
+        "allowance, the CUDA context, is outside torch's allocator), against `torch.cuda.max_memory_allocated`.", "",
         "Checks:", "", *[f"- {'PASS' if good else 'FAIL'}: {name}" for name, good in ok], "",
         f"Reproduce: {REPRODUCE}", "",
     ]  # fmt: skip
@@ -147,20 +170,27 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     env = environment()
-    result: dict[str, Any] = {"benchmark": "gpu_smoke", "environment": env, "setup": vars(args) | {
-        "overrides": overrides(args.micro), "world_size": 1}}  # fmt: skip
+    result: dict[str, Any] = {"benchmark": "gpu_smoke", "environment": env,
+                              "setup": vars(args) | {"trials": trials(args.micro), "world_size": 1}}  # fmt: skip
     if not env["cuda_available"]:
         result |= {"status": "not_run", "reason": "no GPU: torch.cuda.is_available() is false"}
         return write(result, not_run_lines(env, args), 0)
-    record, failure = run_trial(args)
-    if failure is not None:
-        result |= {"status": "failed", "reason": failure, "record": record}
-        lines = ["# GPU smoke test", "", f"**FAILED** on {env['device_name']}:", "", "```", failure, "```", ""]
-        return write(result, lines, 1)
-    passed = all(good for _, good in checks(record))
-    result |= {"status": "passed" if passed else "checks_failed", "figures": figures(record),
-               "checks": dict(checks(record)), "versions": record.get("versions")}  # fmt: skip
-    return write(result, ran_lines(env, args, record), 0 if passed else 1)
+    recs, predicted = {}, {}
+    for name, overrides in trials(args.micro).items():
+        steps, warmup = (args.steps, args.warmup) if not name.startswith("parity") else (10, 2)
+        record, failure, predicted[name] = run_trial(overrides, steps, warmup)
+        print(f"{name}: {'completed' if failure is None else 'FAILED'}", flush=True)
+        if failure is not None:
+            result |= {"status": "failed", "failed_trial": name, "reason": failure, "record": record}
+            lines = ["# GPU smoke test", "", f"**FAILED** ({name}) on {env['device_name']}:", "", "```", failure, "```", ""]
+            return write(result, lines, 1)
+        recs[name] = record
+    ok = checks(recs, predicted)
+    figs = {name: figures(r, predicted[name]) for name, r in recs.items()}
+    passed = all(good for _, good in ok)
+    versions = recs["main"].get("versions", {})
+    result |= {"status": "passed" if passed else "checks_failed", "figures": figs, "checks": dict(ok), "versions": versions}
+    return write(result, ran_lines(env, args, figs, ok, versions), 0 if passed else 1)
 
 
 def write(result: dict[str, Any], lines: list[str], code: int) -> int:

@@ -105,8 +105,8 @@ def materialise(module: nn.Module, device: torch.device, *, seed: int) -> nn.Mod
     """Allocate a meta-device module (already cut up, sharded or parallelised: only this rank's
     part is allocated) on `device` and initialise every parameter from (seed, its name).
 
-    Each parameter's full value is drawn from its own generator seeded by (seed, name) on
-    `device`, then this rank keeps its piece (a DTensor's local shard), so every layout starts
+    Each parameter's full value is drawn from its own CPU generator seeded by (seed, name) and
+    moved to `device`, then this rank keeps its piece (a DTensor's local shard), so every layout starts
     from the same parameters as the 1-process reference: names are the reference TokenModel's
     (stages and FSDP/TP keep them). A module with no meta parameters is returned as it is."""
     params = list(module.parameters())
@@ -133,15 +133,17 @@ def param_seed(seed: int, name: str) -> int:
 def initial_value(owner: nn.Module, name: str, shape: tuple[int, ...], device: torch.device, seed: int) -> torch.Tensor:
     """The full initial value of `owner.<name>`, distributed as torch's defaults: Linear
     U(±1/√fan_in) (kaiming_uniform with a=√5, and its bias), Embedding N(0, 1), LayerNorm 1 and 0."""
-    value = torch.empty(shape, device=device)
-    g = torch.Generator(device=device).manual_seed(seed)
+    # Drawn on the CPU whatever the device: a CUDA generator gives other numbers for the same seed,
+    # and a GPU run must start where the CPU reference (and every parity test) starts.
+    value = torch.empty(shape)
+    g = torch.Generator().manual_seed(seed)
     if isinstance(owner, nn.Linear):
         bound = 1 / math.sqrt(owner.in_features)
-        return value.uniform_(-bound, bound, generator=g)
+        return value.uniform_(-bound, bound, generator=g).to(device)
     if isinstance(owner, nn.Embedding):
-        return value.normal_(0.0, 1.0, generator=g)
+        return value.normal_(0.0, 1.0, generator=g).to(device)
     if isinstance(owner, nn.LayerNorm):
-        return value.fill_(1.0 if name == "weight" else 0.0)
+        return value.fill_(1.0 if name == "weight" else 0.0).to(device)
     raise TypeError(f"materialise: no initialisation for {type(owner).__name__}.{name}")
 
 
