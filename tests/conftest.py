@@ -3,6 +3,8 @@ sweep runs once per session and several tests read its folder."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,15 @@ def devcluster():
     from launcher.slurm import devcluster as dc
 
     return dc.up(nodes=4, log=lambda line: None)
+
+
+@pytest.fixture(scope="session")
+def repeated_sweep(tmp_path_factory) -> tuple[Path, str]:
+    """`launcher sweep sweep.repeats=3` on ranks 1 and 2 (few steps), run once for the session:
+    its folder and what it printed."""
+    out = tmp_path_factory.mktemp("results")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["sweep", "sweep.repeats=3", "sweep.world_sizes=[1,2]", "sweep.steps=6", "sweep.warmup_steps=2",
+                     f"sweep.results_dir={out}", "sweep.name=rep", "--quiet"]) == 0  # fmt: skip
+    return out / "rep", printed.getvalue()

@@ -27,7 +27,8 @@ CASES: dict[str, list[str]] = {
         "cluster.setup=['source $(conda info --base)/etc/profile.d/conda.sh','conda activate train']",
         "sweep.nodes=[2]", PY,
     ],
-    "array_three_repeats": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
+    # Repeats run round by round: one plain job per repeat, not an array (see test_array_and_pack_shapes).
+    "repeats_three_rounds": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
     "pack_1_2_4": ["cluster=devcluster", "sweep.nodes=[1,2,4]", "sweep.pack=true", PY],
     "quoted_payload_args": ["cluster=devcluster", "sweep.nodes=[1]", PY],
     # `launcher run --requeue` with checkpoints and an environment variable

@@ -141,7 +141,10 @@ def test_repeats_are_judged_by_their_median():
     assert df["efficiency"].tolist()[3:6] == pytest.approx([0.75, 0.95, 0.85])
     rec = recommend(df, 0.8)
     assert rec.world_size == 2
-    assert "(0.85, 1.70× the throughput of 1 rank)" in rec.reason
+    # Three repeats a size: the median with its 90% bootstrap interval, and a verdict on the noise.
+    assert "(0.85 [0.68–1.06], 1.70× the throughput of 1 rank)" in rec.reason
+    assert rec.confidence == ("low — 2 ranks: 0.85 [0.68–1.06] — within noise of the 0.80 threshold "
+                              "(90% bootstrap intervals of the median, 3 repeats per size)")  # fmt: skip
 
 
 def test_out_of_memory_sizes_are_infeasible_not_slow():

@@ -135,9 +135,11 @@ def test_cancel_on_a_local_sweep_says_there_is_nothing_to_cancel(tmp_path, capsy
 
 
 def _slurm_sweep(tmp_path: Path, name: str) -> tuple[Path, object, list]:
-    cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1,2]", "sweep.repeats=2", f"sweep.results_dir={tmp_path}",
+    """Two combinations (a, b) at 1 and 2 nodes: each size's pair is one job array."""
+    cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1,2]", f"sweep.results_dir={tmp_path}",
                           f"sweep.name={name}"])  # fmt: skip
-    trials = sweep_trials(cfg)
+    a = sweep_trials(cfg, variant="a")
+    trials = a + sweep_trials(cfg, first_index=len(a), variant="b")
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
     jobs = submit.job_requests(cfg, sweep_dir, trials)
     submit.write_scripts(sweep_dir, jobs)
@@ -164,7 +166,7 @@ def test_the_tracker_asks_slurm_only_about_jobs_that_have_not_ended(tmp_path, mo
         known |= {t: o for t, o in outcomes.items() if o["final"]}
     assert asked[0] == ["71_0", "71_1", "72_0", "72_1"]
     assert asked[1:] == [["71_1", "72_0", "72_1"]] * 2  # 71_0 ended: never asked about again
-    assert read_json(sweep_dir / "trials" / "000-ws1-r0" / "submission.json")["key"] == "71_0"  # the derived copy
+    assert read_json(sweep_dir / "trials" / "000-a-ws1" / "submission.json")["key"] == "71_0"  # the derived copy
     asked.clear()
     submit.refresh(sweep_dir, cfg)  # a later shell (status, collect): the final outcome on disk is the cache
     assert asked == [["71_1", "72_0", "72_1"]]
@@ -176,10 +178,10 @@ def test_a_launcher_that_died_between_sbatch_and_the_record_never_submits_those_
     submit.submit_jobs(sweep_dir, jobs[:1], {})
     # job-001 was handed to sbatch, and the launcher died before the second write of its record.
     atomic_write_json(submit.record_path(sweep_dir, jobs[1].name), {"job": jobs[1].name, "job_id": None, "array": True,
-                      "pack": False, "script": f"jobs/{jobs[1].name}.sbatch", "trials": ["002-ws2-r0", "003-ws2-r1"]})  # fmt: skip
-    assert sorted(submit.submissions(sweep_dir)) == ["000-ws1-r0", "001-ws1-r1", "002-ws2-r0", "003-ws2-r1"]
+                      "pack": False, "script": f"jobs/{jobs[1].name}.sbatch", "trials": ["001-a-ws2", "003-b-ws2"]})  # fmt: skip
+    assert sorted(submit.submissions(sweep_dir)) == ["000-a-ws1", "001-a-ws2", "002-b-ws1", "003-b-ws2"]
     monkeypatch.setattr(submit, "query", lambda keys, env: ({}, {}))
-    lost = submit.refresh(sweep_dir, cfg)["002-ws2-r0"]
+    lost = submit.refresh(sweep_dir, cfg)["001-a-ws2"]
     assert (lost["status"], lost["final"]) == ("unknown", True)
     assert lost["reason"].startswith("handed to sbatch as jobs/job-001.sbatch, but the launcher stopped before")
 

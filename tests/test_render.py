@@ -81,8 +81,17 @@ def test_values_in_the_body_are_shell_quoted():
 
 
 def test_array_and_pack_shapes():
-    (req, script), = scripts("array_three_repeats")
-    assert req.array and "#SBATCH --array=0-2%1\n" in script and "slurm-%A_%a.out" in script  # %1: serialised
+    # Repeats of a size are one plain job per round, so that rounds interleave the sizes.
+    jobs = scripts("repeats_three_rounds")
+    assert len(jobs) == 3 and not any(req.array or "--array" in script for req, script in jobs)
+    # Two combinations of one size in one round share an array.
+    cfg = compose_config(CASES["repeats_three_rounds"])
+    a = sweep_trials(cfg, variant="a")
+    b = sweep_trials(cfg, first_index=len(a), variant="b")
+    (job, *_) = job_requests(cfg, SWEEP_DIR, a + b)
+    assert [t.trial_id for t in job.trials] == ["000-a-ws2-r0", "003-b-ws2-r0"]
+    script = job.script
+    assert job.request.array and "#SBATCH --array=0-1%1\n" in script and "slurm-%A_%a.out" in script  # %1: serialised
     (req, script), = scripts("pack_1_2_4")
     assert req.pack and req.nodes == 4 and "--array" not in script
     assert [ln.split()[2:] for ln in script.splitlines() if ln.startswith("run_trial ")] == [

@@ -126,17 +126,19 @@ def test_pack_runs_every_trial_as_a_step_of_one_allocation(devcluster, tmp_path)
     assert [steps.get(f"{job}.{i}") for i in range(3)] == ["COMPLETED"] * 3  # one srun step per trial
 
 
-def test_repeats_of_a_size_are_one_job_array(devcluster, tmp_path):
-    assert main(["sweep", *DEV, "sweep.nodes=[1]", "sweep.repeats=2", "sweep.steps=8", "sweep.warmup_steps=2",
+def test_repeats_are_one_job_each_submitted_round_by_round(devcluster, tmp_path):
+    assert main(["sweep", *DEV, "sweep.nodes=[1,2]", "sweep.repeats=2", "sweep.steps=8", "sweep.warmup_steps=2",
                  "model=mlp", f"sweep.results_dir={tmp_path}", f"sweep.name=arr-{RUN}", "--quiet"]) == 0  # fmt: skip
     sweep_dir = tmp_path / f"arr-{RUN}"
     df = pd.read_csv(sweep_dir / "results.csv")
-    assert df["trial_id"].tolist() == ["000-ws1-r0", "001-ws1-r1"] and df["repeat"].tolist() == [0, 1]
-    assert (df["status"] == "completed").all()
+    assert df["trial_id"].tolist() == ["000-ws1-r0", "001-ws2-r0", "002-ws1-r1", "003-ws2-r1"]
+    assert df["repeat"].tolist() == [0, 0, 1, 1] and (df["status"] == "completed").all()
     subs = [read_json(sweep_dir / "trials" / t / "submission.json") for t in df["trial_id"]]
-    job = subs[0]["job_id"]
-    assert [s["key"] for s in subs] == [f"{job}_0", f"{job}_1"]  # one array, one element per repeat
-    assert [read_json(sweep_dir / "trials" / t / "outcome.json")["source"] for t in df["trial_id"]] == ["sacct"] * 2
+    # Plain jobs (no array), submitted in the order 1,2,1,2 nodes: drift hits both sizes alike.
+    assert [s["key"] for s in subs] == [s["job_id"] for s in subs]
+    assert [int(s["job_id"]) for s in subs] == sorted(int(s["job_id"]) for s in subs)
+    assert [read_json(sweep_dir / "trials" / t / "outcome.json")["source"] for t in df["trial_id"]] == ["sacct"] * 4
+    assert df["tokens_per_s_lo"].notna().all() and df["efficiency_hi"].notna().all()
 
 
 def test_detach_then_collect(devcluster, tmp_path, capsys):

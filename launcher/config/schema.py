@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import List, Optional
+from typing import Any, List, Optional
 
 
 def _choices(name: str, values: str) -> type[StrEnum]:
@@ -222,8 +222,17 @@ class SweepConfig:
     """World sizes (ranks) to measure; each becomes one trial (local; slurm when `nodes` is null)."""
     nodes: Optional[List[int]] = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
-    repeats: int = 1
-    """Trials per size (a Slurm job array); the table judges each size by its median throughput."""
+    repeats: Any = 1
+    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at
+    least 3 and at most max_repeats times). Sizes run interleaved, one repeat of each per round
+    (1,2,4,1,2,4,…), so drift over the sweep hits every size alike; the table judges each size by
+    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py
+    holds the rule."""
+    target_ci: float = 0.05
+    """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
+    fraction of its median (0.05: ±5%)."""
+    max_repeats: int = 5
+    """repeats=auto: the most trials of one size (at least 3, the rounds auto starts with)."""
     pack: bool = False
     """slurm: one allocation of the largest size; every trial runs inside it as a job step."""
     steps: int = 30

@@ -156,14 +156,9 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
         check_sizes("sweep.nodes", s.nodes)
         if c.kind != "slurm":
             raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
-    at_least("sweep.repeats", s.repeats, 1, 1)
+    _check_repeats(s)
     if not s.pending_timeout_s >= 0:  # `not >=` also refuses NaN
         raise ConfigError(f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. sweep.pending_timeout_s=600")
-    if s.repeats > 1000:
-        raise ConfigError(
-            f"sweep.repeats={s.repeats} is over 1000 trials per size (a Slurm job array; Slurm's default "
-            "MaxArraySize is 1001); set e.g. sweep.repeats=3"
-        )
     _check_results_dir(s.results_dir, c.kind)
     if s.pack and s.search == "adaptive":
         raise ConfigError(
@@ -172,6 +167,39 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
         )
     if s.pack and c.kind != "slurm":
         raise ConfigError("sweep.pack=true runs trials as steps of one Slurm allocation; use cluster=slurm")
+
+
+AUTO = "auto"
+AUTO_FIRST_REPEATS = 3
+"""repeats=auto runs this many rounds before judging a size: fewer give no honest interval."""
+MAX_REPEATS = 1000
+
+
+def parse_repeats(value: object) -> int | None:
+    """sweep.repeats → its count, or None for `auto`; ConfigError (one line) for anything else."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"sweep.repeats={value!r} must be a whole number of trials per size (≥ 1) or auto; "
+                          "set e.g. sweep.repeats=3 or sweep.repeats=auto")  # fmt: skip
+    if value > MAX_REPEATS:
+        raise ConfigError(f"sweep.repeats={value} is over {MAX_REPEATS} trials per size; set e.g. sweep.repeats=3")
+    return value
+
+
+def _check_repeats(s: SweepConfig) -> None:
+    auto = parse_repeats(s.repeats) is None
+    if not (isinstance(s.target_ci, (int, float)) and 0 < s.target_ci < 1):
+        raise ConfigError(f"sweep.target_ci={s.target_ci} must be a fraction in (0, 1) (the interval's half-width "
+                          "÷ the median); set e.g. sweep.target_ci=0.05")  # fmt: skip
+    if not AUTO_FIRST_REPEATS <= s.max_repeats <= MAX_REPEATS:
+        raise ConfigError(f"sweep.max_repeats={s.max_repeats} must be {AUTO_FIRST_REPEATS} to {MAX_REPEATS} "
+                          f"(repeats=auto starts with {AUTO_FIRST_REPEATS}); set e.g. sweep.max_repeats=5")  # fmt: skip
+    if auto and s.pack:
+        raise ConfigError("sweep.repeats=auto decides each round from the last, but sweep.pack=true runs every trial "
+                          "in one allocation planned up front; use a number of repeats, e.g. sweep.repeats=3")  # fmt: skip
 
 
 def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:

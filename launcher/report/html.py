@@ -14,8 +14,10 @@ from markupsafe import Markup, escape
 
 from launcher.io import atomic_write_text
 
-# Cells that read as numbers (1, 6,150, -0.0832, 1.2e-05, 95%, 1.30×), and the ways a table says "no value".
-_NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d*)(\.\d+)?([eE][-+]?\d+)?[%×]?$")
+# Cells that read as numbers (1, 6,150, -0.0832, 1.2e-05, 95%, 1.30×, 0.83 [0.76–0.90]), and the ways a
+# table says "no value".
+_NUM = r"[-+]?(\d{1,3}(,\d{3})+|\d*)(\.\d+)?([eE][-+]?\d+)?[%×]?"
+_NUMBER = re.compile(rf"^{_NUM}( \[{_NUM}–{_NUM}\])?$")
 _MISSING = ("", "—", "-", "nan", "NaN", "None")
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -47,7 +49,8 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 <h1>{{ title }}</h1>
 <p class="summary">{{ summary | inline_code }}</p>
 <p class="recommendation"><strong>{{ recommendation }}</strong></p>
-<div class="table-wrap">
+{% if confidence %}<p class="confidence">{{ confidence }}</p>
+{% endif %}<div class="table-wrap">
 <table>
 <thead><tr>
 {%- for col in columns %}<th{% if col.numeric %} class="num"{% endif %}>{{ col.name }}</th>{% endfor -%}
@@ -110,11 +113,11 @@ def _image(caption: str, png: Path) -> dict:
 
 def render_html(*, title: str, summary: str, recommendation: str, table: pd.DataFrame,
                 images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
-                figure_notes: Sequence[str] = ()) -> str:  # fmt: skip
+                figure_notes: Sequence[str] = (), confidence: str = "") -> str:  # fmt: skip
     """The page as a string (see write_html)."""
     columns, rows = _rows(table)
     return _environment().from_string(_TEMPLATE).render(
-        title=title, summary=summary, recommendation=recommendation, columns=columns, rows=rows,
+        title=title, summary=summary, recommendation=recommendation, confidence=confidence, columns=columns, rows=rows,
         images=[_image(caption, png) for caption, png in images], notes=list(notes),
         figure_notes=list(figure_notes),
     )  # fmt: skip
@@ -122,13 +125,14 @@ def render_html(*, title: str, summary: str, recommendation: str, table: pd.Data
 
 def write_html(*, path: Path, title: str, summary: str, recommendation: str, table: pd.DataFrame,
                images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
-               figure_notes: Sequence[str] = ()) -> Path:  # fmt: skip
+               figure_notes: Sequence[str] = (), confidence: str = "") -> Path:  # fmt: skip
     """Write report.html atomically. `table` is the display table (strings; headers are column
     names); its cells are data and are escaped. A row whose `status` is not "completed" is
     highlighted. `images` are (caption, PNG path) pairs, inlined so the file stands alone;
-    `figure_notes` are one line each, after them, for a plot left out (e.g. no price set)."""
+    `figure_notes` are one line each, after them, for a plot left out (e.g. no price set);
+    `confidence` a line under the recommendation saying how sure it is."""
     text = render_html(title=title, summary=summary, recommendation=recommendation, table=table,
-                       images=images, notes=notes, figure_notes=figure_notes)  # fmt: skip
+                       images=images, notes=notes, figure_notes=figure_notes, confidence=confidence)  # fmt: skip
     # Non-ASCII (—, ×, ≥) as character references: atomic_write_text writes in the locale's
     # encoding, and the page must read the same whatever that was.
     atomic_write_text(path, text.encode("ascii", "xmlcharrefreplace").decode("ascii"))

@@ -10,7 +10,7 @@ import pandas as pd
 from launcher.io import atomic_write_text
 from launcher.report import plots
 from launcher.report.html import write_html
-from launcher.report.terminal import SHORT, display_rows
+from launcher.report.terminal import SHORT, display_rows, flag_lines
 from launcher.results.policy import Recommendation
 from launcher.results.table import peak_mismatch_line
 from launcher.trials.folder import read_sweep_spec
@@ -69,10 +69,13 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
         model_lines = ["Performance model (step = compute + exposed all-reduce + bubble + overhead):", *model.lines]
     size = "none" if rec.world_size is None else str(rec.world_size)
     recommendation = f"Recommended world size: {size} — {rec.reason}"
-    flags = [line for line in [peak_mismatch_line(df)] if line]  # the table's footer: an MFU not to trust
+    confidence = [f"Confidence: {rec.confidence}"] if rec.confidence else []
+    # The table's footer: an MFU not to trust, and trials whose figures are not what they seem.
+    flags = [line for line in [peak_mismatch_line(df)] if line] + [f"flagged: {line}" for line in flag_lines(df)]
     text = "\n".join([
         f"# Sweep {sweep_id}", "", summary, "",
         f"**Recommended world size: {size}** — {rec.reason}", "",
+        *[f"{line}\n" for line in confidence],
         markdown_table(df), "",
         *[f"**{line}**\n" for line in flags],
         *[f"{n}\n" for n in notes],
@@ -87,4 +90,4 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
     write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
                table=pd.DataFrame(rows, columns=short), images=images, notes=[*flags, *notes, *model_lines],
-               figure_notes=left_out)  # fmt: skip
+               figure_notes=left_out, confidence=" ".join(confidence))  # fmt: skip

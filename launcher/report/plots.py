@@ -128,6 +128,14 @@ def _figure(figsize=_SIZE):
     return _pyplot().subplots(figsize=figsize)
 
 
+def _band(ax, g: pd.DataFrame, col: str, color, label: str | None = None) -> None:
+    """Each size's 90% bootstrap interval of `col` as a shaded band (by_size's `<col>_lo/_hi`);
+    nothing where a size's spread is unknown (one repeat)."""
+    lo, hi = f"{col}_lo", f"{col}_hi"
+    if lo in g and hi in g and (g[lo].notna() & (g[lo] < g[hi])).any():
+        ax.fill_between(g["world_size"], g[lo], g[hi], color=color, alpha=0.2, linewidth=0, label=label)
+
+
 def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
     """tokens/s per size, one line per variant, with the ideal linear line from each smallest size."""
     sizes = _summary(df)
@@ -138,6 +146,7 @@ def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
     ideal_labelled = False
     for variant, g in sizes.groupby("variant"):
         line = ax.plot(g["world_size"], g["tokens_per_s"], "o-", label=_name(variant, "measured"))[0]
+        _band(ax, g, "tokens_per_s", line.get_color())
         n0, t0 = g["world_size"].iloc[0], g["tokens_per_s"].iloc[0]
         # One legend entry explains every dashed line; each variant's ideal shares its colour.
         label = None if ideal_labelled else "ideal (linear)"
@@ -148,17 +157,25 @@ def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _efficiency_top(sizes: pd.DataFrame) -> float:
+    """The efficiency axis' top: 1.1, or higher so superlinear runs and wide intervals stay visible."""
+    cols = [c for c in ("efficiency", "efficiency_hi") if c in sizes]
+    highest = sizes[cols].max().max() if cols and not sizes.empty else 1.0
+    return max(1.1, float(highest) * 1.05) if pd.notna(highest) else 1.1
+
+
 def plot_efficiency(df: pd.DataFrame, threshold: float, path: Path) -> Path:
     """Efficiency per size, one line per variant, with the recommendation threshold."""
     sizes = _summary(df)
     fig, ax = _figure()
-    top = max(1.1, float(sizes["efficiency"].max()) * 1.05) if not sizes.empty else 1.1  # superlinear runs stay visible
+    top = _efficiency_top(sizes)
     ax.set(xlabel=XLABEL, ylabel="efficiency", title=f"{_scaling_kind(df).capitalize()}-scaling efficiency",
            ylim=(0, top))  # fmt: skip
     if sizes.empty:
         _message(ax, NO_TRIALS)
     for variant, g in sizes.groupby("variant"):
-        ax.plot(g["world_size"], g["efficiency"], "o-", label=_name(variant, None))
+        line = ax.plot(g["world_size"], g["efficiency"], "o-", label=_name(variant, None))[0]
+        _band(ax, g, "efficiency", line.get_color(), label="90% interval" if not variant else None)
     ax.axhline(threshold, color="red", linestyle=":", label=f"threshold {threshold:.2f}")
     _set_sizes(ax, _world_sizes(df))
     _finish(ax)
@@ -230,11 +247,13 @@ def plot_scaling(df: pd.DataFrame, threshold: float, path: Path) -> Path:
         ideal = "ideal (linear)" if not variant else None
         ax1.plot(g["world_size"], t0 * g["world_size"] / n0, "--", color=line.get_color(), alpha=0.4, label=ideal)
         ax2.plot(g["world_size"], g["efficiency"], "o-", color=line.get_color(), label=variant or None)
+        _band(ax1, g, "tokens_per_s", line.get_color())
+        _band(ax2, g, "efficiency", line.get_color())
     ax2.axhline(threshold, color="red", linestyle=":", label=f"threshold {threshold:.2f}")
     scaling = _scaling_kind(df)
     ax1.set(xlabel="world size (ranks)", ylabel="tokens/s", title="Throughput")
     ax2.set(xlabel="world size (ranks)", ylabel="efficiency", title=f"{scaling.capitalize()}-scaling efficiency",
-            ylim=(0, 1.1))  # fmt: skip
+            ylim=(0, _efficiency_top(sizes)))  # fmt: skip
     for ax in (ax1, ax2):
         if sizes.empty:
             _message(ax, NO_TRIALS)

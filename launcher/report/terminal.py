@@ -17,8 +17,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from launcher.results import flags
+from launcher.results.confidence import count
 from launcher.results.policy import Recommendation
+from launcher.results.scaling import variant_key
 from launcher.results.table import peak_mismatch_line
+from launcher.results.uncertainty import interval_text
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
@@ -27,22 +31,23 @@ SHORT = {
     "usd_per_1m_tokens": "$/1M tok", "bubble_measured": "bubble", "bubble_theory": "theory",
     "hours_to_budget": "h to budget", "device_hours_to_budget": "dev-h to budget", "usd_to_budget": "$ to budget",
     "device_hours_per_1m_tokens": "dev-h/1M tok", "jobs_per_hour": "runs/h", "tokens_per_s_interval": "interval",
-    "comm_share": "comm",
+    "comm_share": "comm", "flagged": "flags",
 }  # fmt: skip
 
 # Columns shown to people (the CSV/parquet keep them all), with their number formats.
 DISPLAY = [
-    ("variant", "{}"), ("world_size", "{:d}"), ("nodes", "{:d}"), ("status", "{}"), ("tokens_per_s", "{:,.0f}"),
+    ("variant", "{}"), ("world_size", "{:d}"), ("nodes", "{:d}"), ("status", "{}"), ("repeats", "{:d}"),
+    ("tokens_per_s", "{:,.0f}"),
     ("tokens_per_s_interval", "{}"), ("tokens_per_s_per_device", "{:,.0f}"), ("comm_share", "{:.0%}"),
     ("samples_per_s", "{:,.1f}"), ("step_time_median_s", "{:.4f}"), ("efficiency", "{:.2f}"), ("mfu", "{:.3f}"),
     ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("bubble_measured", "{:.2f}"), ("bubble_theory", "{:.2f}"),
     ("hours", "{:,.1f}"), ("jobs_per_hour", "{:.4f}"), ("usd_per_1m_tokens", "{:.4f}"),
     ("hours_to_budget", "{:,.1f}"), ("device_hours_to_budget", "{:,.0f}"), ("usd_to_budget", "{:,.0f}"),
-    ("reason", "{}"),
+    ("flagged", "{}"), ("reason", "{}"),
 ]  # fmt: skip
 FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other status is a failure, shown red
 # Shown only when some row has a value; the rest always (a dash says "not measured").
-OPTIONAL = {"reason", "variant", "nodes", "tokens_per_s_interval", "comm_share", "bubble_measured", "bubble_theory", "hours", "jobs_per_hour", "hours_to_budget",
+OPTIONAL = {"reason", "variant", "nodes", "repeats", "flagged", "tokens_per_s_interval", "comm_share", "bubble_measured", "bubble_theory", "hours", "jobs_per_hour", "hours_to_budget",
             "device_hours_to_budget", "usd_to_budget"}  # fmt: skip
 
 
@@ -55,16 +60,85 @@ def _cell(value: Any, fmt: str) -> str:
         return str(value)
 
 
+def _shown_cell(row: pd.Series, col: str, fmt: str) -> str:
+    """The value, with its size's interval where the row has one: `0.83 [0.76–0.90]`."""
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and pd.notna(row[col]):
+        return interval_text(row[col], lo, hi, fmt)
+    return _cell(row[col], fmt)
+
+
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of the table people read: a size's repeats folded into one row
+    (fold_repeats), its figures shown with their intervals."""
+    df = fold_repeats(df)
+
     def shown(c: str) -> bool:
         if c not in df.columns:
             return False
-        if c == "nodes":  # only where some trial spans several nodes
+        if c in ("nodes", "repeats"):  # only where some trial spans several nodes / some size repeats
             return bool((pd.to_numeric(df[c], errors="coerce").fillna(1) > 1).any())
         return c not in OPTIONAL or bool((df[c].notna() & (df[c] != "")).any())
 
     cols = [(c, f) for c, f in DISPLAY if shown(c)]
-    return [c for c, _ in cols], [[_cell(row[c], f) for c, f in cols] for _, row in df.iterrows()]
+    return [c for c, _ in cols], [[_shown_cell(row, c, f) for c, f in cols] for _, row in df.iterrows()]
+
+
+def _folded(rows: pd.DataFrame) -> dict[str, Any]:
+    """One row for a size's repeats: medians of the numbers over its completed trials (the
+    intervals are the size's already), its distinct flags and reasons."""
+    done = rows[rows["status"] == "completed"]
+    out: dict[str, Any] = {}
+    for c in rows.columns:
+        numeric = pd.api.types.is_numeric_dtype(done[c]) and not pd.api.types.is_bool_dtype(done[c])
+        out[c] = done[c].median() if numeric else done[c].iloc[0]
+    out["flags"] = flags.join(done["flags"]) if "flags" in done else None
+    reasons = list(dict.fromkeys(r for r in done.get("reason", []) if isinstance(r, str) and r))
+    out.update(status="completed", repeats=len(done), reason="; ".join(reasons) or None)
+    return out
+
+
+def fold_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """A size's completed repeats (and the repeats sweep.repeats=auto closed as not needed) as one
+    row, with `repeats` counting its completed trials; every other row stays as it is, so a
+    failed repeat still shows. Adds `flagged`, the kinds of flag a row carries. results.csv keeps
+    every trial."""
+    if df.empty or not {"world_size", "status"} <= set(df.columns) or "repeats" in df.columns:
+        return df  # nothing to fold, or folded already
+    df = df.reset_index(drop=True)
+    variant = variant_key(df)
+    key = list(zip(variant, df["world_size"], strict=True))
+    done = df["status"] == "completed"
+    sizes = {k for k, d in zip(key, done, strict=True) if d}
+    member = [k in sizes and (d or s == "skipped") for k, d, s in zip(key, done, df["status"], strict=True)]
+    rows, seen = [], set()
+    for i, row in df.iterrows():
+        if not member[i]:
+            rows.append({**row.to_dict(), "repeats": None})
+        elif key[i] not in seen:
+            seen.add(key[i])
+            mine = df[[member[j] and key[j] == key[i] for j in range(len(df))]]
+            rows.append(_folded(mine) if len(mine) > 1 else {**row.to_dict(), "repeats": 1})
+    out = pd.DataFrame(rows, columns=[*df.columns, "repeats"])
+    cells = out["flags"] if "flags" in out else [None] * len(out)
+    return out.assign(flagged=[", ".join(flags.kinds(c)) or None for c in cells])
+
+
+def flag_lines(df: pd.DataFrame, unit: str = "rank") -> list[str]:
+    """One line per size and kind of flag: the first such flag in full, and in how many of the
+    size's trials it was raised."""
+    if "flags" not in df or "world_size" not in df:
+        return []
+    lines = []
+    variant = variant_key(df)
+    for (v, n), rows in df.groupby([variant, "world_size"], sort=False):
+        raised = [f for cell in rows["flags"] for f in flags.split(cell)]
+        for kind in flags.kinds(flags.join(rows["flags"])):
+            mine = [f for f in raised if flags.kinds(f) == [kind]]
+            where = f"{v}, " if v else ""
+            times = f" (in {len(mine)} of {len(rows)} trials)" if len(rows) > 1 else ""
+            lines.append(f"{where}{count(int(n), unit)}: {mine[0]}{times}")
+    return lines
 
 
 # What a reader deciding "how many GPUs" needs first; every other column follows in DISPLAY
@@ -179,6 +253,7 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str =
     """The table at the console's width, then its notes and the recommendation. `everything`
     names where the columns left out can be read (None: nowhere but a wider terminal)."""
     console = console or stdout_console()
+    trials, df = df, fold_repeats(df)
     header, rows = display_rows(df)
     fit = fit_columns(header, rows, console.width, unit)
     table = _table(fit, header, rows, df["status"], title, unit)
@@ -193,8 +268,12 @@ def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str =
         console.print(mismatch, markup=False, highlight=False)
     if "mfu" in fit.columns and df["mfu"].isna().all():
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
+    for line in flag_lines(trials, unit):
+        console.print(f"flagged: {line}", markup=False, highlight=False)
     size = "none" if rec.world_size is None else str(rec.world_size)
     what = "world size" if unit == "rank" else f"{unit}s"
     console.print(f"[bold]Recommended {what}: {size}[/bold] — {escape(rec.reason)}")
+    if rec.confidence:
+        console.print(f"Confidence: {rec.confidence}", markup=False, highlight=False)
     if footer:
         console.print(footer, markup=False)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from launcher.config.schema import LauncherConfig, PolicyName
-from launcher.results.scaling import by_size
+from launcher.results import confidence as conf
+from launcher.results import flags
+from launcher.results.scaling import by_size, variant_key
 
 POLICIES = tuple(p.value for p in PolicyName)
 
@@ -37,61 +39,101 @@ class Recommendation:
     """One sentence saying why."""
     variant: str = ""
     """The combination recommended, when a sweep held several."""
+    confidence: str = ""
+    """How sure the pick is (`high — …`, `low — … within noise of …`, `unknown — …`), from the
+    bootstrap intervals of the sizes that decide it; '' where nothing is said (no repeats and no
+    `unknown_spread` sentence, e.g. a predicted table)."""
 
 
-def _count(n: int, unit: str) -> str:
-    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+_count = conf.count
+ONLY = "the only size that completed"
+ONLY_FREE = "the only size measured without core contention"
 
 
-def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens_per_s",
-              unit: str = "rank") -> Recommendation:  # fmt: skip
+def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens_per_s", unit: str = "rank",
+              unknown_spread: str | None = None) -> Recommendation:  # fmt: skip
     """The size to use under `policy` (a bare float is max_efficient at that threshold), with
-    the evidence. Several combinations: the best pick over all of them."""
+    the evidence and its confidence. Several combinations: the best pick over all of them. A size
+    whose trials oversubscribed the cores (cpu_contention > 1) is left out, with the reason.
+    `unknown_spread`: the confidence when no size has repeats (None: say nothing)."""
     if not isinstance(policy, Policy):
         policy = Policy(threshold=float(policy))
     sizes = by_size(df, metric)
     if sizes.empty:
         return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
+    sizes, excluded = _without_contention(sizes, df, unit)
+    if sizes.empty:
+        return Recommendation(world_size=None, reason=f"no size measured scaling: {excluded}")
     groups = [(v, g.reset_index(drop=True)) for v, g in sizes.groupby("variant")]
     pick = {"max_efficient": _max_efficient, "min_cost": _min_cost, "fastest_within_budget": _within_budget}
     rec = pick[policy.name](groups, policy, metric, unit)
+    notes = [excluded] if excluded else []
     oom = sorted({int(n) for n in df.loc[df["status"] == "oom", "world_size"]}) if "status" in df else []
     if oom:  # infeasible, not slow: say so beside the pick
-        sizes_ = ", ".join(map(str, oom))
-        rec = Recommendation(world_size=rec.world_size, variant=rec.variant,
-                             reason=f"{rec.reason}; out of memory (infeasible) at {sizes_} {unit}s")  # fmt: skip
+        notes.append(f"out of memory (infeasible) at {', '.join(map(str, oom))} {unit}s")
+    reason = "; ".join([rec.reason.replace(ONLY, ONLY_FREE) if excluded else rec.reason, *notes])
     if len(groups) > 1 and rec.variant:
-        return Recommendation(world_size=rec.world_size, reason=f"{rec.variant}, {rec.reason}", variant=rec.variant)
-    return rec
+        reason = f"{rec.variant}, {reason}"
+    sure = rec.confidence if len(sizes) > 1 and (sizes["completed"] > 1).any() else ""
+    if not sure and len(sizes) > 1 and rec.world_size is not None:
+        sure = unknown_spread or ""
+    return Recommendation(world_size=rec.world_size, reason=reason, variant=rec.variant, confidence=sure)
+
+
+def _without_contention(sizes: pd.DataFrame, df: pd.DataFrame, unit: str) -> tuple[pd.DataFrame, str]:
+    """The sizes whose trials had their cores to themselves, and a clause naming each other one:
+    ranks that wait for a core measure contention, not scaling."""
+    if "cpu_contention" not in sizes:
+        return sizes, ""
+    crowded = sizes["cpu_contention"] > 1.0 + 1e-9
+    clauses = []
+    for _, row in sizes[crowded].iterrows():
+        n, variant = int(row["world_size"]), row["variant"]
+        who = f"{variant} at " if variant else ""
+        said = _contention_words(df, variant, n, row["cpu_contention"])
+        clauses.append(f"{who}{_count(n, unit)} excluded: {said} measure contention, not scaling")
+    return sizes[~crowded], "; ".join(clauses)
+
+
+def _contention_words(df: pd.DataFrame, variant: str, n: int, contention: float) -> str:
+    """`4 ranks on 2 cores (cpu_contention 2.0)`: the size's own flag where the table has one."""
+    if "flags" in df:
+        for cell in df.loc[(df["world_size"] == n) & (variant_key(df) == variant), "flags"]:
+            if said := flags.detail(cell, flags.OVERSUBSCRIBED):
+                return said
+    return f"more threads than cores (cpu_contention {contention:.1f})"
 
 
 def _max_efficient(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
     threshold = policy.threshold
     good = [(v, d, d[d["efficiency"] >= threshold].iloc[-1]) for v, d in groups if (d["efficiency"] >= threshold).any()]
+    if not good:  # only where the smallest size itself was left out (excluded for contention)
+        return Recommendation(world_size=None, reason=f"no size left holds efficiency ≥ {threshold:.2f}")
     variant, done, pick = max(good, key=lambda g: (g[2]["world_size"], g[2][metric]))
     scaling = done["scaling"].iloc[0]
     n0 = int(done["world_size"].iloc[0])
     n = int(pick["world_size"])
     if len(done) == 1:
-        return Recommendation(world_size=n0, reason=f"{_count(n0, unit)}: the only size that completed", variant=variant)
+        return Recommendation(world_size=n0, reason=f"{_count(n0, unit)}: {ONLY}", variant=variant)
     if n == n0:
         reason = f"{_count(n, unit)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
     else:
         reason = (
             f"{_count(n, unit)}: largest size with {scaling}-scaling efficiency ≥ {threshold:.2f} "
-            f"({pick['efficiency']:.2f}, {pick['speedup']:.2f}× the throughput of {_count(n0, unit)})"
+            f"({conf.efficiency_text(pick)}, {pick['speedup']:.2f}× the throughput of {_count(n0, unit)})"
         )
     bigger = done[done["world_size"] > n]
     if not bigger.empty:
         nxt = bigger.iloc[0]
         m = int(nxt["world_size"])
         reason += (
-            f"; {_count(m, unit)} reach only {nxt['efficiency']:.2f} "
+            f"; {_count(m, unit)} reach only {conf.efficiency_text(nxt)} "
             f"({nxt[metric] / pick[metric]:.2f}× the speed for {m / n:.2f}× the devices"
             + (f", {nxt['usd_per_1m_tokens'] / pick['usd_per_1m_tokens']:.2f}× the $ per token)"
                if pd.notna(pick.get("usd_per_1m_tokens")) else ")")
         )  # fmt: skip
-    return Recommendation(world_size=n, reason=reason, variant=variant)
+    sure = conf.max_efficient(done, n, threshold, unit)
+    return Recommendation(world_size=n, reason=reason, variant=variant, confidence=sure)
 
 
 def _min_cost(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
@@ -109,11 +151,12 @@ def _min_cost(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
         cost = f"{per_device[id(best)]:.4g} {metric.replace('_per_', '/')} per device"
     others = [r for _, r in rows if r is not best]
     reason = f"{_count(n, unit)}: lowest cost per unit of work ({cost})"
-    if others:
-        runner = max(others, key=lambda r: per_device[id(r)])
+    runner = max(others, key=lambda r: per_device[id(r)]) if others else None
+    if runner is not None:
         m = int(runner["world_size"])
         reason += f"; the next cheapest, {_count(m, unit)}, costs {per_device[id(best)] / per_device[id(runner)]:.2f}× as much for the same work"
-    return Recommendation(world_size=n, reason=reason, variant=variant)
+    sure = conf.min_cost(best, runner, metric, unit)
+    return Recommendation(world_size=n, reason=reason, variant=variant, confidence=sure)
 
 
 def _within_budget(groups, policy: Policy, metric: str, unit: str) -> Recommendation:
@@ -141,11 +184,14 @@ def _within_budget(groups, policy: Policy, metric: str, unit: str) -> Recommenda
     spend = " and ".join(fmt.format(best[col]) for col, _, fmt in limits)
     reason = f"{_count(n, unit)}: fastest size within {budget} ({best['hours_to_budget']:,.1f} h, {spend})"
     faster = [r for _, r in rows if r[metric] > best[metric]]
+    deciding = [best]
     if faster:
         nxt = min(faster, key=lambda r: r[metric])
         col, cap, fmt = next((c, cap, f) for c, cap, f in limits if nxt[c] > cap)
         reason += f"; {_count(int(nxt['world_size']), unit)} would need {fmt.format(nxt[col])}"
-    return Recommendation(world_size=n, reason=reason, variant=variant)
+        deciding.append(nxt)
+    sure = conf.within_budget(deciding, limits[0][0], limits[0][1], metric, unit)
+    return Recommendation(world_size=n, reason=reason, variant=variant, confidence=sure)
 
 
 def policy_of(cfg: LauncherConfig) -> Policy:

@@ -9,23 +9,25 @@ import pandas as pd
 
 from launcher.io import atomic_write_text
 from launcher.results.cost import Pricing, add_cost
-from launcher.results.scaling import add_scaling
+from launcher.results.flags import trial_flags
+from launcher.results.scaling import add_scaling, interval_columns
 from launcher.trials.ends import mentions_oom
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
-TABLE_SCHEMA_VERSION = 5  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
-# 5: + precision and the peak MFU used (value, source, mismatch note)
+TABLE_SCHEMA_VERSION = 6  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
+# 5: + precision and the peak MFU used (value, source, mismatch note); 6: + each size's bootstrap intervals of
+# tokens/s and efficiency (tokens_per_s_lo/hi, efficiency_lo/hi), flags (straggler rank, oversubscribed cores)
 
 COLUMNS = [
     "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",
-    "global_batch", "status", "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
-    "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
-    "speedup", "efficiency", "scaling", "mfu", "peak_flops_per_device", "ccr", "busbw_gbps", "allreduce_time_s",
+    "global_batch", "status", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "tokens_per_s_per_device",
+    "samples_per_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
+    "speedup", "efficiency", "efficiency_lo", "efficiency_hi", "scaling", "mfu", "peak_flops_per_device", "ccr", "busbw_gbps", "allreduce_time_s",
     "compute_time_s",
     "bubble_measured", "bubble_theory", "collective_time_s",
     "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "device_hours_per_1m_tokens",
     "hours_to_budget", "device_hours_to_budget", "usd_to_budget", "device_hours", "allreduce_bytes", "cpu_contention",
-    "ranks_per_node", "lr", "precision", "peak_source", "peak_mismatch", "hosts", "reason",
+    "ranks_per_node", "lr", "precision", "peak_source", "peak_mismatch", "hosts", "flags", "reason",
 ]  # fmt: skip
 _LAYOUT_COLUMNS = ["bubble_measured", "bubble_theory", "collective_time_s"]
 # What MFU means: the precision that ran and the peak it was divided by (metrics of the record).
@@ -45,7 +47,7 @@ def _blank_row(trial: dict[str, Any]) -> dict[str, Any]:
     row["repeat"] = trial.get("repeat", 0)
     row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
     row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS + _PEAK_COLUMNS})
-    row.update(peak_memory_mb=None, hosts=None)
+    row.update(peak_memory_mb=None, hosts=None, flags=None)
     return row
 
 
@@ -111,6 +113,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})
     row.update({k: layout.get(k) for k in _LAYOUT_COLUMNS})
     row.update({k: m.get(k) for k in _PEAK_COLUMNS})
+    row["flags"] = trial_flags(m, world_size)
     if isinstance(m.get("peak_memory_bytes"), (int, float)):
         row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
     if record.get("hosts"):
@@ -147,8 +150,9 @@ def _planned(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     return {t["trial_id"]: t for t in trials if isinstance(t, dict) and isinstance(t.get("trial_id"), str)}
 
 
-_COST_COLUMNS = ["speedup", "efficiency", "usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget",
-                 "device_hours_to_budget", "usd_to_budget"]  # fmt: skip
+# Added from the other rows (scaling, intervals, cost), not read from a trial's own files.
+_DERIVED = ["speedup", "efficiency", *interval_columns(), "usd_per_1m_tokens", "device_hours_per_1m_tokens",
+                 "hours_to_budget", "device_hours_to_budget", "usd_to_budget"]  # fmt: skip
 
 
 def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame:
@@ -160,7 +164,7 @@ def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame
     for trial_id in sorted(set(planned) - {t.name for t in tdirs}):
         row = trial_row(planned[trial_id], None, None)
         rows.append({**row, "status": "corrupt", "reason": missing_folder(trial_id)})
-    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in _COST_COLUMNS])
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in _DERIVED])
     for col in _METRIC_COLUMNS + _LAYOUT_COLUMNS + ["peak_flops_per_device", "peak_memory_mb", "device_hours"]:
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = add_cost(add_scaling(df), pricing or Pricing())

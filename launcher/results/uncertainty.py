@@ -83,3 +83,12 @@ def efficiency_interval(values: Sequence[float], base: Sequence[float], *, size:
     draws = _resampled_medians(a, rng, n_boot) / _resampled_medians(b, rng, n_boot) * scale
     lo, hi = _percentiles(draws, level)
     return Interval(median=med, lo=lo, hi=hi)
+
+
+def interval_text(median: float, lo: float, hi: float, fmt: str = "{:.2f}") -> str:
+    """'0.83 [0.76–0.90]': the median and its interval, each in `fmt`; the median alone where the
+    spread is unknown (one repeat) or nil (the base size's efficiency is 1 by definition)."""
+    shown = fmt.format(median)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi == median:
+        return shown
+    return f"{shown} [{fmt.format(lo)}–{fmt.format(hi)}]"

@@ -35,17 +35,20 @@ from launcher.model import memory
 from launcher.model.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
+from launcher.results.confidence import UNKNOWN_SWEEP
 from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
 from launcher.run.local import run_trial_dir
+from launcher.run.repeats import run_repeats
+from launcher.run.repeats import summary as repeats_summary
 from launcher.slurm.commands import SlurmError
 from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
 from launcher.slurm.track import Stalled, track
 from launcher.trials.expand import expand
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trial
-from launcher.trials.spec import Trial, sweep_trials
+from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -196,14 +199,14 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     """Rebuild table and report from the trial folders."""
     df = build_table(sweep_dir, pricing_of(cfg))
     write_table(df, sweep_dir)
-    rec = recommend(df, policy_of(cfg))
+    rec = recommend(df, policy_of(cfg), unknown_spread=UNKNOWN_SWEEP)
     scaling = df["scaling"].iloc[0] if len(df) else "n/a"
     summary = (
         f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`, cluster `{cfg.cluster.name}`; "
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
-    notes = [n for n in [search_summary(sweep_dir)] if n]
+    notes = [n for n in [search_summary(sweep_dir), repeats_summary(df, cfg)] if n]
     write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir,
                  model=model_summary(sweep_dir, cfg), notes=notes)  # fmt: skip
     return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
@@ -257,20 +260,29 @@ def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progres
 
 def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
             detach: bool = False) -> SweepResult | None:  # fmt: skip
-    """Run (local) or submit and track (slurm) the trials not yet done; then build the table.
-    With detach (slurm), return None right after submission; also (detached) when the sweep
-    stalled in the queue. Ctrl-C cancels the sweep's Slurm jobs unless it was detached."""
+    """Run (local) or submit and track (slurm) the trials not yet done, round by round
+    (run/repeats.py); then build the table. With detach (slurm), return None right after
+    submission; also (detached) when the sweep stalled in the queue. An adaptive search or
+    sweep.repeats=auto decides each step from the last, so it stays attached. Ctrl-C cancels the
+    sweep's Slurm jobs unless it was detached."""
     pending = [t for t in trials if not is_done(sweep_dir, t)]
+
+    def run(batch: list[Trial]) -> None:
+        # Every repeat of the batch's sizes, done or not: repeats=auto counts what already ran.
+        sizes = {(t.variant, t.world_size) for t in batch}
+        mine = [t for t in trials if (t.variant, t.world_size) in sizes]
+        run_repeats(sweep_dir, cfg, mine, lambda round_: _run_batch(sweep_dir, cfg, round_, progress_bars))
+
     try:
         if cfg.sweep.search == "adaptive":
-            run_adaptive(sweep_dir, cfg, trials, lambda batch: _run_batch(sweep_dir, cfg, batch, progress_bars))
-        elif detach:  # slurm only (the CLI refuses it locally): submit what is not yet, and return
+            run_adaptive(sweep_dir, cfg, trials, run)
+        elif detach and not repeat_plan(cfg.sweep).auto:  # slurm only (the CLI refuses it locally)
             submitted = submissions(sweep_dir)
             _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
             print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
             return None
         else:
-            _run_batch(sweep_dir, cfg, pending, progress_bars)
+            run(trials)
     except Stalled as stalled:
         _detach_stalled(sweep_dir, cfg, stalled)
         return None
@@ -361,6 +373,9 @@ def main(args: argparse.Namespace) -> int:
     if args.detach and prepared.cfg.sweep.search == "adaptive":
         raise ConfigError("--detach with sweep.search=adaptive: the search picks each size from the last result, "
                           "so it must stay attached; use sweep.search=grid to detach")  # fmt: skip
+    if args.detach and repeat_plan(prepared.cfg.sweep).auto:
+        raise ConfigError("--detach with sweep.repeats=auto: each round of repeats is decided from the last, so it "
+                          "must stay attached; set a number of repeats (e.g. sweep.repeats=3) to detach")  # fmt: skip
     return show_and_exit_code(run_sweep(prepared, args.overrides, progress_bars=not args.quiet, detach=args.detach))
 
 

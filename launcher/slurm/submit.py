@@ -52,12 +52,16 @@ class PreparedJob:
 
 
 def group_trials(trials: list[Trial], *, pack: bool) -> list[list[Trial]]:
-    """pack: one job for all. Otherwise one job per size; repeats of a size form an array."""
+    """pack: one job for all, its steps in the trials' order. Otherwise one job per size and
+    repeat round (an array when several combinations share a size), submitted round by round
+    (1,2,4,1,2,4,…): the scheduler starts jobs in submission order as nodes free up (and
+    cluster.serialize_trials keeps exactly that order), so drift hits every size alike. An array
+    per size would run all repeats of one size before the next."""
     if pack:
         return [list(trials)]
-    groups: dict[tuple[int, int], list[Trial]] = {}
-    for t in trials:
-        groups.setdefault((t.nodes, t.world_size), []).append(t)
+    groups: dict[tuple[int, int, int], list[Trial]] = {}
+    for t in sorted(trials, key=lambda t: t.repeat):  # stable: sizes keep their order within a round
+        groups.setdefault((t.repeat, t.nodes, t.world_size), []).append(t)
     return list(groups.values())
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from launcher.config.derived import batch_math, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
-from launcher.config.schema import LauncherConfig
+from launcher.config.schema import LauncherConfig, SweepConfig
+from launcher.config.validate import AUTO_FIRST_REPEATS, parse_repeats
 from launcher.trials.layout import layout_degrees
 
 
@@ -70,7 +71,7 @@ def make_trial(
     math_ = batch_math(cfg.batch, dp)
     name = f"{index:03d}-{variant}-ws{world_size}" if variant else f"{index:03d}-ws{world_size}"
     return Trial(
-        trial_id=name + (f"-r{repeat}" if repeat or cfg.sweep.repeats > 1 else ""),
+        trial_id=name + (f"-r{repeat}" if repeat or repeat_plan(cfg.sweep).planned > 1 else ""),
         index=index,
         world_size=world_size,
         nodes=nodes,
@@ -108,25 +109,49 @@ def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:
     return sizes
 
 
+@dataclass(kw_only=True, frozen=True)
+class RepeatPlan:
+    planned: int
+    """Trials planned per size: sweep.repeats, or sweep.max_repeats for `auto`."""
+    first: int
+    """Rounds every size runs before `auto` judges it (all of them for a fixed count)."""
+    auto: bool
+    """sweep.repeats=auto: later rounds only for sizes whose interval is still wider than target_ci."""
+    target_ci: float
+    """auto: the relative half-width of the tokens/s interval that ends a size's repeats."""
+
+
+def repeat_plan(s: SweepConfig) -> RepeatPlan:
+    """How many trials of each size a sweep plans and runs (sweep.repeats, max_repeats, target_ci)."""
+    k = parse_repeats(s.repeats)
+    if k is None:
+        return RepeatPlan(planned=s.max_repeats, first=AUTO_FIRST_REPEATS, auto=True, target_ci=s.target_ci)
+    return RepeatPlan(planned=k, first=k, auto=False, target_ci=s.target_ci)
+
+
 def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
                skipped: list[str] | None = None) -> list[Trial]:  # fmt: skip
-    """All trials of the sweep, smallest size first, `sweep.repeats` of each.
+    """All trials of the sweep in the order they run: round by round, one repeat of every size
+    per round, smallest first (1,2,4,1,2,4,…), so drift over the sweep hits every size alike.
 
     Strict by default: the first impossible trial raises, naming its size, before anything has
     run. With `skipped` (a sweep over several combinations), an impossible size is appended
     there with its reason instead, and the others are kept."""
-    trials: list[Trial] = []
+    sizes: list[tuple[int, int]] = []
     for nodes, world_size in sweep_sizes(cfg):
-        for repeat in range(cfg.sweep.repeats):
-            try:
-                trials.append(
-                    make_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
-                               warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat, variant=variant)  # fmt: skip
-                )
-            except ConfigError as exc:
-                reason = f"world size {world_size}: {exc}"
-                if skipped is None:
-                    raise ConfigError(reason) from None
-                skipped.append(f"{variant} at {reason}" if variant else reason)
-                break
+        try:
+            make_trial(cfg, index=0, world_size=world_size, steps=cfg.sweep.steps, warmup_steps=cfg.sweep.warmup_steps,
+                       nodes=nodes)  # fmt: skip
+        except ConfigError as exc:
+            reason = f"world size {world_size}: {exc}"
+            if skipped is None:
+                raise ConfigError(reason) from None
+            skipped.append(f"{variant} at {reason}" if variant else reason)
+            continue
+        sizes.append((nodes, world_size))
+    trials: list[Trial] = []
+    for repeat in range(repeat_plan(cfg.sweep).planned):
+        for nodes, world_size in sizes:
+            trials.append(make_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
+                                     warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat, variant=variant))  # fmt: skip
     return trials
