@@ -173,6 +173,11 @@ def test_gpus_per_node_option_and_its_record():
     cluster_verb.add_arguments(p)
     assert p.parse_args(["up", "--gpus-per-node", "4"]).gpus_per_node == 4
     assert p.parse_args(["up"]).gpus_per_node is None  # keep the running cluster's count
+    # The bed's limits likewise keep the running cluster's when left out (tests/test_bed.py has the rest).
+    args = p.parse_args(["up"])
+    assert (args.cpus_per_node, args.link_rate) == (None, None)
+    args = p.parse_args(["up", "--cpus-per-node", "0.45", "--link-rate", "200mbit"])
+    assert (args.cpus_per_node, args.link_rate) == ("0.45", "200mbit")
     assert State.from_json({"nodes": ["n1"]}).gpus_per_node == conf.NODE_GPUS  # a record from before the option
     assert State.from_json(State(gpus_per_node=4).to_json()).gpus_per_node == 4
 
@@ -250,6 +255,7 @@ def test_up_is_idempotent_and_fast(cluster):
     text = devcluster.status(cluster.root)
     assert text.splitlines()[-1] == f"export SLURM_CONF={cluster.slurm_conf}"
     assert f"gpus per node: {cluster.gpus_per_node} (stand-ins" in text
+    assert "cpu per node: " in text and "link: " in text  # the bed's limits, whatever they are now
     assert f"gpu:{cluster.gpus_per_node}" in text  # sinfo's GRES column
     assert "slurmctld" in text and "DEAD" not in text
 

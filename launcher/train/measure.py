@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from launcher.cgroup import own_cpu_quota
 from launcher.config.schema import LauncherConfig
 from launcher.model.flops import flops_per_token
 from launcher.model.peaks import PeakChoice, choose_peak, find_device, math_dtype
@@ -177,10 +178,11 @@ def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warm
     """Every rank's own figures, on every rank."""
     # Warm-up is excluded from each attempt (a resumed run warms up again), keeping ≥ 1 step.
     measured_from = min(warmup_steps, len(trained.step_times) - 1)
+    quota = own_cpu_quota()
     mine = {"host": socket.gethostname(), "step_times": trained.step_times[measured_from:],
             "memory": asdict(memory), "layout": engine.metrics(), "machine": machine_id(),
             "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-            "binding": rank_binding(device)}  # fmt: skip
+            "cpu_quota": quota.cpus, "cpu_group": quota.group, "binding": rank_binding(device)}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -255,6 +257,8 @@ def machine_metrics(everyone: list[dict[str, Any]], device: torch.device) -> dic
         "machines": len({r["machine"] for r in everyone}),
         "cpus_per_machine": min(r["cpus"] for r in everyone),
         "threads_per_rank": max(r["threads"] for r in everyone),
+        # CPUs' worth of time each rank's cgroup allowed (shared by the ranks in one cgroup); None: no quota.
+        "cpu_quota_per_rank": [r["cpu_quota"] for r in everyone],
     }
 
 
@@ -284,12 +288,26 @@ def machine_id() -> str:
 
 
 def cpu_contention(ranks: list[dict[str, Any]]) -> float:
-    """How oversubscribed the busiest machine's cores are: Σ threads of its ranks ÷ its cores
-    (≥ 1). CPU ranks that share cores slow each other; the performance model needs to know."""
+    """How oversubscribed the busiest machine's cores are (≥ 1): the CPU its ranks can demand ÷ its
+    cores. A rank demands its threads, but the ranks in one cgroup with a CPU quota together no more
+    than the quota (`cpu_group`, `cpu_quota`: cgroup.py), so Σ over the machine's groups of
+    min(threads in group, quota) ÷ cores. CPU ranks that share cores slow each other as the number
+    grows, the performance model needs to know; a node held to a fixed share does not."""
     per_machine: dict[str, list[dict[str, Any]]] = {}
     for r in ranks:
         per_machine.setdefault(r["machine"], []).append(r)
-    return max(1.0, *(sum(r["threads"] for r in rs) / max(r["cpus"] for r in rs) for rs in per_machine.values()))
+    worst = 1.0
+    for rs in per_machine.values():
+        groups: dict[str, list[float]] = {}  # cgroup → [quota, threads]
+        demand = 0.0
+        for r in rs:
+            if r.get("cpu_quota") is None:
+                demand += r["threads"]
+            else:
+                groups.setdefault(r["cpu_group"], [r["cpu_quota"], 0])[1] += r["threads"]
+        demand += sum(min(threads, quota) for quota, threads in groups.values())
+        worst = max(worst, demand / max(r["cpus"] for r in rs))
+    return round(worst, 6)
 
 
 def time_allreduce(numel: int, group, device: torch.device) -> float:

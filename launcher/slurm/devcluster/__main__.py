@@ -1,4 +1,5 @@
-"""`python -m launcher.slurm.devcluster up|down|status [--nodes N] [--gpus-per-node N] [--root DIR]`: the same as
+"""`python -m launcher.slurm.devcluster up|down|status [--nodes N] [--gpus-per-node N] [--cpus-per-node F]
+[--link-rate RATE] [--root DIR]`: the same as
 `launcher cluster`, for machines where only the package (not its console script) is on PATH."""
 
 from __future__ import annotations

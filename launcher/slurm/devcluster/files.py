@@ -14,9 +14,10 @@ from launcher.slurm.devcluster.conf import Layout, Ports
 PORTS = Ports()
 
 
-def configs(layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int) -> dict[Path, tuple[str, int]]:
+def configs(layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int,
+            exclusive: bool = False) -> dict[Path, tuple[str, int]]:  # fmt: skip
     return {
-        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus), 0o644),
+        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus, exclusive=exclusive), 0o644),
         layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),
         layout.gres_conf: (conf.gres_conf_text(layout, nodes, gpus=gpus), 0o644),
         layout.hosts: (conf.hosts_text(nodes), 0o644),
@@ -24,10 +25,10 @@ def configs(layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int)
     }
 
 
-def configs_current(layout: Layout, nodes: tuple[str, ...], gpus: int) -> bool:
+def configs_current(layout: Layout, nodes: tuple[str, ...], gpus: int, exclusive: bool = False) -> bool:
     try:
         pw = layout.db_password_file.read_text().strip()
-        return all(p.read_text() == text for p, (text, _) in configs(layout, nodes, pw, gpus).items())
+        return all(p.read_text() == text for p, (text, _) in configs(layout, nodes, pw, gpus, exclusive).items())
     except OSError:
         return False
 
@@ -63,11 +64,11 @@ def make_fake_gpus(layout: Layout, gpus: int) -> None:
             f.touch()
 
 
-def write_configs(layout: Layout, names: tuple[str, ...], gpus: int) -> set[Path]:
+def write_configs(layout: Layout, names: tuple[str, ...], gpus: int, exclusive: bool = False) -> set[Path]:
     """Write the config files; returns those whose text changed (their readers must restart)."""
     pw = accounting.db_password(layout)
     changed = set()
-    for path, (text, mode) in configs(layout, names, pw, gpus).items():
+    for path, (text, mode) in configs(layout, names, pw, gpus, exclusive).items():
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)

@@ -23,6 +23,7 @@ PROGRAMS = {
     "mariadb-install-db": "mariadb-server",
     "mariadb": "mariadb-client",
     "ip": "iproute2",
+    "tc": "iproute2",
     "nsenter": "util-linux",
     "unshare": "util-linux",
 }

@@ -1,7 +1,8 @@
 """`up`, `down`, `status`, `current`: the dev cluster's life cycle.
 
 The state file (`cluster.json` in the cluster folder) records every pid `up` started and every
-namespace or bridge it created; `down` acts on that record only.
+namespace, bridge or cgroup it created; `down` acts on that record only. The bed's limits (a CPU
+share per node, a link rate) are applied to a running cluster in place, with no restart (`bed`).
 """
 
 from __future__ import annotations
@@ -13,18 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm.devcluster import accounting, conf, daemons, files, netns
+from launcher.slurm.devcluster import accounting, bed, conf, daemons, files, limits, netns
 from launcher.slurm.devcluster.conf import Layout
 from launcher.slurm.devcluster.errors import DevClusterError
 from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
+from launcher.slurm.devcluster.limits import Limits
+from launcher.slurm.devcluster.ready import HEALTHY_STATES, run, sinfo_states, wait_ready
 from launcher.slurm.devcluster.state import State, load, locked, save
 
 DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
 PORTS = files.PORTS
-# Nodes that work. Besides idle/alloc/mix: `comp` (a job's epilog is finishing) and `plnd`
-# (idle, held by backfill for a pending job) are normal on a busy cluster, not a fault.
-HEALTHY_STATES = ("idle", "alloc", "mix", "comp", "plnd")
-NODES_TIMEOUT_S = 60.0
 DAEMON_TIMEOUT_S = 60.0
 NOT_ROOT = (
     "launcher cluster up needs root: it installs Debian packages and creates network namespaces; "
@@ -44,53 +43,23 @@ class DevCluster:
     """The default partition, "debug"."""
     gpus_per_node: int
     """Stand-in GPUs per node (gres `gpu`, device files in the cluster folder)."""
+    limits: Limits = Limits()
+    """Each node's CPU share and link rate (none by default: the nodes share the machine's cores)."""
 
     def env(self) -> dict[str, str]:
         """A copy of os.environ with SLURM_CONF: what Slurm's client commands need."""
         return dict(os.environ, SLURM_CONF=str(self.slurm_conf))
 
 
-def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int) -> DevCluster:
+def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int, lim: Limits) -> DevCluster:
     return DevCluster(root=layout.root, slurm_conf=layout.slurm_conf, nodes=nodes, partition=conf.PARTITION,
-                      gpus_per_node=gpus)
+                      gpus_per_node=gpus, limits=lim)
 
 
 def _daemon_env(layout: Layout) -> dict[str, str]:
     # Daemons get a small fixed environment, not the caller's (a test runner's variables
     # would otherwise leak into every job step's slurmstepd).
     return {"PATH": DAEMON_PATH, "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(layout.slurm_conf)}
-
-
-def _client_env(layout: Layout) -> dict[str, str]:
-    return dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
-
-
-def _run(argv: list[str], layout: Layout, timeout: float = 20.0) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            argv,
-            check=False,
-            capture_output=True,
-            text=True,
-            env=_client_env(layout),
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout:.0f} s")
-
-
-def _sinfo_states(layout: Layout) -> dict[str, str] | None:
-    """Node → compact state (`idle`, `down*`, ...) or None if slurmctld does not answer."""
-    r = _run([program("sinfo"), "--noheader", "--Node", "--format=%N %t"], layout, timeout=10)
-    if r.returncode != 0:
-        return None
-    out = {}
-    for line in r.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            out[parts[0]] = parts[1]
-    return out
 
 
 def _names(nodes: tuple[str, ...]) -> list[str]:
@@ -102,9 +71,11 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bo
         return False
     if not all(name in st.procs and daemons.alive(st.procs[name]) for name in _names(nodes)):
         return False
-    if not all(netns.node_ok(n) for n in nodes) or not files.configs_current(layout, nodes, gpus):
+    if not all(netns.node_ok(n) for n in nodes):
         return False
-    states = _sinfo_states(layout)
+    if not files.configs_current(layout, nodes, gpus, _exclusive(st.limits)):
+        return False
+    states = sinfo_states(layout)
     return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
 
 
@@ -112,35 +83,48 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bo
 
 
 def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print,
-       gpus_per_node: int | None = None) -> DevCluster:  # fmt: skip
+       gpus_per_node: int | None = None, cpus_per_node: float | None = None,
+       link_rate_bit: int | None = None) -> DevCluster:  # fmt: skip
     """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers.
     `gpus_per_node`: stand-in GPUs on every node; None keeps the running cluster's (2 on a new one),
-    so a plain `up` from another test session never reconfigures, and restarts, a cluster in use."""
+    so a plain `up` from another test session never reconfigures, and restarts, a cluster in use.
+    `cpus_per_node` (CPU quota per node, 0 = none) and `link_rate_bit` (tbf rate per node link,
+    0 = unshaped) likewise keep the cluster's when None; new values are applied in place."""
     if os.geteuid() != 0:
         raise DevClusterError(NOT_ROOT)
     layout = Layout(root=Path(root))
+    st = load(layout)
     try:
         names = conf.node_names(nodes)
-        gpus = conf.check_gpus(load(layout).gpus_per_node if gpus_per_node is None else gpus_per_node)
+        gpus = conf.check_gpus(st.gpus_per_node if gpus_per_node is None else gpus_per_node)
+        cpus = st.limits.cpus_per_node if cpus_per_node is None else cpus_per_node
+        lim = Limits(cpus_per_node=limits.check_cpus(cpus, len(names), bed.cores()),
+                     link_rate_bit=st.limits.link_rate_bit if link_rate_bit is None else link_rate_bit)  # fmt: skip
+        if lim.cpus_per_node:
+            bed.hierarchy()  # no cpu controller: say so before anything starts
     except ValueError as exc:
         raise DevClusterError(str(exc)) from None
-    if layout.state_file.exists() and _healthy(layout, load(layout), names, gpus):
-        return _cluster(layout, names, gpus)
     try:
+        if layout.state_file.exists() and _healthy(layout, st, names, gpus):
+            if not _limits_current(st, names, lim):
+                with locked(layout):
+                    _apply_limits(load(layout), layout, names, lim, log)
+                    _set_exclusive(layout, names, gpus, lim)
+            return _cluster(layout, names, gpus, lim)
         with locked(layout):
-            return _up(layout, names, gpus, log)
+            return _up(layout, names, gpus, lim, log)
     except (InstallError, netns.NetError, OSError, subprocess.SubprocessError) as exc:
         raise DevClusterError(f"{exc} (logs in {layout.log})") from None
 
 
-def _up(layout: Layout, names: tuple[str, ...], gpus: int, log: Callable[[str], None]) -> DevCluster:
+def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Callable[[str], None]) -> DevCluster:
     t0 = time.monotonic()
     st = load(layout)
-    if _healthy(layout, st, names, gpus):  # another `up` finished while we waited for the lock
-        return _cluster(layout, names, gpus)
+    if _healthy(layout, st, names, gpus) and _limits_current(st, names, lim):  # another `up` did it meanwhile
+        return _cluster(layout, names, gpus, lim)
     ensure_packages(log, layout.log_file("apt"))
     files.make_dirs(layout, names, gpus)
-    changed = files.write_configs(layout, names, gpus)
+    changed = files.write_configs(layout, names, gpus, _exclusive(lim))
     if st.nodes and st.nodes != names:
         log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
     if st.nodes and st.gpus_per_node != gpus:
@@ -172,17 +156,68 @@ def _up(layout: Layout, names: tuple[str, ...], gpus: int, log: Callable[[str], 
     for n in stale:
         _node_net_down(st, n)
     save(layout, st)
+    # Before the nodes start: each slurmd starts inside its cgroup, the links are already shaped.
+    _apply_limits(st, layout, names, lim, log)
 
     ctld_argv = netns.as_host_argv(conf.CONTROLLER, layout, [program("slurmctld"), "-D"])
     _start(layout, st, "slurmctld", ctld_argv, env)
     for n in names:
         argv = netns.in_node_argv(n, layout, [program("slurmd"), "-D", "-N", n])
+        if st.cgroup_base:
+            argv = bed.enter_argv(Path(st.cgroup_base), n, argv)
         _start(layout, st, f"slurmd-{n}", argv, env)
     st.nodes = names
     save(layout, st)
-    _wait_ready(layout, st, names)
+    wait_ready(layout, st, names)
     log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
-    return _cluster(layout, names, gpus)
+    return _cluster(layout, names, gpus, lim)
+
+
+def _exclusive(lim: Limits) -> bool:
+    # A node's CPU share stands for a dedicated device: one job at a time on it, as with GPUs.
+    return lim.cpus_per_node > 0
+
+
+def _set_exclusive(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits) -> None:
+    """Whole nodes per job (or not) on the running controller, and in slurm.conf for its next start."""
+    if files.write_configs(layout, names, gpus, _exclusive(lim)):
+        value = "EXCLUSIVE" if _exclusive(lim) else "NO"
+        r = run([program("scontrol"), "update", f"PartitionName={conf.PARTITION}", f"OverSubscribe={value}"], layout)
+        if r.returncode != 0:
+            raise DevClusterError(f"scontrol update PartitionName={conf.PARTITION} OverSubscribe={value} failed: "
+                                  f"{r.stderr.strip()}")  # fmt: skip
+
+
+def _slurmd_pids(st: State, names: tuple[str, ...]) -> dict[str, int]:
+    return {n: st.procs[f"slurmd-{n}"].pid for n in names if f"slurmd-{n}" in st.procs}
+
+
+def _limits_current(st: State, names: tuple[str, ...], lim: Limits) -> bool:
+    """The recorded limits are `lim` and the machine agrees (quota files, slurmd in its cgroup, qdiscs)."""
+    if st.limits != lim or bool(st.cgroup_base) != bool(lim.cpus_per_node):
+        return False
+    cpu_ok = not lim.cpus_per_node or bed.cpu_in_place(names, lim.cpus_per_node, Path(st.cgroup_base),
+                                                       st.cgroup_version, _slurmd_pids(st, names))  # fmt: skip
+    return cpu_ok and bed.link_in_place(names, lim.link_rate_bit)
+
+
+def _apply_limits(st: State, layout: Layout, names: tuple[str, ...], lim: Limits, log: Callable[[str], None]) -> None:
+    """Set, change or lift each node's CPU quota and link shaping on the running nodes, in place."""
+    if lim.cpus_per_node:
+        h = bed.hierarchy()
+        base = Path(st.cgroup_base) if st.cgroup_base else bed.group_base(h)
+        st.cgroup_base, st.cgroup_version = str(base), st.cgroup_version or h.version
+        save(layout, st)  # recorded before it exists: `down` must find a half-made one
+        bed.set_cpu(names, lim.cpus_per_node, base, st.cgroup_version)
+    elif st.cgroup_base:
+        bed.remove_cpu(Path(st.cgroup_base))
+        st.cgroup_base, st.cgroup_version = "", 0
+    bed.set_link(names, lim.link_rate_bit)
+    if st.limits != lim:
+        log(f"{limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())}\n"
+            f"{limits.describe_link(lim.link_rate_bit)}")  # fmt: skip
+    st.limits = lim
+    save(layout, st)
 
 
 def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
@@ -265,48 +300,12 @@ def _stop_slurm(layout: Layout, st: State, nodes: tuple[str, ...]) -> None:
     save(layout, st)
 
 
-# ---------------------------------------------------------------- waiting
-
-
-def _wait_ready(layout: Layout, st: State, names: tuple[str, ...]) -> None:
-    ctld = st.procs["slurmctld"]
-    daemons.wait_tcp(conf.CONTROLLER_IP, PORTS.ctld, "slurmctld", layout.log_file("slurmctld"), ctld)
-    deadline = time.monotonic() + NODES_TIMEOUT_S
-    resumed: set[str] = set()
-    while True:
-        states = _sinfo_states(layout) or {}
-        bad = {n: states.get(n, "?") for n in names if states.get(n) not in HEALTHY_STATES}
-        if not bad:
-            break
-        for n, s in bad.items():
-            # A node that answers but stays down/drained (after a failure test) needs a resume.
-            if s in ("down", "drain") and n not in resumed:
-                _run([program("scontrol"), "update", f"nodename={n}", "state=resume"], layout)
-                resumed.add(n)
-        dead = [n for n in names if not daemons.alive(st.procs[f"slurmd-{n}"])]
-        if dead or not daemons.alive(ctld) or time.monotonic() > deadline:
-            if not daemons.alive(ctld):
-                raise daemons.failure("slurmctld", layout.log_file("slurmctld"), ctld)
-            n = dead[0] if dead else next(iter(bad))
-            detail = ", ".join(f"{k}={v}" for k, v in bad.items())
-            raise DevClusterError(
-                f"node {n} did not come up ({detail}); read {layout.log / f'slurmd-{n}.log'} and {layout.log_file('slurmctld')}"
-            )
-        time.sleep(0.1)
-    while True:
-        r = _run([program("sacct"), "--noheader", "-X", "--format=JobID", "-j", "1"], layout)
-        if r.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise DevClusterError(f"sacct does not answer ({r.stderr.strip()}); read {layout.log_file('slurmdbd')}")
-        time.sleep(0.2)
-
-
 # ---------------------------------------------------------------- down, status, current
 
 
 def down(root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print) -> None:
-    """Stop what `up` started (by recorded pid) and remove the namespaces and bridge it made."""
+    """Stop what `up` started (by recorded pid) and remove the namespaces, bridge, cgroups and
+    qdiscs it made. The limits stay recorded: a later `up` without flags applies them again."""
     layout = Layout(root=Path(root))
     if not layout.state_file.exists():
         log(f"no dev cluster recorded in {layout.root}; nothing to stop")
@@ -319,6 +318,11 @@ def down(root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print) -> None:
         st = load(layout)
         nodes = tuple(sorted({*st.nodes, *st.netns, *(k[7:] for k in st.procs if k.startswith("slurmd-"))}))
         _stop_slurm(layout, st, nodes)
+        if st.cgroup_base:
+            bed.remove_cpu(Path(st.cgroup_base))
+            st.cgroup_base, st.cgroup_version = "", 0
+        bed.set_link(nodes, 0)
+        save(layout, st)
         for name in ("slurmdbd", "mariadb", "munged"):
             if name in st.procs:
                 daemons.stop(st.procs.pop(name), timeout=20.0)
@@ -347,13 +351,23 @@ def status(root: Path = DEFAULT_ROOT) -> str:
             f"{name:<12} {'not started' if p is None else f'pid {p.pid:<8} ' + ('alive' if daemons.alive(p) else 'DEAD')}"
         )
     # CPUs and GRES columns: what a job may ask of each node (the stand-in GPUs included).
-    r = _run([program("sinfo"), "--Node", "--format=%10N %9P %6t %5c %G"], layout, timeout=10)
+    r = run([program("sinfo"), "--Node", "--format=%10N %9P %6t %5c %G"], layout, timeout=10)
     lines.append("")
     lines.append((r.stdout if r.returncode == 0 else f"sinfo failed: {r.stderr.strip()}\n").rstrip("\n"))
     lines.append(f"gpus per node: {st.gpus_per_node} (stand-ins: device files in {layout.fake_gpu_dir}; "
                  "jobs compute on CPU, Slurm sets CUDA_VISIBLE_DEVICES)")
+    lines += _bed_lines(st)
     lines.append(f"export SLURM_CONF={layout.slurm_conf}")
     return "\n".join(lines)
+
+
+def _bed_lines(st: State) -> list[str]:
+    lim = st.limits
+    cpu = limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())
+    out = [cpu + (f" in {st.cgroup_base}/n*" if st.cgroup_base else ""), limits.describe_link(lim.link_rate_bit)]
+    if st.nodes and not _limits_current(st, st.nodes, lim):
+        out.append("NOT in place on every node (a node restarted by hand?): `launcher cluster up` applies them")
+    return out
 
 
 def current(root: Path = DEFAULT_ROOT) -> DevCluster | None:
@@ -365,4 +379,4 @@ def current(root: Path = DEFAULT_ROOT) -> DevCluster | None:
         return None
     if not st.nodes or not all(n in st.procs and daemons.alive(st.procs[n]) for n in _names(st.nodes)):
         return None
-    return _cluster(layout, st.nodes, st.gpus_per_node)
+    return _cluster(layout, st.nodes, st.gpus_per_node, st.limits)

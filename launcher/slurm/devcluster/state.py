@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from launcher.slurm.devcluster.conf import NODE_GPUS, Layout
 from launcher.slurm.devcluster.daemons import Proc
 from launcher.slurm.devcluster.errors import DevClusterError
+from launcher.slurm.devcluster.limits import Limits
 
 
 @dataclass(kw_only=True)
@@ -28,6 +29,12 @@ class State:
     """Cluster, account and user are in the accounting database."""
     gpus_per_node: int = NODE_GPUS
     """Stand-in GPUs per node of the last `up` (a later `up` without --gpus-per-node keeps them)."""
+    limits: Limits = field(default_factory=Limits)
+    """CPU share and link rate per node of the last `up` (a later `up` without the flags keeps them)."""
+    cgroup_base: str = ""
+    """The folder `up` made for the nodes' cgroups (one per node inside); "" when none."""
+    cgroup_version: int = 0
+    """1 or 2: the cgroup hierarchy of `cgroup_base` (0 when none)."""
 
     def to_json(self) -> dict:
         return {
@@ -37,6 +44,10 @@ class State:
             "netns": self.netns,
             "accounting": self.accounting,
             "gpus_per_node": self.gpus_per_node,
+            "cpus_per_node": self.limits.cpus_per_node,
+            "link_rate_bit": self.limits.link_rate_bit,
+            "cgroup_base": self.cgroup_base,
+            "cgroup_version": self.cgroup_version,
         }
 
     @classmethod
@@ -48,6 +59,9 @@ class State:
             netns=list(d.get("netns", [])),
             accounting=bool(d.get("accounting", False)),
             gpus_per_node=int(d.get("gpus_per_node", NODE_GPUS)),
+            limits=Limits(cpus_per_node=float(d.get("cpus_per_node", 0.0)), link_rate_bit=int(d.get("link_rate_bit", 0))),
+            cgroup_base=str(d.get("cgroup_base", "")),
+            cgroup_version=int(d.get("cgroup_version", 0)),
         )
 
 
