@@ -134,8 +134,10 @@ def test_rank_deficient_allreduce_keeps_preset_latency():
 
 def test_intervals_contain_truth_and_widen_with_extrapolation():
     # Strong scaling on ≤ 64 ranks with ±3% noise; predict sizes never measured.
+    # The noise-free truth (not a new noisy trial) at 16× the largest size: a 95% interval holds it;
+    # how often a 90% one holds new trials is test_interval_coverage_of_held_out_sizes's question.
     shapes = [strong(w, g) for w in (1, 2, 4, 8, 16, 32, 64) for g in (512, 1024, 2048)]
-    model = fit(synthetic(shapes, noise=0.03, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
+    model = fit(synthetic(shapes, noise=0.03, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"], level=0.95)
     for w in (3, 6, 12, 24, 48, 128, 256, 1024):
         p = model.predict(strong(w))
         assert p.low_s <= true_step(strong(w)) <= p.high_s, (w, p)
@@ -206,14 +208,20 @@ def test_no_residual_is_recorded_and_said_not_printed_as_a_percentage():
     assert model.rel_sigma == SIGMA_WITHOUT_DOF
     assert model.to_dict()["rel_sigma_measured"] is None
     assert residual_phrase(model) == "no residual (n ≤ p: 1 trial, 1 parameter)"
+    assert model.rel_sigma_holdout is None and model.rel_sigma_repeat is None
     line = layout_line("ddp", model)
-    assert line.endswith("fitted on 1 trial, no residual (n ≤ p: 1 trial, 1 parameter)")
-    assert "%" not in line.split("fitted on")[1]
+    assert line.endswith("fitted on 1 trial, no residual (n ≤ p: 1 trial, 1 parameter); "
+                         "90% intervals ±1.64σ, σ from assumed 10% (too few shapes to hold one out, no repeats)")
+    assert "%" not in line.split("fitted on")[1].split(";")[0]
 
-    # Spare trials: the residual is measured, and that is what the line reports.
+    # Spare trials: the residual is measured, and that is what the line reports; the interval
+    # rests on the held-out error, which a fit's own residual understates.
     fitted = fit(synthetic(weak_grid(), noise=0.01, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
-    assert fitted.n_parameters == 3 and fitted.rel_sigma_measured == fitted.rel_sigma
-    assert layout_line("ddp", fitted).endswith(f"fitted on 21 trials, residual {fitted.rel_sigma:.1%}")
+    assert fitted.n_parameters == 3 and fitted.rel_sigma == fitted.rel_sigma_holdout > fitted.rel_sigma_measured
+    assert layout_line("ddp", fitted).endswith(
+        f"fitted on 21 trials, residual {fitted.rel_sigma_measured:.1%}; 90% intervals ±1.73σ, σ from held-out "
+        f"error {fitted.rel_sigma:.1%} (leave one shape out, t on 18 dof)"
+    )
 
 
 def test_same_work_everywhere_cannot_separate_overhead():

@@ -13,6 +13,7 @@ from launcher.config.compose import compose_config
 from launcher.model.plan import from_presets_forecast, parse_gpus
 from launcher.io import atomic_write_json
 from launcher.model.links import LINKS, ring_allreduce_s
+from launcher.model.shapes import ddp_buckets
 
 
 def test_gpu_ranges():
@@ -33,8 +34,9 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     total, non_emb = param_counts(cfg.model)
     seq = cfg.model.seq_len
     compute = flops_per_token(cfg.model, non_emb) * seq * 8 / (3.12e14 * 0.5)  # 8 samples per rank per step
-    step8 = compute + ring_allreduce_s(4 * total, 8, LINKS["nvlink"])
-    step16 = compute + ring_allreduce_s(4 * total, 16, LINKS["ib400"])
+    buckets = ddp_buckets(4 * total)  # each of DDP's gradient buckets pays the ring's latency
+    step8 = compute + ring_allreduce_s(4 * total, 8, LINKS["nvlink"], messages=buckets)
+    step16 = compute + ring_allreduce_s(4 * total, 16, LINKS["ib400"], messages=buckets)
     t = fc.table.set_index("world_size")
     assert t.loc[8, "tokens_per_s"] == pytest.approx(8 * 8 * seq / step8, rel=1e-9)
     assert t.loc[16, "tokens_per_s"] == pytest.approx(16 * 8 * seq / step16, rel=1e-9)

@@ -110,11 +110,19 @@ def _batch_at(t: dict[str, Any], dp: int) -> BatchMath:
 
 def _contention(m: Measured, n: int) -> float:
     """As measured at the trial's own size; at another size, ranks that all ran on one machine
-    (a dev cluster's nodes share its cores) keep sharing it, so its oversubscription follows n."""
+    (a dev cluster's nodes share its cores) keep sharing it, so its oversubscription follows n,
+    counted as the payload counts it (train/measure.cpu_contention): ranks held to a CPU quota
+    together (one node of the bed, or all of a local run) demand at most that quota."""
     measured = float(m.metrics.get("cpu_contention") or 1.0)
     if n == m.trial["world_size"] or m.metrics.get("machines") != 1 or not m.metrics.get("cpus_per_machine"):
         return max(1.0, measured)
-    return max(1.0, n * m.metrics.get("threads_per_rank", 1) / m.metrics["cpus_per_machine"])
+    threads = m.metrics.get("threads_per_rank", 1)
+    quotas = m.metrics.get("cpu_quota_per_rank") or [None]
+    if None in quotas:
+        return max(1.0, n * threads / m.metrics["cpus_per_machine"])
+    together = n if m.local else m.ranks_per_node
+    demand = -(-n // together) * min(together * threads, min(quotas))
+    return max(1.0, demand / m.metrics["cpus_per_machine"])
 
 
 def observation(m: Measured) -> Observation:

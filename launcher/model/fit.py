@@ -1,10 +1,12 @@
 """Calibrating the step-time model (see `step`) on measured trials.
 
 `fit` works in two stages: the links (B, α) from measured all-reduces, then (c, e, o) from
-measured step times given those links. Both stages are weighted least squares on the relative
-scale (errors as a share of the measured time), because step and all-reduce times span orders
-of magnitude and a 1 ms miss matters at 5 ms, not at 5 s. Bounds are handled exactly by
-enumerating active sets, which is cheap with at most three unknowns. Pure: no I/O, no torch.
+measured step times given those links. Both stages are weighted least squares on a relative
+scale, because step and all-reduce times span orders of magnitude and a 1 ms miss matters at
+5 ms, not at 5 s: step times each on their own, all-reduces on their trial's gradient-sized one.
+Bounds are handled exactly by enumerating active sets, which is cheap with at most three
+unknowns. How sure the model is comes from refitting without each shape in turn (see
+`interval`). Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from launcher.model.interval import Scatter, repeat_noise, scatter
 from launcher.model.links import Link, ring_terms
-from launcher.model.step import MIN_REL_HALF_WIDTH, PARAMS, Observation, PerfModel, comm_full_s
+from launcher.model.step import MIN_REL_HALF_WIDTH, PARAMS, Observation, PerfModel, Shape, comm_full_s
 
 SIGMA_WITHOUT_DOF = 0.10
-"""Relative std the intervals assume when a fit has no spare observations to measure its
-residual on (n ≤ p). An assumption, never reported as a residual: see PerfModel.rel_sigma_measured."""
+"""Relative std the intervals assume when a fit has neither enough shapes to hold one out nor
+repeats to measure noise on. An assumption, never reported as a measurement: see
+PerfModel.rel_sigma_measured and rel_sigma_holdout."""
 
 GAMMAS = tuple(round(0.5 + 0.02 * k, 2) for k in range(101))
 """Contention exponents γ tried by the profile fit: 0.5 to 2.5 in steps of 0.02."""
@@ -77,52 +81,59 @@ def _rank(x: np.ndarray) -> int:
 # --- Stage 1: the links ------------------------------------------------------------------------
 
 
-def _fit_link(samples: list[tuple[int, int, float]], preset: Link, label: str) -> tuple[Link, str]:
-    """Stage 1 for one link class: (B, α) from measured all-reduces, relative least squares, both ≥ 0."""
-    usable = [(n, b, t) for n, b, t in samples if n >= 2]
+def _fit_link(samples: list[tuple[int, int, float, float]], preset: Link, label: str) -> tuple[Link, str]:
+    """Stage 1 for one link class: (B, α) from measured all-reduces (n, bytes, seconds, and the
+    seconds of the largest all-reduce its trial measured), least squares on that trial's scale."""
+    usable = [(n, b, t, ref) for n, b, t, ref in samples if n >= 2]
     if not usable:
         return preset, f"preset {preset.name or 'link'} (no {label} all-reduces over ≥ 2 ranks measured)"
-    x = np.array([ring_terms(b, n) for n, b, _ in usable])
-    t = np.array([s for _, _, s in usable])
-    # Rows divided by t: minimising Σ((t − t̂)/t)² treats a 10% miss alike at 10 µs and at 1 s.
-    a = x / t[:, None]
+    x = np.array([ring_terms(b, n) for n, b, _, _ in usable])
+    t = np.array([s for _, _, s, _ in usable])
+    # Rows divided by their trial's largest all-reduce (the gradient's, which steps pay): trials
+    # from 10 µs to 1 s weigh alike, and within one a miss counts as a share of what the step
+    # pays, not of a probe 64× smaller. Dividing each row by its own time instead let the small
+    # probes' latency steer the bandwidth: on the bed (CPU-throttled ranks, latency that overlaps
+    # transfer) that read 36 MB/s off a 25 MB/s link.
+    ref = np.array([r for _, _, _, r in usable])
+    a, y = x / ref[:, None], t / ref
     name = f"{preset.name} (fitted)" if preset.name else "fitted"
     if not np.any(x[:, 0] > 0):
         # Only empty messages: latency is all they show.
-        link = _latency_under_preset(a, preset, name)
+        link = _latency_under_preset(a, y, preset, name)
         return link, f"latency fitted from {len(t)} zero-byte all-reduces; bandwidth preset {preset.name or 'link'}"
     if _rank(x) >= 2:
-        return _fit_bandwidth_and_latency(a, preset, name)
-    return _fit_bandwidth_only(a, t, preset, name)
+        return _fit_bandwidth_and_latency(a, y, preset, name)
+    return _fit_bandwidth_only(a, y, t, preset, name)
 
 
-def _latency_under_preset(a: np.ndarray, preset: Link, name: str) -> Link:
-    """α fitted with the bandwidth held at the preset's (columns of `a`: bytes, hops; rows over t)."""
+def _latency_under_preset(a: np.ndarray, y: np.ndarray, preset: Link, name: str) -> Link:
+    """α fitted with the bandwidth held at the preset's (columns of `a`: bytes, hops; `y` the
+    times, both on the trials' scale)."""
     preset_inv_bw = 1.0 / (preset.bandwidth_gbps * 1e9)
-    (alpha,) = _nonnegative(a[:, [1]], np.ones(len(a)) - a[:, 0] * preset_inv_bw)
+    (alpha,) = _nonnegative(a[:, [1]], y - a[:, 0] * preset_inv_bw)
     return Link(bandwidth_gbps=preset.bandwidth_gbps, latency_s=float(alpha), name=name)
 
 
-def _fit_bandwidth_and_latency(a: np.ndarray, preset: Link, name: str) -> tuple[Link, str]:
+def _fit_bandwidth_and_latency(a: np.ndarray, y: np.ndarray, preset: Link, name: str) -> tuple[Link, str]:
     """Several (size, ranks) directions: both B and α are visible."""
     m = len(a)
-    inv_bw, alpha = _nonnegative(a, np.ones(m))
+    inv_bw, alpha = _nonnegative(a, y)
     if inv_bw > 0:
         note = " (latency at bound 0)" if alpha == 0 else ""
         link = Link(bandwidth_gbps=float(1.0 / (inv_bw * 1e9)), latency_s=float(alpha), name=name)
         return link, f"fitted from {m} all-reduces: bandwidth and latency{note}"
     # Times flat in message size: no bandwidth to see, so keep the preset and fit α under it.
-    return _latency_under_preset(a, preset, name), (
+    return _latency_under_preset(a, y, preset, name), (
         f"latency fitted from {m} all-reduces; bandwidth preset {preset.name or 'link'} "
         "(times do not grow with message size)"
     )
 
 
-def _fit_bandwidth_only(a: np.ndarray, t: np.ndarray, preset: Link, name: str) -> tuple[Link, str]:
+def _fit_bandwidth_only(a: np.ndarray, y: np.ndarray, t: np.ndarray, preset: Link, name: str) -> tuple[Link, str]:
     """One direction only (one rank count and one message size): the split between bandwidth and
     latency is invisible, so trust the preset latency and attribute the rest to bandwidth."""
     m = len(a)
-    (inv_bw,) = _nonnegative(a[:, [0]], np.ones(m) - a[:, 1] * preset.latency_s)
+    (inv_bw,) = _nonnegative(a[:, [0]], y - a[:, 1] * preset.latency_s)
     if inv_bw > 0:
         link = Link(bandwidth_gbps=float(1.0 / (inv_bw * 1e9)), latency_s=preset.latency_s, name=name)
         return link, (
@@ -130,7 +141,7 @@ def _fit_bandwidth_only(a: np.ndarray, t: np.ndarray, preset: Link, name: str) -
             f"{preset.latency_s:g} s (one direction of (size, ranks) cannot separate them)"
         )
     # The preset latency alone already exceeds the measured times: it is wrong for this link.
-    (inv_bw,) = _nonnegative(a[:, [0]], np.ones(m))
+    (inv_bw,) = _nonnegative(a[:, [0]], y)
     link = Link(bandwidth_gbps=float(1.0 / (inv_bw * 1e9)), latency_s=0.0, name=name)
     return link, (
         f"bandwidth fitted from {m} all-reduces; latency set to 0 (preset {preset.latency_s:g} s "
@@ -140,8 +151,12 @@ def _fit_bandwidth_only(a: np.ndarray, t: np.ndarray, preset: Link, name: str) -
 
 def _fit_links(obs: Sequence[Observation], intra: Link, inter: Link) -> tuple[Link, Link, dict[str, str]]:
     """Both link classes, each from the all-reduces of the trials that used it."""
-    intra_ar = [m for o in obs if not o.shape.multi_node for m in o.allreduce]
-    inter_ar = [m for o in obs if o.shape.multi_node for m in o.allreduce]
+    def scaled(o: Observation) -> list[tuple[int, int, float, float]]:
+        ref = max((s for _, _, s in o.allreduce), default=0.0)
+        return [(n, b, s, ref) for n, b, s in o.allreduce]
+
+    intra_ar = [m for o in obs if not o.shape.multi_node for m in scaled(o)]
+    inter_ar = [m for o in obs if o.shape.multi_node for m in scaled(o)]
     intra_fit, intra_src = _fit_link(intra_ar, intra, "intra-node")
     inter_fit, inter_src = _fit_link(inter_ar, inter, "inter-node")
     return intra_fit, inter_fit, {"intra": intra_src, "inter": inter_src}
@@ -269,25 +284,74 @@ def _fit_steps(obs: Sequence[Observation], intra: Link, inter: Link, gamma: floa
 
 
 def _profile_gamma(obs: Sequence[Observation], intra: Link, inter: Link) -> tuple[_StepFit, str]:
-    """Stage 2 at the best contention exponent γ (profile least squares) when some trial was
-    oversubscribed and there are enough trials to tell γ from c, else at γ = 1; and where γ came from."""
-    contended = len({o.shape.contention for o in obs}) > 1
-    if not (contended and len(obs) > 4):
-        return _fit_steps(obs, intra, inter, 1.0), "fixed at 1 (no oversubscribed trial, or too few to fit it)"
+    """Stage 2 at the best contention exponent γ (profile least squares) when trials differ in
+    contention and there are enough of them to tell γ from c, else at γ = 1; and where γ came from.
+    Dedicated compute (contention 1 everywhere) has no exponent to fit: γ is not a parameter there."""
+    levels = {o.shape.contention for o in obs}
+    if levels == {1.0}:
+        return _fit_steps(obs, intra, inter, 1.0), "not fitted (every trial had dedicated compute: contention 1)"
+    if not (len(levels) > 1 and len(obs) > 4):
+        return _fit_steps(obs, intra, inter, 1.0), "fixed at 1 (contention did not vary, or too few trials to fit it)"
     best = min((_fit_steps(obs, intra, inter, g) for g in GAMMAS), key=lambda r: r.sse)
     return best, f"fitted from {len(obs)} step times (profile over {GAMMAS[0]:g}–{GAMMAS[-1]:g})"
 
 
-def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: float = 2.0) -> PerfModel:
-    """Calibrate a model on measured trials; `intra`/`inter` are presets for what the data cannot show."""
+# --- How sure: held-out error and repeat noise --------------------------------------------------
+
+
+def _shape_groups(obs: Sequence[Observation]) -> dict[Shape, list[int]]:
+    """Indices of the trials of each shape: repeats of one configuration form one group."""
+    groups: dict[Shape, list[int]] = {}
+    for i, o in enumerate(obs):
+        groups.setdefault(o.shape, []).append(i)
+    return groups
+
+
+def _holdout_errors(obs: Sequence[Observation], intra: Link, inter: Link, gamma: float) -> list[float]:
+    """Relative error of every trial as predicted by both stages refitted without its shape's
+    trials (all its repeats, so a twin cannot vouch for it), at the fit's contention exponent."""
+    errors = []
+    for idx in _shape_groups(obs).values():
+        train = [o for i, o in enumerate(obs) if i not in idx]
+        intra_g, inter_g, _ = _fit_links(train, intra, inter)
+        params = np.array(_fit_steps(train, intra_g, inter_g, gamma).params)
+        held = [obs[i] for i in idx]
+        predicted = _design(held, intra_g, inter_g, gamma) @ params
+        errors += [(o.step_s - p) / o.step_s for o, p in zip(held, predicted)]
+    return errors
+
+
+def _scatter(obs: Sequence[Observation], intra: Link, inter: Link, best: _StepFit,
+             level: float) -> tuple[Scatter, float | None, float | None]:  # fmt: skip
+    """The interval's scatter (interval.scatter) and the numbers behind it: held-out RMS error
+    when more shapes than parameters leave a degree of freedom, and the repeat noise."""
+    groups = _shape_groups(obs)
+    # Degrees of freedom counted in shapes, not trials: a shape's repeats share one refit's error,
+    # so they are not independent draws of it (counting trials gave 75% coverage, not 90%, on a
+    # synthetic misfit extrapolated one size out).
+    dof = len(groups) - best.n_parameters
+    holdout = None
+    if dof > 0:
+        errors = np.array(_holdout_errors(obs, intra, inter, best.gamma))
+        holdout = float(math.sqrt(np.mean(errors**2)))
+    repeat, repeat_dof = repeat_noise([[obs[i].step_s for i in idx] for idx in groups.values()])
+    found = scatter(holdout=holdout, holdout_dof=dof, repeat=repeat, repeat_dof=repeat_dof,
+                    assumed=SIGMA_WITHOUT_DOF, level=level)  # fmt: skip
+    return found, holdout, repeat
+
+
+def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, level: float = 0.9) -> PerfModel:
+    """Calibrate a model on measured trials; `intra`/`inter` are presets for what the data cannot
+    show; `level` is the nominal coverage of its prediction intervals."""
     obs = list(observations)
     if not obs:
         raise ValueError("fit needs at least 1 observation, got 0")
-    if not z > 0:
-        raise ValueError(f"z must be > 0, got {z}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
     intra_fit, inter_fit, sources = _fit_links(obs, intra, inter)
     best, gamma_source = _profile_gamma(obs, intra_fit, inter_fit)
-    sources = {**sources, **best.sources, "contention_exponent": gamma_source}
+    found, holdout, repeat = _scatter(obs, intra, inter, best, level)
+    sources = {**sources, **best.sources, "contention_exponent": gamma_source, "interval": found.source}
     c, e, o = best.params
     return PerfModel(
         compute_s_per_sample=c,
@@ -295,10 +359,14 @@ def fit(observations: Sequence[Observation], *, intra: Link, inter: Link, z: flo
         overhead_s=o,
         intra=intra_fit,
         inter=inter_fit,
-        rel_sigma=SIGMA_WITHOUT_DOF if best.sigma_measured is None else best.sigma_measured,
+        rel_sigma=found.sigma,
         rel_sigma_measured=best.sigma_measured,
+        rel_sigma_holdout=holdout,
+        rel_sigma_repeat=repeat,
+        level=level,
+        param_var_in_sigma=(best.sigma_measured or 0.0) ** 2 * len(best.free_idx) / len(obs) if found.held_out else 0.0,
         n_parameters=best.n_parameters,
-        z=z,
+        z=found.quantile,
         free=tuple(PARAMS[j] for j in best.free_idx),
         cov=best.cov,
         min_rel_half_width=MIN_REL_HALF_WIDTH,

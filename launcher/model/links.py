@@ -53,13 +53,20 @@ def ring_terms(nbytes: float, n: int) -> tuple[float, float]:
     return 2.0 * (n - 1) / n * nbytes, 2.0 * (n - 1)
 
 
-def ring_allreduce_s(nbytes: float, n: int, link: Link) -> float:
-    """Seconds of a ring all-reduce of `nbytes` over `n` ranks: 2(n−1)/n · S / B + 2(n−1) · α."""
+def ring_allreduce_s(nbytes: float, n: int, link: Link, *, messages: int = 1) -> float:
+    """Seconds of a ring all-reduce of `nbytes` over `n` ranks: 2(n−1)/n · S / B + 2(n−1) · α,
+    the latency paid once per message when the bytes go in `messages` all-reduces (DDP's buckets).
+
+    With several ranks per node the ring (ranks in node order) crosses each node's link once each
+    way, so that link carries the same 2(n−1)/n · S as a rank does and paces every step: `link` is
+    the slowest one the ring uses (the inter-node link as soon as it spans nodes)."""
     if n < 1:
         raise ValueError(f"an all-reduce needs n ≥ 1 ranks, got {n}")
     if not (nbytes >= 0 and math.isfinite(nbytes)):
         raise ValueError(f"an all-reduce needs finite nbytes ≥ 0, got {nbytes}")
+    if messages < 1:
+        raise ValueError(f"an all-reduce goes in ≥ 1 messages, got {messages}")
     if n == 1:
         return 0.0
     x1, x2 = ring_terms(nbytes, n)
-    return x1 / (link.bandwidth_gbps * 1e9) + x2 * link.latency_s
+    return x1 / (link.bandwidth_gbps * 1e9) + messages * x2 * link.latency_s

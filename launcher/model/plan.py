@@ -34,7 +34,7 @@ from launcher.model.links import LINKS
 from launcher.model.presets import from_presets
 from launcher.model.shapes import build_shape
 from launcher.model.step import PerfModel, Shape
-from launcher.model.summary import residual_phrase
+from launcher.model.summary import interval_phrase, residual_phrase
 from launcher.trials.expand import expand
 from launcher.trials.layout import layout_degrees, pipeline_bubble, virtual_stages
 
@@ -165,7 +165,7 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
         + (f" ({variant})" if variant else "")
         + f": {model.compute_s_per_sample * 1e3:.3g} ms/sample, inter-node {inter.bandwidth_gbps:.3g} GB/s "
         f"α {inter.latency_s * 1e6:.3g} µs ({model.source('inter')}), {model.exposed_comm:.0%} of the all-reduce "
-        f"exposed, {residual_phrase(model)}; "
+        f"exposed, {residual_phrase(model)}; {interval_phrase(model)}; "
         + ("all ranks on this machine, as measured" if template.local else f"{template.ranks_per_node} ranks per node as measured")
     )
     return _finish(rows, cfg, source)

@@ -9,11 +9,13 @@ batch, so every layout leaves each rank global/world samples' worth of work):
 
     compute_s = c · w · contention^γ    c: seconds per sample on one device
     bubble_s  = compute_s · b / (1 − b) b: pipeline bubble fraction, so compute + bubble = compute / (1 − b)
-    comm_s    = comm_factor · ring(grad_bytes, n=dp, link)
-    ring      = 2(n−1)/n · S / B + 2(n−1) · α   (0 for n = 1; see `links`)
+    comm_s    = comm_factor · ring(grad_bytes, n=dp, link, messages)
+    ring      = 2(n−1)/n · S / B + messages · 2(n−1) · α   (0 for n = 1; see `links`)
 
 `e` ∈ [0, 1] is the share of the all-reduce not hidden behind backward and `o` ≥ 0 a fixed
-overhead per step. The link is the inter-node one as soon as the ranks span more than one node.
+overhead per step. The link is the inter-node one as soon as the ranks span more than one node:
+a ring over ranks placed node by node crosses each node's link once each way, so however many
+ranks share a node, its link carries 2(n−1)/n · S and paces the ring (in-node hops are faster).
 `fit` calibrates c, e, o (and the links) on measured trials; `presets.from_presets` sets them
 from nominal figures. Pure: no I/O, no torch.
 """
@@ -59,9 +61,12 @@ class Shape:
     comm_factor: float = 1.0
     """All-reduce volumes per step (see `trials.layout.fsdp_comm_factor`): 1 for DDP, 1.5 for FSDP
     resharding after forward."""
+    messages: int = 1
+    """All-reduces the gradient goes in per step, each paying the ring's latency: DDP's buckets
+    (see `shapes.ddp_buckets`); 1 where the layout's calls are not modelled."""
 
     def __post_init__(self) -> None:
-        for name in ("world_size", "ranks_per_node", "dp", "global_batch", "accum"):
+        for name in ("world_size", "ranks_per_node", "dp", "global_batch", "accum", "messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"shape: {name} must be ≥ 1, got {getattr(self, name)}")
         if self.world_size % self.dp:
@@ -89,7 +94,7 @@ def comm_full_s(shape: Shape, link: Link) -> float:
     """comm_factor · ring all-reduce of the shape's gradients; 0 when it has none to reduce."""
     if shape.grad_bytes == 0:
         return 0.0
-    return shape.comm_factor * ring_allreduce_s(shape.grad_bytes, shape.dp, link)
+    return shape.comm_factor * ring_allreduce_s(shape.grad_bytes, shape.dp, link, messages=shape.messages)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -164,15 +169,29 @@ class PerfModel:
     inter: Link
     """Link used once the ranks span nodes."""
     rel_sigma: float
-    """Relative std the intervals use: the fit's residual std when it could be measured, else an
-    assumed one (presets: the stated uncertainty; a fit with no spare trials: fit.SIGMA_WITHOUT_DOF)."""
+    """Relative std of a new trial around the prediction, what the intervals use: a fit's held-out
+    error, never below its repeat noise (see `interval.scatter`); presets: the stated uncertainty;
+    a fit with nothing to measure it on: fit.SIGMA_WITHOUT_DOF."""
     rel_sigma_measured: float | None = None
     """Relative residual std of the step-time fit, measured on its spare degrees of freedom; None
     when nothing was fitted or the fit had no more trials than parameters (n ≤ p)."""
+    rel_sigma_holdout: float | None = None
+    """Relative RMS error of trials predicted by the model refitted without their shape (leave one
+    shape out); None when there were too few shapes to hold one out."""
+    rel_sigma_repeat: float | None = None
+    """Run-to-run relative std of one trial, pooled over repeats of a shape; None without repeats."""
+    param_var_in_sigma: float = 0.0
+    """Parameter variance (relative²) already inside rel_sigma: a held-out error includes the
+    refit's own uncertainty, on average σ²·k/n at the trials' shapes (k free parameters, n trials);
+    predict adds only the excess of a shape's parameter variance over this. 0 when rel_sigma was
+    not measured on held-out trials."""
+    level: float | None = None
+    """Nominal coverage of the interval (0.9: it should hold 9 of 10 trials not yet run); None for
+    presets, whose interval is a stated uncertainty, not a measured one."""
     n_parameters: int = 0
     """p: step parameters (c, e, o) estimated from the data rather than fixed (0 for presets)."""
     z: float = 2.0
-    """Interval half-width in standard deviations."""
+    """Interval half-width in standard deviations: the t quantile of `level` for a fit."""
     free: tuple[str, ...] = ()
     """Parameters estimated freely (not fixed, not at a bound), in the order of `cov`."""
     cov: tuple[tuple[float, ...], ...] = ()
@@ -197,8 +216,11 @@ class PerfModel:
             raise ValueError(f"exposed_comm must be in [0, 1], got {self.exposed_comm}")
         if not self.rel_sigma >= 0:
             raise ValueError(f"rel_sigma must be ≥ 0, got {self.rel_sigma}")
-        if self.rel_sigma_measured is not None and not self.rel_sigma_measured >= 0:
-            raise ValueError(f"rel_sigma_measured must be ≥ 0 or None, got {self.rel_sigma_measured}")
+        for name in ("rel_sigma_measured", "rel_sigma_holdout", "rel_sigma_repeat"):
+            if getattr(self, name) is not None and not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be ≥ 0 or None, got {getattr(self, name)}")
+        if self.level is not None and not 0 < self.level < 1:
+            raise ValueError(f"level must be in (0, 1) or None, got {self.level}")
         if len(self.cov) != len(self.free) or any(len(row) != len(self.free) for row in self.cov):
             shape = [len(row) for row in self.cov]
             raise ValueError(f"cov must be {len(self.free)}×{len(self.free)} for free={self.free}, got row lengths {shape}")
@@ -223,7 +245,9 @@ class PerfModel:
             # Parameter uncertainty grows with how far this shape's terms lie from the trials'.
             row = dict(zip(PARAMS, (base / (1.0 - shape.bubble), comm_full, 1.0)))
             x = np.array([row[p] for p in self.free]) / step
-            var += float(x @ np.array(self.cov) @ x)
+            # Held-out errors already carry the parameter variance typical of the trials' shapes;
+            # only what this shape has beyond that is added (never less than nothing).
+            var += max(0.0, float(x @ np.array(self.cov) @ x) - self.param_var_in_sigma)
         h = max(self.min_rel_half_width, self.z * math.sqrt(var))
         return Prediction(
             step_s=step,
@@ -245,6 +269,10 @@ class PerfModel:
             "inter": self.inter.to_dict(),
             "rel_sigma": self.rel_sigma,
             "rel_sigma_measured": self.rel_sigma_measured,
+            "rel_sigma_holdout": self.rel_sigma_holdout,
+            "rel_sigma_repeat": self.rel_sigma_repeat,
+            "level": self.level,
+            "param_var_in_sigma": self.param_var_in_sigma,
             "n_parameters": self.n_parameters,
             "z": self.z,
             "min_rel_half_width": self.min_rel_half_width,

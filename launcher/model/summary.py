@@ -39,10 +39,21 @@ def residual_phrase(model: PerfModel) -> str:
     return f"residual {model.rel_sigma_measured:.1%}"
 
 
+def interval_phrase(model: PerfModel) -> str:
+    """What a fitted model's intervals rest on, e.g. "90% intervals ±2.35σ, σ from held-out error
+    5.1% (leave one shape out, t on 3 dof)"; empty for presets, whose interval is a stated
+    uncertainty and claims no coverage."""
+    if model.level is None:
+        return ""
+    return f"{model.level:.0%} intervals ±{model.z:.2f}σ, σ from {model.source('interval')}"
+
+
 def layout_line(layout: str, m: PerfModel) -> str:
     """One layout's fitted parameters and their sources, for report.md."""
     inter, intra = m.inter, m.intra
+    # Dedicated compute fits no exponent (γ stays 1), so the line says nothing about contention.
     contention = f"oversubscribed CPU compute × contention^{m.contention_exponent:.2f}; "
+    interval = interval_phrase(m)
     return (
         f"`{layout}`: {m.compute_s_per_sample * 1e3:.3g} ms of compute per sample, "
         f"{m.overhead_s * 1e3:.3g} ms overhead per step, {m.exposed_comm:.0%} of the all-reduce exposed; "
@@ -50,6 +61,7 @@ def layout_line(layout: str, m: PerfModel) -> str:
         f"intra-node {intra.bandwidth_gbps:.3g} GB/s ({m.source('intra')}); "
         + (contention if m.contention_exponent != 1 else "")
         + f"fitted on {_count(m.n_observations, 'trial')}, {residual_phrase(m)}"
+        + (f"; {interval}" if interval else "")
     )
 
 
