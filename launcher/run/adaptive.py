@@ -26,7 +26,7 @@ from launcher.io import atomic_write_json
 from launcher.model.calibrate import Measured, fit_layouts, load_measured, predictions
 from launcher.results.table import build_table
 from launcher.run.next_size import Decision, next_size
-from launcher.trials.folder import is_done, read_document, read_outcome, trial_dir, write_outcome
+from launcher.trials.folder import close_skipped, is_done, read_document
 from launcher.trials.spec import Trial
 
 SEARCH_FILE = "search.json"
@@ -126,15 +126,9 @@ def _close_unneeded(sweep_dir: Path, trials: list[Trial], decisions: dict[str, D
                     log: Callable[[str], None]) -> None:  # fmt: skip
     """Close every trial the search did not need as `skipped`, with the decision's reason."""
     for t in trials:
-        if is_done(sweep_dir, t):
-            continue
-        tdir = trial_dir(sweep_dir, t.trial_id)
-        outcome = read_outcome(tdir)
-        if outcome.corrupt:  # it may have run: writing "skipped" over it would hide that
-            log(f"adaptive search: {t.trial_id} left as it is: {outcome.reason}")
-            continue
-        write_outcome(tdir, {"executor": "search", "status": "skipped", "final": True,
-                             "reason": f"adaptive search did not need it: {decisions[t.variant].reason}"})  # fmt: skip
+        left = close_skipped(sweep_dir, t, f"adaptive search did not need it: {decisions[t.variant].reason}")
+        if left:
+            log(f"adaptive search: {left}")
 
 
 def _cost(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> dict:

@@ -20,7 +20,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.results.scaling import variant_key
 from launcher.results.table import build_table
 from launcher.results.uncertainty import median_interval
-from launcher.trials.folder import is_done, read_outcome, trial_dir, write_outcome
+from launcher.trials.folder import close_skipped, is_done
 from launcher.trials.spec import RepeatPlan, Trial, repeat_plan
 
 SKIPPED_BY_AUTO = "sweep.repeats=auto did not need it"
@@ -97,14 +97,9 @@ def run_repeats(sweep_dir: Path, cfg: LauncherConfig, trials: Sequence[Trial], r
 
 
 def _close(sweep_dir: Path, t: Trial, reason: str, log: Callable[[str], None]) -> None:
-    if is_done(sweep_dir, t):
-        return
-    tdir = trial_dir(sweep_dir, t.trial_id)
-    outcome = read_outcome(tdir)
-    if outcome.corrupt:  # it may have run: writing "skipped" over it would hide that
-        log(f"repeats=auto: {t.trial_id} left as it is: {outcome.reason}")
-        return
-    write_outcome(tdir, {"executor": "search", "status": "skipped", "final": True, "reason": reason})
+    left = close_skipped(sweep_dir, t, reason)
+    if left:
+        log(f"repeats=auto: {left}")
 
 
 def summary(df: pd.DataFrame, cfg: LauncherConfig, unit: str = "rank") -> str | None:

@@ -255,3 +255,17 @@ def is_done(sweep_dir: Path, trial: Trial) -> bool:
         return True
     outcome = read_outcome(tdir)
     return outcome.ok and bool((outcome.doc or {}).get("final"))
+
+
+def close_skipped(sweep_dir: Path, trial: Trial, reason: str) -> str | None:
+    """Record a trial a search no longer needs as `skipped` (final) with `reason`. A finished trial is
+    left alone, and so is one whose outcome is corrupt: it may have run, and writing over it would
+    hide that. Returns why it was left as it is, for the caller's log (None when closed or done)."""
+    if is_done(sweep_dir, trial):
+        return None
+    tdir = trial_dir(sweep_dir, trial.trial_id)
+    outcome = read_outcome(tdir)
+    if outcome.corrupt:
+        return f"{trial.trial_id} left as it is: {outcome.reason}"
+    write_outcome(tdir, {"executor": "search", "status": "skipped", "final": True, "reason": reason})
+    return None
