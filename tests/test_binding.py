@@ -120,6 +120,17 @@ def test_local_executor_refuses_more_ranks_than_gpus_before_starting_any(tmp_pat
     assert not list(tmp_path.glob("rank*.log"))  # refused before any rank started
 
 
+def test_a_local_sweep_too_big_for_the_gpus_is_refused_whole_before_anything_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(local, "cuda_devices", lambda device: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code = main(["sweep", "cluster.device=cuda", "sweep.world_sizes=[1,2]", f"sweep.results_dir={tmp_path}", "--quiet"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "launcher: error: 2 ranks on this machine's 1 CUDA device(s): one rank per GPU, never shared; measure at "
+        "most 1 rank(s) here (sweep.world_sizes / run.world_size), or set cluster.device=cpu")
+    assert not list(tmp_path.iterdir())  # no sweep folder: the 1-rank trial never ran
+
+
 def test_cpu_trials_need_no_gpu_count():
     assert local.cuda_devices("cpu") is None
     if not local.NVIDIA_DRIVER.exists():

@@ -40,7 +40,7 @@ from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
-from launcher.run.local import run_trial_dir
+from launcher.run.local import check_gpu_count, run_trial_dir
 from launcher.run.repeats import run_repeats
 from launcher.run.repeats import summary as repeats_summary
 from launcher.slurm.commands import SlurmError
@@ -120,6 +120,7 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     if len(variants) == 1:
         cfg = compose_config(variants[0].overrides, recipes)
         items = [(t, cfg) for t in sweep_trials(cfg)]
+        fits_local_devices(cfg, items)
         return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=predict_oom(items))
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
@@ -137,7 +138,16 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     if not items:
         raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
     assert base is not None
+    fits_local_devices(base, items)
     return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=predict_oom(items))
+
+
+def fits_local_devices(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
+    """Locally, one rank per GPU: a sweep whose largest size has more ranks than this machine's GPUs
+    is refused whole, before its folder exists (run_local's own check would only stop it after the
+    smaller sizes had run; found on an H100 with sweep.world_sizes=[1,2])."""
+    if cfg.cluster.kind == "local" and items:
+        check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
 
 
 def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],
