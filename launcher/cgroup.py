@@ -98,13 +98,14 @@ def cpu_hierarchy(proc_cgroup: str, mountinfo: str, root: Path = Path("/")) -> C
             continue
         for fstype, mroot, point, _ in found:
             rel = _relative(path, mroot)
-            offered = _read(_under(root, point) / "cgroup.controllers").split()
+            offered = read_or_empty(_under(root, point) / "cgroup.controllers").split()
             if fstype == "cgroup2" and rel is not None and "cpu" in offered:
                 return CpuHierarchy(version=2, mount=Path(point), path=rel)
     return None
 
 
-def _read(path: Path) -> str:
+def read_or_empty(path: Path) -> str:
+    """A cgroup file's text, or "" where it is absent or unreadable (a controller not offered)."""
     try:
         return path.read_text()
     except OSError:
@@ -114,11 +115,11 @@ def _read(path: Path) -> str:
 def level_quota(folder: Path, version: int) -> float | None:
     """CPUs the quota of this one cgroup folder allows (None: unlimited, or unreadable)."""
     if version == 1:
-        quota, period = _read(folder / "cpu.cfs_quota_us").strip(), _read(folder / "cpu.cfs_period_us").strip()
+        quota, period = read_or_empty(folder / "cpu.cfs_quota_us").strip(), read_or_empty(folder / "cpu.cfs_period_us").strip()
         if not quota or not period or int(quota) < 0 or int(period) <= 0:
             return None
         return int(quota) / int(period)
-    fields = _read(folder / "cpu.max").split()
+    fields = read_or_empty(folder / "cpu.max").split()
     if not fields or fields[0] == "max":
         return None
     period = int(fields[1]) if len(fields) > 1 else V2_DEFAULT_PERIOD_US
@@ -140,5 +141,5 @@ def quota_of(h: CpuHierarchy, root: Path = Path("/")) -> CpuQuota:
 
 def own_cpu_quota(root: Path = Path("/"), proc: Path = Path("/proc/self")) -> CpuQuota:
     """This process's CPU quota (NO_QUOTA where no cgroup sets one, or none can be read)."""
-    h = cpu_hierarchy(_read(_under(root, proc) / "cgroup"), _read(_under(root, proc) / "mountinfo"), root)
+    h = cpu_hierarchy(read_or_empty(_under(root, proc) / "cgroup"), read_or_empty(_under(root, proc) / "mountinfo"), root)
     return NO_QUOTA if h is None else quota_of(h, root)

@@ -114,7 +114,7 @@ def _node_dirs(base: Path) -> list[Path]:
 def _remove_dir(d: Path, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        _move([int(x) for x in _read(d / "cgroup.procs").split()], d.parent.parent / "cgroup.procs")
+        _move([int(x) for x in cgroup.read_or_empty(d / "cgroup.procs").split()], d.parent.parent / "cgroup.procs")
         try:
             d.rmdir()
             return
@@ -131,16 +131,9 @@ def cpu_in_place(nodes: tuple[str, ...], cpus: float, base: Path, version: int, 
         if cgroup.level_quota(d, version) != limits.cfs_quota_us(cpus) / limits.cfs_period_us(cpus):
             return False
         pid = slurmd_pids.get(n)
-        if pid is None or str(pid) not in _read(d / "cgroup.procs").split():
+        if pid is None or str(pid) not in cgroup.read_or_empty(d / "cgroup.procs").split():
             return False
     return True
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 # ---------------------------------------------------------------- the link
