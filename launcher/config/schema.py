@@ -23,8 +23,9 @@ def _choices(name: str, values: str) -> type[StrEnum]:
     return StrEnum(name, [(v, v) for v in values.split()], module=__name__)  # type: ignore[return-value]
 
 
-Arch = _choices("Arch", "gpt mlp")
-Layout = _choices("Layout", "ddp fsdp pipeline tp dp_pp fsdp_tp fsdp_pp")
+Arch = _choices("Arch", "gpt mlp llama")
+Checkpointing = _choices("Checkpointing", "none selective full")
+Layout = _choices("Layout", "ddp fsdp pipeline tp dp_pp fsdp_tp fsdp_pp fsdp_tp_pp")
 Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
 Backend = _choices("Backend", "auto gloo nccl")
 OptimName = _choices("OptimName", "adamw sgd")
@@ -46,7 +47,9 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer. `mlp`: per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`:
+    Llama-style decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`:
+    per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -58,18 +61,35 @@ class ModelConfig:
     n_heads: int = 4
     """Attention heads (gpt only); d_model must be divisible by it."""
     ffn_mult: int = 4
-    """Feed-forward width as a multiple of d_model."""
+    """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
+    ffn_hidden: Optional[int] = None
+    """Feed-forward hidden width, explicitly (Llama 3 8B: 14336); null → ffn_mult × d_model. For
+    llama it is the width of each of SwiGLU's gate and up projections."""
+    n_kv_heads: Optional[int] = None
+    """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null →
+    n_heads (multi-head attention). gpt always uses n_heads."""
+    rope_theta: float = 10000.0
+    """llama: RoPE base frequency (Llama 3: 500000)."""
+    norm_eps: float = 1e-5
+    """llama: RMSNorm epsilon."""
+    activation_checkpointing: Checkpointing = Checkpointing.none
+    """Recompute activations in backward instead of keeping them: `none`; `selective` (each
+    block's attention is recomputed, the rest kept); `full` (each block is recomputed from its
+    input). Training results are unchanged; step time grows by the recompute, and MFU excludes
+    it while HFU (hardware FLOPs utilisation) counts it."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class ParallelConfig:
     layout: Layout = Layout.ddp
     """How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;
-    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D."""
+    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D;
+    fsdp_tp_pp: 3-D, dp = world size ÷ (tp × pp)."""
     tp: Optional[int] = None
-    """Tensor-parallel degree for fsdp_tp (tp layout: the world size)."""
+    """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: Optional[int] = None
-    """Pipeline degree (ranks holding stages) for dp_pp and fsdp_pp (pipeline layout: the world size)."""
+    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout:
+    the world size)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
@@ -152,7 +172,11 @@ class ClusterConfig:
     intra_link: Link = Link.nvlink
     """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
     inter_link: Link = Link.ib400
-    """Link between nodes (per device), for `launcher plan` when nothing measured says otherwise."""
+    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says
+    otherwise."""
+    nics_per_node: Optional[int] = None
+    """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
+    DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0
