@@ -54,7 +54,9 @@ def reference(tmp: Path, overrides: list[str] | None = None):
     return launch(tmp, "reference", 1, ["parallel=ddp"] + (overrides or []))
 
 
-def assert_same(run, ref, rtol: float = 1e-6, atol: float = 1e-6) -> None:
+def assert_same(run, ref, rtol: float = 1e-6, atol: float = 1e-6, *, model: list[str] | None = None) -> None:
+    """`run` equals `ref` in losses and final parameters; `model`: the model overrides both ran
+    with (e.g. ["model=tiny_llama"]), for the check that training moved the parameters."""
     losses, params = run
     ref_losses, ref_params = ref
     np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol)
@@ -63,5 +65,5 @@ def assert_same(run, ref, rtol: float = 1e-6, atol: float = 1e-6) -> None:
         torch.testing.assert_close(params[name], ref_params[name], rtol=rtol, atol=atol, msg=name)
     # Equal because both trained, not because neither moved: compare with the seed's init.
     torch.manual_seed(11)
-    init = build_model(compose_config(BASE).model).state_dict()
+    init = build_model(compose_config(BASE + (model or [])).model).state_dict()
     assert max((ref_params[k] - init[k]).abs().max().item() for k in init) > 1e-3

@@ -70,7 +70,7 @@ def test_flops_per_token_formula():
     assert flops_per_token(mlp, 1000) == 6000
 
 
-@pytest.mark.parametrize("recipe", ["tiny_gpt", "mlp", "gpt_125m", "gpt_1_3b"])
+@pytest.mark.parametrize("recipe", ["tiny_gpt", "mlp", "gpt_125m", "gpt_1_3b", "tiny_llama", "llama3_8b", "llama3_70b"])
 def test_counted_parameters_equal_the_built_model(recipe):
     """launcher plan counts parameters from the config; the payload counts the real model."""
     from pathlib import Path

@@ -57,9 +57,9 @@ class ModelConfig:
     d_model: int = 128
     """Hidden width."""
     n_layers: int = 2
-    """Transformer blocks (gpt) or hidden MLP layers (mlp)."""
+    """Transformer blocks (gpt, llama) or hidden MLP layers (mlp)."""
     n_heads: int = 4
-    """Attention heads (gpt only); d_model must be divisible by it."""
+    """Query attention heads (gpt, llama); d_model must be divisible by it."""
     ffn_mult: int = 4
     """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
     ffn_hidden: Optional[int] = None
@@ -73,10 +73,15 @@ class ModelConfig:
     norm_eps: float = 1e-5
     """llama: RMSNorm epsilon."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    """Recompute activations in backward instead of keeping them: `none`; `selective` (each
-    block's attention is recomputed, the rest kept); `full` (each block is recomputed from its
-    input). Training results are unchanged; step time grows by the recompute, and MFU excludes
-    it while HFU (hardware FLOPs utilisation) counts it."""
+    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint,
+    non-reentrant): `none` keeps everything; `selective` is Megatron's selective recompute
+    (Korthikanti et al. 2022): only each block's attention core (scaled_dot_product_attention:
+    scores, causal softmax, weighted values) is recomputed in backward, the projections, norms
+    and feed-forward keep their activations; `full` keeps only each block's input and recomputes
+    the whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so
+    `selective` changes nothing there. Losses and parameters are unchanged (the same arithmetic,
+    done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
+    utilisation) counts."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.errors import ConfigError
-from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, ModelConfig
+from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, Layout, ModelConfig
 from launcher.config.schema import OptimConfig, RunConfig, SweepConfig
 from launcher.config.validate_slurm import check_slurm
+from launcher.trials.layout import PIPELINE_LAYOUTS, set_degrees
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
@@ -31,6 +32,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_model(cfg.model)
     _check_names(cfg)
     _check_batch(cfg.batch)
+    _check_parallel(cfg)
     _check_optim(cfg.optim)
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
@@ -51,10 +53,37 @@ def _check_model(m: ModelConfig) -> None:
         ("model.ffn_mult", m.ffn_mult, 4),
     ):
         at_least(key, value, 1, example)
-    if m.arch == "gpt" and m.d_model % m.n_heads:
+    for key, value in (("model.ffn_hidden", m.ffn_hidden), ("model.n_kv_heads", m.n_kv_heads)):
+        if value is not None:
+            at_least(key, value, 1, 8)
+    if m.arch != "mlp" and m.d_model % m.n_heads:
         raise ConfigError(
             f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
             f"pick heads that divide the width, e.g. model.n_heads={_divisor_near(m.d_model, m.n_heads)}"
+        )
+    if m.arch == "llama":
+        _check_llama_heads(m)
+    elif m.n_kv_heads is not None and m.n_kv_heads != m.n_heads:
+        raise ConfigError(
+            f"model.n_kv_heads={m.n_kv_heads} applies to arch=llama only (grouped-query attention); "
+            f"remove it, or set model.arch=llama"
+        )
+
+
+def _check_llama_heads(m: ModelConfig) -> None:
+    """Grouped-query attention shares each kv head among n_heads/n_kv_heads query heads, and RoPE
+    rotates pairs of a head's dimensions."""
+    kv = m.n_kv_heads or m.n_heads
+    if m.n_heads % kv:
+        raise ConfigError(
+            f"model.n_heads={m.n_heads} is not a multiple of model.n_kv_heads={kv}; each kv head serves a "
+            f"whole group of query heads: pick n_kv_heads dividing n_heads, e.g. model.n_kv_heads={_divisor_near(m.n_heads, kv)}"
+        )
+    head_dim = m.d_model // m.n_heads
+    if head_dim % 2:
+        raise ConfigError(
+            f"model.d_model={m.d_model} ÷ model.n_heads={m.n_heads} = {head_dim}, an odd head width; RoPE rotates "
+            "pairs of dimensions: pick a width and head count giving an even head width"
         )
 
 
@@ -79,6 +108,11 @@ def _check_batch(b: BatchConfig) -> None:
     at_least("batch.accum", b.accum, 1, 1)
     if b.global_batch is not None:
         at_least("batch.global_batch", b.global_batch, 1, b.micro * b.accum)
+
+
+def _check_parallel(cfg: LauncherConfig) -> None:
+    """The layout's own degrees, once, before any world size is tried (trials.layout has the rules)."""
+    set_degrees(cfg.parallel)
 
 
 def _check_optim(o: OptimConfig) -> None:
@@ -208,10 +242,11 @@ def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
     check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
     _check_steps("run", r.steps, r.warmup_steps)
     at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
-    if (r.checkpoint_every or r.requeue) and cfg.parallel.layout in ("pipeline", "dp_pp", "fsdp_pp"):
+    if (r.checkpoint_every or r.requeue) and cfg.parallel.layout in PIPELINE_LAYOUTS:
+        can = ", ".join(layout for layout in Layout.__members__ if layout not in PIPELINE_LAYOUTS)
         raise ConfigError(
             f"parallel.layout={cfg.parallel.layout} cannot be checkpointed yet (run.checkpoint_every / --requeue); "
-            "use ddp, fsdp, tp or fsdp_tp for a checkpointed run"
+            f"use one of {can} for a checkpointed run"
         )
     if r.requeue and c.kind != "slurm":
         raise ConfigError("--requeue (run.requeue=true) needs a Slurm cluster; use cluster=slurm or cluster=devcluster")

@@ -13,9 +13,13 @@ state, plus the units gathered at a time (two blocks and the root with reshard_a
 everything without), and whole unsharded gradients while accumulating; autocast keeps a 16-bit
 copy of the weights it casts. Activations are the tensors a block saves for backward (fused
 attention: no seq² term), the logits and their log-softmax, held for as many microbatches as
-the pipeline schedule has in flight on the rank. No activation checkpointing exists in the
-payload, so none is assumed. It is an estimate: allocator fragmentation and communication
-buffers are left out, so a trial it passes can still run out.
+the pipeline schedule has in flight on the rank. Activation checkpointing (model.
+activation_checkpointing): `selective` recomputes only the attention core, whose fused kernel
+keeps nothing a block would not keep anyway (q, k, v are its inputs, its output is the
+projection's input) beyond per-head softmax statistics, so it saves what `none` saves; `full`
+keeps only each block's input (the fp32 residual stream) plus one block's activations while that
+block is recomputed. It is an estimate: allocator fragmentation and communication buffers are
+left out, so a trial it passes can still run out.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.model.flops import ModelParts, model_parts
+from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.trials.spec import Trial
@@ -36,7 +40,8 @@ RUNTIME_BYTES = {"cpu": 0.4 * GIB, "cuda": 1.0 * GIB}
 """Per process before any tensor: interpreter + torch + gloo (cpu); CUDA context + NCCL (cuda)."""
 SAVED_PER_LAYER = {("gpt", "fp32"): 68, ("gpt", "mixed"): 46, ("mlp", "fp32"): 40, ("mlp", "mixed"): 26}
 """Bytes a block saves for backward per token, per unit of d_model (gpt fp32: 17 d-wide tensors
-of 4 bytes — LayerNorm inputs and outputs, q, k, v, attention out, the ffn's 4d hidden twice)."""
+of 4 bytes — LayerNorm inputs and outputs, q, k, v, attention out, the ffn's 4d hidden twice).
+llama's depend on its kv and ffn widths: `llama_saved_bytes`."""
 LOGIT_BYTES = 16
 """Per logit around the loss: logits, log-softmax, and their gradients in backward."""
 OPTIMIZER_STATES = {"adamw": 2}
@@ -112,12 +117,40 @@ def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, f
     return held * (L / (pp * v)) / m, 1 / m
 
 
+def llama_saved_bytes(m: ModelConfig, mixed: bool) -> float:
+    """Bytes a llama block saves for backward per token (checked against a built block's saved
+    tensors in tests/test_memory.py). Each RMSNorm: its input and float32 normalised value, and
+    its output as the next Linears' input; then q, the attention output (also the projection's
+    input), k and v (kv width each), and SwiGLU's gate, up, silu and product (ffn width each).
+    fp32: all 4 bytes. Mixed (autocast): the norms' float32 tensors stay 4 bytes; the rest are
+    2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3)."""
+    d, f = m.d_model, ffn_width(m)
+    kv_width = kv_heads(m) * (d // m.n_heads)
+    norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
+    if not mixed:
+        return FP32 * (norm_fp32 + 2 * d + 2 * d + 2 * kv_width + 4 * f)
+    return FP32 * norm_fp32 + 2 * ((3 + 2) * d + 2 * d + 2 * kv_width + 4 * f)
+
+
+def saved_bytes_per_token(m: ModelConfig, mixed: bool) -> float:
+    """Bytes one block saves for backward per token without checkpointing."""
+    if m.arch == "llama":
+        return llama_saved_bytes(m, mixed)
+    return SAVED_PER_LAYER[(m.arch, "mixed" if mixed else "fp32")] * m.d_model
+
+
 def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> float:
     m = cfg.model
     tokens = trial.micro * m.seq_len
     layers, logits = in_flight(cfg, trial, pp_rank)
-    per_layer = SAVED_PER_LAYER[(m.arch, "mixed" if mixed_precision(cfg, device) else "fp32")]
-    blocks = layers * tokens * per_layer * m.d_model / trial.tp
+    per_layer = saved_bytes_per_token(m, mixed_precision(cfg, device))
+    if m.activation_checkpointing == "full":
+        # Each block's input is kept (the residual stream, fp32 under autocast), and one block's
+        # activations, of one (pipeline) microbatch, exist at a time while it is recomputed.
+        one = tokens / cfg.parallel.microbatches if trial.layout in PIPELINE_LAYOUTS else tokens
+        blocks = (layers * tokens * FP32 * m.d_model + one * per_layer) / trial.tp
+    else:
+        blocks = layers * tokens * per_layer / trial.tp
     if pp_rank != trial.pp - 1:
         return blocks
     return blocks + logits * tokens * LOGIT_BYTES * m.vocab_size / trial.tp

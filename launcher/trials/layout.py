@@ -1,14 +1,16 @@
-"""The parallel layouts' rules, one home each: degrees per world size, virtual stages,
-the pipeline bubble and FSDP's communication volume. Pure; no torch."""
+"""The parallel layouts' rules, one home each: degrees per world size, virtual stages and
+the pipeline bubble (what each layout communicates: launcher/model/comm.py). Pure; no torch."""
 
 from __future__ import annotations
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ParallelConfig
+from launcher.model.flops import ffn_width
 
-PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp")
-TP_LAYOUTS = ("tp", "fsdp_tp")
-FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp")
+PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp", "fsdp_tp_pp")
+TP_LAYOUTS = ("tp", "fsdp_tp", "fsdp_tp_pp")
+FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp", "fsdp_tp_pp")
+SET_DEGREE_LAYOUTS = ("dp_pp", "fsdp_tp", "fsdp_pp", "fsdp_tp_pp")  # the others' degrees follow the world size
 
 
 def virtual_stages(par: ParallelConfig) -> int:
@@ -25,24 +27,6 @@ def pipeline_bubble(pp: int, microbatches: int, virtual: int = 1) -> float:
     return (pp - 1) / (virtual * microbatches + pp - 1)
 
 
-def fsdp_comm_factor(reshard_after_forward: bool) -> float:
-    """Bytes FSDP moves per step relative to one all-reduce of the gradients: all-gather in
-    forward + reduce-scatter (= one all-reduce), plus a second all-gather in backward when
-    parameters were freed after forward (ZeRO-3)."""
-    return 1.5 if reshard_after_forward else 1.0
-
-
-def comm_factor(layout: str, reshard_after_forward: bool) -> float:
-    """Data-parallel communication per step of `layout` in all-reduces of the gradients: FSDP's
-    factor for the FSDP layouts, 1 for the rest."""
-    return fsdp_comm_factor(reshard_after_forward) if layout in FSDP_LAYOUTS else 1.0
-
-
-PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp")
-TP_LAYOUTS = ("tp", "fsdp_tp")
-FSDP_LAYOUTS = ("fsdp", "fsdp_tp", "fsdp_pp")
-
-
 def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]:
     """(dp, tp, pp) of `cfg.parallel.layout` at `world_size`, with every impossibility as one
     ConfigError line carrying the numbers."""
@@ -55,21 +39,41 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
     elif layout == "tp":
         dp, tp, pp = 1, world_size, 1
     else:
-        key, degree = ("parallel.tp", par.tp) if layout == "fsdp_tp" else ("parallel.pp", par.pp)
-        if degree is None or degree < 1:
-            raise ConfigError(f"parallel.layout={layout} needs {key}=<degree ≥ 1>; set e.g. {key}=2")
-        if world_size % degree:
+        tp, pp = set_degrees(par)
+        if world_size % (tp * pp):
             raise ConfigError(
-                f"world size {world_size} is not a multiple of {key}={degree}; dp × tp × pp must equal the "
-                f"world size: pick sizes that are multiples of {degree}"
+                f"world size {world_size} is not a multiple of {_product(layout, tp, pp)}; dp × tp × pp must "
+                f"equal the world size: pick sizes that are multiples of {tp * pp}"
             )
-        dp = world_size // degree
-        tp, pp = (degree, 1) if layout == "fsdp_tp" else (1, degree)
+        dp = world_size // (tp * pp)
     if pp > 1 or layout in PIPELINE_LAYOUTS:
         _check_pipeline(cfg, pp)
     if tp > 1 or layout in TP_LAYOUTS:
         _check_tp(cfg, tp)
     return dp, tp, pp
+
+
+def set_degrees(par: ParallelConfig) -> tuple[int, int]:
+    """(tp, pp) of a layout whose degrees the config sets (fsdp_tp: tp; dp_pp, fsdp_pp: pp;
+    fsdp_tp_pp: both), 1 for a dim the layout does not split (and (1, 1) for the layouts whose
+    degrees follow the world size); a ConfigError naming the ones missing. Size-independent,
+    so config validation calls it too."""
+    if par.layout not in SET_DEGREE_LAYOUTS:
+        return 1, 1
+    keys = [k for k, layouts in (("tp", TP_LAYOUTS), ("pp", PIPELINE_LAYOUTS)) if par.layout in layouts]
+    missing = [k for k in keys if getattr(par, k) is None or getattr(par, k) < 1]
+    if missing:
+        needs = " and ".join(f"parallel.{k}=<degree ≥ 1>" for k in missing)
+        example = " ".join(f"parallel.{k}=2" for k in missing)
+        raise ConfigError(f"parallel.layout={par.layout} needs {needs}; set e.g. {example}")
+    return (par.tp if "tp" in keys else 1), (par.pp if "pp" in keys else 1)
+
+
+def _product(layout: str, tp: int, pp: int) -> str:
+    """The degrees a world size must be a multiple of, as the user set them."""
+    if layout in TP_LAYOUTS and layout in PIPELINE_LAYOUTS:
+        return f"parallel.tp × parallel.pp = {tp} × {pp} = {tp * pp}"
+    return f"parallel.tp={tp}" if layout in TP_LAYOUTS else f"parallel.pp={pp}"
 
 
 def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
@@ -103,12 +107,19 @@ def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
 
 
 def _check_tp(cfg: LauncherConfig, tp: int) -> None:
-    """Tensor parallel splits heads, sequence (sequence parallel) and vocabulary across ranks."""
+    """Tensor parallel splits heads (query and, under grouped-query attention, key/value heads),
+    the feed-forward's hidden units, the sequence (sequence parallel) and the vocabulary."""
     model = cfg.model
-    for key, value in (("model.n_heads", model.n_heads), ("model.seq_len", model.seq_len),
-                       ("model.vocab_size", model.vocab_size)):  # fmt: skip
-        if model.arch == "mlp" and key == "model.n_heads":
-            continue
+    split = [("model.seq_len", model.seq_len), ("model.vocab_size", model.vocab_size)]
+    if model.arch != "mlp":
+        split.insert(0, ("model.n_heads", model.n_heads))
+    if model.arch == "llama" and model.n_kv_heads is not None:  # gpt ignores n_kv_heads
+        split.insert(1, ("model.n_kv_heads", model.n_kv_heads))
+    ffn_key = "model.ffn_hidden" if model.ffn_hidden else (
+        f"the ffn width model.ffn_mult({model.ffn_mult}) × model.d_model({model.d_model})"
+    )
+    split.append((ffn_key, ffn_width(model)))
+    for key, value in split:
         if value % tp:
             raise ConfigError(
                 f"{key}={value} is not divisible by tp={tp}; tensor parallel splits it across ranks: "

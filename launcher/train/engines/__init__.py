@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from launcher.config.schema import LauncherConfig
+from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.ddp import DDPEngine
 from launcher.train.engines.fsdp import FSDPEngine
@@ -16,14 +17,14 @@ def build_engine(model: TokenModel, topo: Topology, cfg: LauncherConfig, device:
     layout = cfg.parallel.layout
     if layout == "ddp":
         return DDPEngine(model, topo, cfg, device)
-    if layout in ("fsdp", "fsdp_tp"):
-        return FSDPEngine(model, topo, cfg, device)
     if layout == "tp":
         return TPEngine(model, topo, cfg, device)
-    if layout in ("pipeline", "dp_pp", "fsdp_pp"):
+    if layout in PIPELINE_LAYOUTS:  # fsdp_pp and fsdp_tp_pp among them: FSDP inside each stage
         # Lazy: importing torch.distributed.pipelining costs every rank ~0.5 s more (2 cores),
         # which only the pipeline layouts should pay.
         from launcher.train.engines.pipeline import PipelineEngine
 
         return PipelineEngine(model, topo, cfg, device)
+    if layout in FSDP_LAYOUTS:
+        return FSDPEngine(model, topo, cfg, device)
     raise ValueError(f"parallel.layout={layout} has no engine")

@@ -7,6 +7,11 @@ parameters are all-gathered before its forward (and again before its backward wh
 parallel.reshard_after_forward is true, ≈ ZeRO-3; false keeps them gathered between forward and
 backward, ≈ ZeRO-2) and its gradients reduce-scattered (averaged over dp) after the last
 micro-step's backward.
+
+Communication time is replayed, not timed in place (FSDP overlaps it with compute):
+`replay_seconds` times each kind of collective alone on the dp group and multiplies by how often
+a step issues it — counted here from the units, and by `CollectiveCounter` under the pipeline's
+FSDP layouts (pipeline.py), where the schedule decides how often a unit is gathered.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import Counter
 from contextlib import nullcontext
 from typing import Any
 
@@ -29,7 +35,13 @@ from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
 from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology
-from launcher.train.engines.tp import apply_tensor_parallel, local_scalar, mixed_params, tp_collective_seconds
+from launcher.train.engines.tp import (
+    CollectiveTimer,
+    apply_tensor_parallel,
+    local_scalar,
+    mixed_params,
+    tp_collective_seconds,
+)
 
 COMM_WARMUP, COMM_ITERS = 1, 3
 PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,32 +144,71 @@ class FSDPEngine(Engine):
         off on the other micro-steps). The sum is the communication time without overlap: an
         upper bound on what a step exposes. (FSDP pads each parameter's dim 0 to a multiple of
         dp, not the unit's flat size: at most dp − 1 rows per parameter of difference.)"""
-        dp = dist.get_world_size(self.group)
-        if dp < 2:
-            return 0.0
-        ag_dtype = self.param_dtype or torch.float32
-        total = 0.0
+        ops: Counter[tuple[str, int, torch.dtype]] = Counter()
         for i, numel in enumerate(self.unit_numels):
-            shard = math.ceil(numel / dp)
             is_root = i == len(self.unit_numels) - 1
-            gathers = self._accum * (2 if self.reshard and not is_root else 1)
-            shard_p, full_p = torch.ones(shard, dtype=ag_dtype), torch.empty(shard * dp, dtype=ag_dtype)
-            shard_g, full_g = torch.empty(shard), torch.ones(shard * dp)
-            shard_p, full_p, shard_g, full_g = (t.to(self.device) for t in (shard_p, full_p, shard_g, full_g))
-            ag = self._time(lambda o=full_p, i=shard_p: dist.all_gather_single(o, i, group=self.group))
-            rs = self._time(lambda o=shard_g, i=full_g: dist.reduce_scatter_single(o, i, group=self.group))
-            total += gathers * ag + rs
-        return total
+            ops[("_allgather_base_", numel, self.param_dtype or torch.float32)] += (
+                self._accum * (2 if self.reshard and not is_root else 1)
+            )
+            ops[("_reduce_scatter_base_", numel, torch.float32)] += 1
+        return replay_seconds(ops, self.group, self.device)
 
-    def _time(self, collective) -> float:
-        for _ in range(COMM_WARMUP):
-            collective()
-        times = []
-        for _ in range(COMM_ITERS):
-            dist.barrier(group=self.group)
-            sync(self.device)
-            start = time.perf_counter()
-            collective()
-            sync(self.device)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+
+def time_collective(group, device: torch.device, collective) -> float:
+    """Median seconds of `collective()` over COMM_ITERS barrier-aligned runs on `group`, after
+    COMM_WARMUP. Collective: every rank of `group` must call it with the same sizes."""
+    for _ in range(COMM_WARMUP):
+        collective()
+    times = []
+    for _ in range(COMM_ITERS):
+        dist.barrier(group=group)
+        sync(device)
+        start = time.perf_counter()
+        collective()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+FSDP_OPS = ("_allgather_base_", "_reduce_scatter_base_")
+"""The c10d ops FSDP2 moves parameters (all-gather) and gradients (reduce-scatter) with."""
+
+
+class CollectiveCounter(CollectiveTimer):
+    """CollectiveTimer (DTensor's collectives, timed in place) that also counts FSDP2's c10d
+    all-gathers and reduce-scatters by (op, elements of the unsharded buffer, dtype), for
+    `replay_seconds`. Where a schedule decides how often a unit is gathered (a pipeline's
+    microbatches unshard and reshard it as they come), counting is exact where a formula
+    would guess; timing them in place would not be: FSDP issues them asynchronously."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.fsdp_ops: Counter[tuple[str, int, torch.dtype]] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "").split(".")[0]
+        if getattr(func, "namespace", None) == "c10d" and name in FSDP_OPS:
+            full = max(args[:2], key=lambda t: t.numel())  # (output, input): the unsharded one
+            self.fsdp_ops[(name, full.numel(), full.dtype)] += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def replay_seconds(ops: Counter, group, device: torch.device) -> float:
+    """Seconds the counted FSDP collectives take on `group`, each kind timed alone
+    (time_collective) times its count: communication without overlap, an upper bound on what
+    the steps exposed. Collective: the ranks of `group` counted the same ops (they hold the same
+    FSDP units)."""
+    n = dist.get_world_size(group)
+    if n < 2:
+        return 0.0
+    total = 0.0
+    for (name, numel, dtype), count in sorted(ops.items(), key=str):
+        shard = math.ceil(numel / n)
+        small = torch.ones(shard, dtype=dtype, device=device)
+        big = torch.ones(shard * n, dtype=dtype, device=device)
+        if name == "_allgather_base_":
+            seconds = time_collective(group, device, lambda o=big, i=small: dist.all_gather_single(o, i, group=group))
+        else:
+            seconds = time_collective(group, device, lambda o=small, i=big: dist.reduce_scatter_single(o, i, group=group))
+        total += count * seconds
+    return total

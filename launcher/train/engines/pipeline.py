@@ -1,5 +1,17 @@
 """Pipeline parallel with torch.distributed.pipelining: `pipeline` (all ranks are stages),
-`dp_pp` (DDP over the dp dim of each stage) and `fsdp_pp` (each stage fully_shard-ed over dp).
+`dp_pp` (DDP over the dp dim of each stage), `fsdp_pp` (each stage fully_shard-ed over dp) and
+`fsdp_tp_pp` (3-D: each stage tensor-parallel over tp, then fully_shard-ed over dp — the order
+torchtitan uses; ranks dp × pp × tp with tp innermost, so a stage's tp group is adjacent ranks).
+
+What crosses between stages under fsdp_tp_pp: each tp rank sends its own sequence shard,
+[microbatch, seq_len / tp, d_model], as a plain tensor to the same tp rank of the next stage
+(the pp group of a (dp, tp) coordinate). Between blocks, sequence-parallel activations are
+sharded on the sequence already, so no all-gather is needed before a send and none after a
+receive (the next stage's first norm runs sequence-parallel on the shard); each link carries
+1/tp of the activation, as Megatron's scatter-gather optimisation does. Gradients come back
+the same way. Only the first stage sees token ids (full on every tp rank) and only the last
+makes logits, vocabulary-sharded: its loss runs under `loss_parallel` (the whole schedule step
+does, since torch runs the last stage's loss and its backward inside the schedule).
 
 Gradient semantics. The loop wants gradients of the mean loss over the global batch
 (micro × accum × dp samples). Each optimizer step runs `accum` schedule steps of m pipeline
@@ -20,24 +32,26 @@ happens only in the last schedule step of an optimizer step. The stage subclass 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
-from launcher.trials.layout import pipeline_bubble, virtual_stages
+from launcher.trials.layout import FSDP_LAYOUTS, TP_LAYOUTS, pipeline_bubble, virtual_stages
 from launcher.train.dist import sync
 from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
+from launcher.train.engines.fsdp import CollectiveCounter, local_numel, replay_seconds
 from launcher.train.engines.stages import StageModule, rank_stages
+from launcher.train.engines.tp import apply_tensor_parallel, cross_entropy, local_scalar, mixed_params
 
 BUBBLE_STEPS = 2
 """Optimizer steps of the instrumented pass that measures the bubble, after the timed steps."""
@@ -112,7 +126,9 @@ class _Stage(PipelineStage):
 class PipelineEngine(Engine):
     def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
         par = cfg.parallel
-        if topo.tp != 1:
+        self.tensor_parallel = par.layout in TP_LAYOUTS  # fsdp_tp_pp
+        self.fsdp = par.layout in FSDP_LAYOUTS  # fsdp_pp, fsdp_tp_pp
+        if topo.tp != 1 and not self.tensor_parallel:
             raise ValueError(f"parallel.layout={par.layout} does not combine with tensor parallel (tp={topo.tp})")
         self.cfg, self.device, self.topo = cfg, device, topo
         self.layout, self.schedule_name = par.layout, par.schedule
@@ -125,10 +141,11 @@ class PipelineEngine(Engine):
         self.modules = [StageModule(model, s, self.n_stages, autocast=lambda: autocast(cfg, device)) for s in self.stage_ids]
         self.has_first = any(mod.is_first for mod in self.modules)
         self.has_last = any(mod.is_last for mod in self.modules)
-        self._stage_numel = sum(p.numel() for mod in self.modules for p in mod.parameters())
+        self._stage_numel = 0  # this rank's stages' elements before dp sharding (tp-local under TP), set in _wrap
         # The loop builds the model on the meta device: only this rank's stages are ever
         # allocated (each in _wrap); the other stages' parameters stay meta, costing nothing.
         self.wrapped = [self._wrap(mod) for mod in self.modules]
+        self.foreach_optimizer = not mixed_params(self.parameters())
         self._state = _RunState(device)
         stages = [_Stage(w, s, self.n_stages, device, group=self.pp_group, state=self._state)
                   for w, s in zip(self.wrapped, self.stage_ids, strict=True)]  # fmt: skip
@@ -145,11 +162,17 @@ class PipelineEngine(Engine):
         self._activation_numel = 0
         self._last_batches: list[torch.Tensor] = []  # the last timed step's, replayed by the instrumented pass
         self._steps: list[tuple[float, float]] = []  # (busy s, wall s) per instrumented optimizer step
+        # Per optimizer step: (FSDP s, TP s, TP collectives), measured after the bubble (fsdp layouts)
+        self._collectives: tuple[float, float, int] | None = None
 
     def _wrap(self, mod: StageModule) -> nn.Module:
-        """Materialise this stage (sharded first under fsdp_pp: only its shards are allocated) and
-        wrap it for data parallelism."""
-        if self.layout == "fsdp_pp":
+        """Parallelise this stage on the meta device (TP over tp, then FSDP over dp), materialise
+        it (only this rank's shards are allocated, with the reference values) and wrap it for
+        DDP under dp_pp."""
+        if self.tensor_parallel:
+            apply_tensor_parallel(mod, self.topo.mesh["tp"])
+        self._stage_numel += sum(local_numel(p) for p in mod.parameters())
+        if self.fsdp:
             mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
             for block in mod.blocks.values():
                 fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
@@ -161,9 +184,10 @@ class PipelineEngine(Engine):
         return mod
 
     def _loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # Scaled so that summing over m microbatches × accum schedule steps gives the mean.
+        # Scaled so that summing over m microbatches × accum schedule steps gives the mean. Under
+        # TP the logits are vocabulary-sharded and this runs inside the step's loss_parallel.
         with self._state.busy():
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+            loss = cross_entropy(logits, target)
         return loss / (self.m * self._accum)
 
     def parameters(self):
@@ -191,21 +215,28 @@ class PipelineEngine(Engine):
             batch = batch.to(self.device, non_blocking=True)
             x, y = batch[:, :-1], batch[:, 1:]
             if not self._activation_numel:
-                self._activation_numel = (x.shape[0] // self.m) * x.shape[1] * self.cfg.model.d_model
+                # Under TP each send carries this rank's sequence shard (module docstring).
+                self._activation_numel = (x.shape[0] // self.m) * x.shape[1] * self.cfg.model.d_model // self.topo.tp
             self._state.sync_grads = k == accum - 1
             losses: list[torch.Tensor] = []
             args = (x,) if self.has_first else ()
             kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.has_last else {}
-            self.schedule.step(*args, return_outputs=False, **kwargs)
+            # The last stage's loss and its backward run inside step(): the vocabulary-parallel
+            # cross-entropy needs loss_parallel around both.
+            with loss_parallel() if self.tensor_parallel else nullcontext():
+                self.schedule.step(*args, return_outputs=False, **kwargs)
             if self.has_last:
-                total += torch.stack([loss.detach() for loss in losses]).sum()
+                total += torch.stack([local_scalar(loss) for loss in losses]).sum()
         self._state.sync_grads = True
         return total if self.has_last else None
 
     def measure_bubble(self, steps: int = BUBBLE_STEPS) -> None:
         """The instrumented pass: `steps` more optimizer steps' forward and backward on the last
         timed step's micro-batches, each stage chunk timed (with a device sync around it on
-        CUDA), then the gradients dropped: parameters stay those of the timed steps. Collective."""
+        CUDA); under fsdp_pp and fsdp_tp_pp then as many steps again with the collectives
+        counted and timed (_measure_collectives: kept apart from the bubble steps, whose compute
+        its dispatch mode would slow). Gradients are dropped after: parameters stay those of the
+        timed steps. Collective."""
         if self._steps or not self._last_batches:
             return
         self._state.instrumented = True
@@ -214,15 +245,35 @@ class PipelineEngine(Engine):
                 self._instrumented_step(self._last_batches)
         finally:
             self._state.instrumented = False
+        try:
+            if self.fsdp:
+                self._collectives = self._measure_collectives(steps)
+        finally:
             for p in self.parameters():
                 p.grad = None
+
+    def _measure_collectives(self, steps: int) -> tuple[float, float, int]:
+        """(FSDP seconds, TP seconds, TP collectives) per optimizer step on this rank, over
+        `steps` more optimizer steps. TP: DTensor's collectives timed in place (tp.CollectiveTimer)
+        — the stages' sequence all-gathers and reduce-scatters, the loss's all-reduces (last
+        stage) and FSDP's all-reduce of the sequence-parallel norms' Partial gradients over tp.
+        FSDP: its all-gathers and reduce-scatters over dp counted as the schedule issues them
+        (which microbatch unshards a unit again depends on the schedule) and replayed on the
+        dp group (fsdp.replay_seconds). The pipeline's send/recv is neither."""
+        counter = CollectiveCounter(self.device)
+        with counter:
+            for _ in range(steps):
+                self._schedule_steps(self._last_batches)
+        fsdp_s = replay_seconds(counter.fsdp_ops, self.dp_group, self.device)
+        self.tp_collective_bytes = round(counter.nbytes / steps) if self.tensor_parallel else None  # for measure.py
+        return fsdp_s / steps, counter.seconds / steps, round(counter.count / steps)
 
     def full_state_dict(self):
         mine: dict[str, torch.Tensor] = {}
         for mod in self.modules:
             for name, t in mod.state_dict().items():
                 if isinstance(t, DTensor):
-                    t = t.full_tensor()  # collective over this stage's dp ranks, same order on each
+                    t = t.full_tensor()  # collective over this stage's dp (and tp) ranks, same order on each
                 mine[name] = t.detach().cpu().clone()
         contribute = self.topo.dp_rank == 0 and self.topo.tp_rank == 0
         rank0 = dist.get_rank() == 0
@@ -239,8 +290,9 @@ class PipelineEngine(Engine):
         return self.pp_group if self.layout == "pipeline" else self.dp_group
 
     def comm_numel(self):
-        # dp_pp / fsdp_pp: this stage's gradient, all-reduced (DDP) or reduce-scattered (FSDP)
-        # over dp. pipeline: one microbatch's activation, the size of each send between stages.
+        # dp_pp / fsdp_pp / fsdp_tp_pp: this stage's (tp-local) gradient, all-reduced (DDP) or
+        # reduce-scattered (FSDP) over dp. pipeline: one microbatch's activation, the size of
+        # each send between stages.
         return self._activation_numel if self.layout == "pipeline" else self._stage_numel
 
     def metrics(self) -> dict[str, Any]:
@@ -254,15 +306,27 @@ class PipelineEngine(Engine):
         forward_maybe_with_nosync), each backward_one_chunk's autograd call
         (backward_maybe_with_nosync) and the last stage's loss — timed by overriding those
         PipelineStage methods. Everything else (waiting on send/recv, schedule bookkeeping, FSDP's
-        final reduce-scatter) counts as idle. For dp_pp/fsdp_pp, busy includes collectives that
-        run inside those calls (DDP's all-reduce in the last backward, FSDP's all-gathers)."""
+        final reduce-scatter) counts as idle. For dp_pp/fsdp_pp/fsdp_tp_pp, busy includes
+        collectives that run inside those calls (DDP's all-reduce in the last backward, FSDP's
+        all-gathers, tensor parallel's collectives). fsdp_pp and fsdp_tp_pp add the keys fsdp and
+        fsdp_tp record (reshard_after_forward, fsdp_collective_time_s, collective_time_s; under
+        TP tp, tp_collective_time_s, tp_collectives_per_step; see _measure_collectives).
+        p2p_numel: elements of one activation send between stages (1/tp of it under TP)."""
         self.measure_bubble()
         busy = sum(b for b, _ in self._steps)
         wall = sum(w for _, w in self._steps)
         p, v, m = self.pp, self.v, self.m
-        return {
+        out: dict[str, Any] = {
             "bubble_theory": pipeline_bubble(p, m, v),
             "bubble_measured": max(0.0, 1.0 - busy / wall) if wall > 0 else None,
             "schedule": self.schedule_name,
             "stages_per_rank": v,
+            "p2p_numel": self._activation_numel,
         }
+        if self.fsdp:
+            fsdp_s, tp_s, count = self._collectives or (0.0, 0.0, 0)
+            out |= {"reshard_after_forward": bool(self.cfg.parallel.reshard_after_forward),
+                    "fsdp_collective_time_s": fsdp_s, "collective_time_s": fsdp_s + tp_s}  # fmt: skip
+            if self.tensor_parallel:
+                out |= {"tp": self.topo.tp, "tp_collective_time_s": tp_s, "tp_collectives_per_step": count}
+        return out

@@ -1,4 +1,5 @@
-"""Cutting a TokenModel into pipeline stages that keep the reference parameter names.
+"""Cutting a TokenModel (gpt, llama or mlp) into pipeline stages that keep the reference
+parameter names.
 
 Stage s of S owns a contiguous slice of the blocks; stage 0 also the embeddings, stage S-1
 also the final norm and the head. `blocks` becomes an nn.ModuleDict keyed by the ORIGINAL
@@ -14,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
-from launcher.train.models import TokenModel
+from launcher.train.models import TokenModel, embed
 
 
 def stage_blocks(n_layers: int, n_stages: int, stage: int) -> range:
@@ -51,7 +52,7 @@ class StageModule(nn.Module):
         self._autocast = autocast
         if self.is_first:
             self.tok_emb = model.tok_emb
-            self.pos_emb = model.pos_emb
+            self.pos_emb = model.pos_emb  # None for llama (rotary positions, inside attention)
         self.blocks = nn.ModuleDict(
             {str(i): model.blocks[i] for i in stage_blocks(len(model.blocks), n_stages, stage)}
         )
@@ -63,8 +64,7 @@ class StageModule(nn.Module):
         ctx = self._autocast() if self._autocast is not None else nullcontext()
         with ctx:
             if self.is_first:
-                pos = torch.arange(x.shape[1], device=x.device)
-                x = self.tok_emb(x) + self.pos_emb(pos)
+                x = embed(self, x)
             for block in self.blocks.values():
                 x = block(x)
             if self.is_last:

@@ -1,14 +1,16 @@
 """Tensor parallel (Megatron-style, on DTensor) over the "tp" mesh dim, with sequence parallelism.
 
-Plan per block: the LayerNorms run sequence-parallel (activations sharded on the sequence dim
-between blocks); attention and feed-forward gather the sequence (all-gather), split the work by
-columns (q, k, v: whole heads per rank; the ffn's first Linear: hidden units per rank), and
-reduce-scatter back to sequence shards after the row-split output Linear (attn proj, ffn's
-second Linear). The token and position embeddings are split by rows and reduce-scatter straight
-into sequence shards; the head is split by columns (vocabulary) and the loss is computed on the
-vocabulary-sharded logits with `loss_parallel` (no full-logit gather).
+Plan per block (GPT's and Llama's alike): the norms run sequence-parallel (activations sharded
+on the sequence dim between blocks); attention and feed-forward gather the sequence
+(all-gather), split the work by columns (q, k, v: whole query and key/value heads per rank; the
+ffn's input Linears — GPT's first, SwiGLU's w1 and w3 — whole hidden units per rank), and
+reduce-scatter back to sequence shards after the row-split output Linear (attn proj; GPT's
+second ffn Linear, SwiGLU's w2). The token and position embeddings are split by rows and
+reduce-scatter straight into sequence shards; the head is split by columns (vocabulary) and the
+loss is computed on the vocabulary-sharded logits with `loss_parallel` (no full-logit gather).
 
-`apply_tensor_parallel` is shared with the FSDP×TP layout (fsdp.py).
+`apply_tensor_parallel` is shared with the FSDP×TP layout (fsdp.py) and applies to a pipeline
+stage too (its docstring gives the stage contract).
 """
 
 from __future__ import annotations
@@ -33,46 +35,73 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import Block, MLPBlock, TokenModel, materialise
+from launcher.train.models import MLPBlock, PreNormBlock, SwiGLU, TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
 
 MEASURE_ITERS = 3
 
 
-def apply_tensor_parallel(model: TokenModel, tp_mesh) -> TokenModel:
-    """Parallelize `model` in place over the 1-D `tp_mesh`. Inputs: full token ids on every tp
-    rank. Output: logits as a DTensor sharded on the vocabulary dim (use `loss_parallel`)."""
-    gather_seq = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-    parallelize_module(
-        model,
-        tp_mesh,
-        {
-            # Row-split tables; the partial sums are reduce-scattered into sequence shards.
-            "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-            # Positions are [seq] → [seq, d]: the sequence is dim 0 here (broadcasts over batch).
-            "pos_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
-            "ln_f": SequenceParallel(),
-            "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
-        },
-    )
-    for block in model.blocks:
-        if isinstance(block, Block):
-            plan = {
-                "ln1": SequenceParallel(),
-                "attn": gather_seq,
-                "attn.q": ColwiseParallel(),
-                "attn.k": ColwiseParallel(),
-                "attn.v": ColwiseParallel(),
-                "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
-                "ln2": SequenceParallel(),
-            }
-        elif isinstance(block, MLPBlock):
-            plan = {"ln": SequenceParallel()}
-        else:
-            raise TypeError(f"tensor parallel has no plan for {type(block).__name__}")
-        plan |= {"ffn": gather_seq, "ffn.0": ColwiseParallel(), "ffn.2": RowwiseParallel(output_layouts=Shard(1))}
-        parallelize_module(block, tp_mesh, plan)
+def apply_tensor_parallel(model: nn.Module, tp_mesh) -> nn.Module:
+    """Parallelize `model` in place over the 1-D `tp_mesh`: a TokenModel, or a pipeline
+    StageModule (engines/stages.py), whose top-level pieces are planned only where it holds them.
+
+    Contract, per tp rank (rank r of tp; the sequence split is tp equal contiguous chunks):
+    - holding `tok_emb` (the full model, a first stage): input = the full token ids [b, t], the
+      same on every tp rank;
+    - not holding it (a later stage): input = this rank's sequence shard of the hidden states, a
+      plain tensor [b, t/tp, d] (positions r·t/tp … (r+1)·t/tp − 1) — what the previous stage's
+      same tp rank returned;
+    - not holding `head` (an earlier stage): output = this rank's sequence shard, a plain tensor
+      [b, t/tp, d];
+    - holding `head` (the full model, a last stage): output = the logits as a DTensor sharded on
+      the vocabulary dim (Shard(-1)) over `tp_mesh`: compute the loss under `loss_parallel()`.
+    Between blocks every hidden state is such a sequence shard; each attention and feed-forward
+    gathers the full sequence (RoPE sees true positions) and reduce-scatters back."""
+    top: dict[str, Any] = {}
+    if getattr(model, "tok_emb", None) is not None:
+        # Row-split table; the partial sums are reduce-scattered into sequence shards.
+        top["tok_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if getattr(model, "pos_emb", None) is not None:
+        # Positions are [seq] → [seq, d]: the sequence is dim 0 here (broadcasts over batch).
+        top["pos_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
+    if getattr(model, "ln_f", None) is not None:
+        top["ln_f"] = SequenceParallel()
+    if getattr(model, "head", None) is not None:
+        top["head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    blocks = model.blocks.values() if isinstance(model.blocks, nn.ModuleDict) else model.blocks
+    for block in blocks:
+        parallelize_module(block, tp_mesh, block_plan(block))
     return model
+
+
+def block_plan(block: nn.Module) -> dict[str, Any]:
+    """One block's plan: norms sequence-parallel; attention's q, k, v (whole q and kv heads per
+    rank) and the feed-forward's input Linears (whole hidden units) split by columns, their output
+    Linears by rows, reduce-scattered into sequence shards."""
+    gather_seq = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    if isinstance(block, PreNormBlock):
+        plan: dict[str, Any] = {
+            "ln1": SequenceParallel(),
+            "attn": gather_seq,
+            "attn.q": ColwiseParallel(),
+            "attn.k": ColwiseParallel(),
+            "attn.v": ColwiseParallel(),
+            "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
+            "ln2": SequenceParallel(),
+        }
+    elif isinstance(block, MLPBlock):
+        plan = {"ln": SequenceParallel()}
+    else:
+        raise TypeError(f"tensor parallel has no plan for {type(block).__name__}")
+    plan["ffn"] = gather_seq
+    if isinstance(block.ffn, SwiGLU):
+        plan |= {"ffn.w1": ColwiseParallel(), "ffn.w3": ColwiseParallel(),
+                 "ffn.w2": RowwiseParallel(output_layouts=Shard(1))}  # fmt: skip
+    else:
+        plan |= {"ffn.0": ColwiseParallel(), "ffn.2": RowwiseParallel(output_layouts=Shard(1))}
+    return plan
 
 
 def mixed_params(params) -> bool:
@@ -109,6 +138,7 @@ class CollectiveTimer(TorchDispatchMode):
         self.device = device
         self.seconds = 0.0
         self.count = 0
+        self.nbytes = 0  # full-tensor bytes of the collectives, an all-reduce twice (its ring moves twice)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(issubclass(t, DTensor) for t in types):
@@ -123,7 +153,12 @@ class CollectiveTimer(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         sync(self.device)
         self.seconds += time.perf_counter() - start
-        self.count += func.__name__.split(".")[0] not in NOT_COLLECTIVES
+        name = func.__name__.split(".")[0]
+        self.count += name not in NOT_COLLECTIVES
+        if name not in NOT_COLLECTIVES:
+            tensors = [t for t in (args[0] if args else None, out) if isinstance(t, torch.Tensor)]
+            sizes = [t.numel() * t.element_size() for t in tensors]
+            self.nbytes += max(sizes, default=0) * (2 if name.startswith("all_reduce") else 1)
         return out
 
 
@@ -213,6 +248,8 @@ def tp_collective_seconds(engine) -> tuple[float, int]:
         passes.append(pass_timer.seconds)
         syncs.append(sync_timer.seconds)
         count = pass_timer.count * engine._accum + sync_timer.count
+        # Read by measure.py into the record (tp_collective_bytes_per_step), for the model's link fit.
+        engine.tp_collective_bytes = pass_timer.nbytes * engine._accum + sync_timer.nbytes
     engine.model.zero_grad(set_to_none=True)
     return statistics.median(passes) * engine._accum + statistics.median(syncs), count
 

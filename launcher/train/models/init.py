@@ -1,0 +1,73 @@
+"""Materialising a meta-device model: every parameter's initial value drawn from (seed, its name),
+so that every layout, whatever piece of the model a rank holds, starts where the 1-process
+reference starts."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from launcher.train.models.llama import RMSNorm
+
+
+def materialise(module: nn.Module, device: torch.device, *, seed: int) -> nn.Module:
+    """Allocate a meta-device module (already cut up, sharded or parallelised: only this rank's
+    part is allocated) on `device` and initialise every parameter from (seed, its name).
+
+    Each parameter's full value is drawn from its own CPU generator seeded by (seed, name) and
+    moved to `device`, then this rank keeps its piece (a DTensor's local shard), so every layout starts
+    from the same parameters as the 1-process reference: names are the reference TokenModel's
+    (stages and FSDP/TP keep them). A module with no meta parameters is returned as it is."""
+    params = list(module.parameters())
+    on_meta = [p.is_meta for p in params]
+    if not any(on_meta):
+        return module
+    if not all(on_meta):
+        raise ValueError(f"materialise: {on_meta.count(False)} of {len(params)} parameters are already allocated; "
+                         "expected a module wholly on the meta device")  # fmt: skip
+    module.to_empty(device=device)
+    with torch.no_grad():
+        for prefix, owner in module.named_modules():
+            for name, p in owner.named_parameters(recurse=False):
+                full_name = f"{prefix}.{name}" if prefix else name
+                _assign(p, initial_value(owner, name, tuple(p.shape), device, param_seed(seed, full_name)))
+    return module
+
+
+def param_seed(seed: int, name: str) -> int:
+    """The generator seed of parameter `name` (e.g. `blocks.3.attn.q.weight`) under `seed`."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (1 << 63)
+
+
+def initial_value(owner: nn.Module, name: str, shape: tuple[int, ...], device: torch.device, seed: int) -> torch.Tensor:
+    """The full initial value of `owner.<name>`, distributed as torch's defaults: Linear
+    U(±1/√fan_in) (kaiming_uniform with a=√5, and its bias), Embedding N(0, 1), LayerNorm 1 and 0,
+    RMSNorm 1."""
+    # Drawn on the CPU whatever the device: a CUDA generator gives other numbers for the same seed,
+    # and a GPU run must start where the CPU reference (and every parity test) starts.
+    value = torch.empty(shape)
+    g = torch.Generator().manual_seed(seed)
+    if isinstance(owner, nn.Linear):
+        bound = 1 / math.sqrt(owner.in_features)
+        return value.uniform_(-bound, bound, generator=g).to(device)
+    if isinstance(owner, nn.Embedding):
+        return value.normal_(0.0, 1.0, generator=g).to(device)
+    if isinstance(owner, nn.LayerNorm):
+        return value.fill_(1.0 if name == "weight" else 0.0).to(device)
+    if isinstance(owner, RMSNorm):
+        return value.fill_(1.0).to(device)
+    raise TypeError(f"materialise: no initialisation for {type(owner).__name__}.{name}")
+
+
+def _assign(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy `full` into `param`, or this rank's piece of it into a DTensor (no communication:
+    every rank drew the same full value)."""
+    if isinstance(param, DTensor):
+        piece = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()
+        param.to_local().copy_(piece)
+    else:
+        param.copy_(full)
