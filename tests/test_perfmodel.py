@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from launcher.model.comm import Traffic
 from launcher.model.fit import SIGMA_WITHOUT_DOF, fit
 from launcher.model.links import LINKS, Link, ring_allreduce_s
 from launcher.model.presets import from_presets
-from launcher.model.step import Observation, PerfModel, Shape
+from launcher.model.step import Observation, PerfModel, Shape, comm_at
 from launcher.model.summary import layout_line, residual_phrase
 from launcher.trials.layout import pipeline_bubble
 
@@ -23,6 +24,7 @@ C, O, E = 1e-3, 20e-3, 0.5
 GRAD = 400_000_000
 RPN = 8
 MESSAGES = (1_000_000, 256_000_000)  # latency-bound and bandwidth-bound
+DDP = Traffic(data_parallel="ddp", grad_bytes=GRAD)
 
 
 def truth_model(*, exposed=E) -> PerfModel:
@@ -32,14 +34,14 @@ def truth_model(*, exposed=E) -> PerfModel:
     )
 
 
-def true_step(shape: Shape, *, exposed=E) -> float:
-    # Exposure beyond 1 cannot be a PerfModel, so build that step time from its parts.
-    link = TRUE_INTER if shape.multi_node else TRUE_INTRA
-    comm = shape.comm_factor * ring_allreduce_s(shape.grad_bytes, shape.dp, link)
-    return C * shape.work_per_rank * shape.contention / (1 - shape.bubble) + exposed * comm + O
+def true_step(shape: Shape, *, exposed=E, c=C) -> float:
+    # An exposed share beyond 1 cannot be a PerfModel, so build that step time from its parts.
+    compute = c * shape.work_per_rank * shape.contention
+    terms = comm_at(shape, TRUE_INTRA, TRUE_INTER, compute)
+    return compute / (1 - shape.bubble) + terms.exposed_s + exposed * terms.hidden_s + O
 
 
-def synthetic(shapes, *, noise, seed, exposed=E):
+def synthetic(shapes, *, noise, seed, exposed=E, c=C):
     rng = np.random.default_rng(seed)
     out = []
     for s in shapes:
@@ -47,7 +49,7 @@ def synthetic(shapes, *, noise, seed, exposed=E):
         ar = ()
         if s.dp > 1:
             ar = tuple((s.dp, b, ring_allreduce_s(b, s.dp, link) * (1 + rng.uniform(-noise, noise))) for b in MESSAGES)
-        step = true_step(s, exposed=exposed) * (1 + rng.uniform(-noise, noise))
+        step = true_step(s, exposed=exposed, c=c) * (1 + rng.uniform(-noise, noise))
         out.append(Observation(shape=s, step_s=step, allreduce=ar))
     return out
 
@@ -56,14 +58,15 @@ def weak_grid():
     # 8 samples per rank per micro-step; accumulation varies the work per rank, which is what
     # separates compute from the fixed overhead.
     return [
-        Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=8 * w * a, accum=a, grad_bytes=GRAD)
+        Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=8 * w * a, accum=a,
+              traffic=Traffic(data_parallel="ddp", grad_bytes=GRAD, passes=a))
         for w in (1, 2, 4, 8, 16, 32, 64)
         for a in (1, 2, 4)
     ]
 
 
 def strong(w: int, g: int = 1024) -> Shape:
-    return Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=g, grad_bytes=GRAD)
+    return Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=g, traffic=DDP)
 
 
 def test_ring_allreduce_hand_values():
@@ -94,7 +97,8 @@ def test_fit_recovers_known_parameters_within_2_percent():
     assert model.inter.latency_s == pytest.approx(20e-6, rel=0.02)
     assert model.compute_s_per_sample == pytest.approx(C, rel=0.02)
     assert model.overhead_s == pytest.approx(O, rel=0.02)
-    assert model.exposed_comm == pytest.approx(E, rel=0.02)
+    # u weighs only what the overlap model hides, a small part of most steps: the least determined term.
+    assert model.exposed_comm == pytest.approx(E, rel=0.1)
     assert model.n_observations == 21
     assert model.source("intra") == "fitted from 18 all-reduces: bandwidth and latency"
     assert model.source("inter") == "fitted from 18 all-reduces: bandwidth and latency"
@@ -118,7 +122,7 @@ def test_noiseless_fit_is_exact():
 def test_rank_deficient_allreduce_keeps_preset_latency():
     # One rank count and one message size: bandwidth and latency cannot be told apart.
     preset = LINKS["nvlink"]
-    shape = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, grad_bytes=GRAD)
+    shape = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, traffic=DDP)
     t = 2 * 7 / 8 * 1e8 / 120e9 + 14 * preset.latency_s  # a 120 GB/s link with the preset's α
     obs = [Observation(shape=shape, step_s=0.1, allreduce=((8, 100_000_000, t), (8, 100_000_000, t)))]
     model = fit(obs, intra=preset, inter=LINKS["ib400"])
@@ -145,7 +149,12 @@ def test_intervals_contain_truth_and_widen_with_extrapolation():
         assert (p.low_s, p.high_s) == pytest.approx((p.step_s * (1 - h), p.step_s * (1 + h)))
     h16, h1024 = model.predict(strong(16)).rel_half_width, model.predict(strong(1024)).rel_half_width
     assert h16 > 0.03  # above the floor, so the comparison below is the regression's, not the floor's
-    assert h1024 > 1.5 * h16
+    # Where compute and what the overlap hides still matter, the parameters' uncertainty widens the
+    # interval beyond the held-out scatter; at 1024 ranks the step is the communication the overlap
+    # model leaves exposed, timed on the fitted links, whose own error is not propagated
+    # (PerfModel.cov): the interval there is the held-out scatter alone.
+    assert h16 > model.z * model.rel_sigma
+    assert h1024 == pytest.approx(model.z * model.rel_sigma, rel=1e-3)
 
 
 def test_pipeline_bubble_compute_over_one_minus_b():
@@ -153,21 +162,27 @@ def test_pipeline_bubble_compute_over_one_minus_b():
     b = pipeline_bubble(p, m)
     assert b == pytest.approx(3 / 11, rel=1e-15)
     assert pipeline_bubble(p, m, virtual=2) == pytest.approx(3 / 19, rel=1e-15)
-    shape = Shape(world_size=8, ranks_per_node=8, dp=2, global_batch=64, bubble=b)
+    shape = Shape(world_size=8, ranks_per_node=8, dp=2, pp=4, global_batch=64, bubble=b)
     pred = truth_model().predict(shape)
     assert pred.compute_s == pytest.approx(C * 64 / 8, rel=1e-15)
     assert pred.compute_s + pred.bubble_s == pytest.approx(pred.compute_s / (1 - b), rel=1e-12)
-    assert pred.step_s == pytest.approx(C * 8 / (1 - b) + O, rel=1e-12)  # grad_bytes 0: no comm
+    assert pred.step_s == pytest.approx(C * 8 / (1 - b) + O, rel=1e-12)  # no traffic: no comm
 
 
-def test_predict_terms_link_choice_and_fsdp_factor():
+def test_predict_terms_link_choice_and_ddp_overlap():
     model = truth_model()
-    one_node = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, grad_bytes=GRAD, contention=2.0)
-    two_nodes = Shape(world_size=16, ranks_per_node=8, dp=16, global_batch=128, grad_bytes=GRAD, comm_factor=1.5)
+    one_node = Shape(world_size=8, ranks_per_node=8, dp=8, global_batch=64, traffic=DDP, contention=2.0)
+    two_nodes = Shape(world_size=16, ranks_per_node=8, dp=16, global_batch=128, traffic=DDP)
     p1, p2 = model.predict(one_node), model.predict(two_nodes)
     assert p1.compute_s == pytest.approx(C * 8 * 2.0)
-    assert p1.comm_s == pytest.approx(E * ring_allreduce_s(GRAD, 8, TRUE_INTRA))
-    assert p2.comm_s == pytest.approx(E * 1.5 * ring_allreduce_s(GRAD, 16, TRUE_INTER))
+    # 400 MB in 1 + 16 buckets, each paying the ring latency; the last (15 MiB) is ready only when
+    # backward ends; backward (2/3 of the compute) hides the rest, of which u = E shows anyway.
+    last = GRAD - 1024**2 - 15 * 25 * 1024**2
+    for p, link, n, compute in ((p1, TRUE_INTRA, 8, C * 16), (p2, TRUE_INTER, 16, C * 8)):
+        total = ring_allreduce_s(GRAD, n, link, messages=17)
+        exposed = max(ring_allreduce_s(last, n, link), total - 2 / 3 * compute)
+        comm = exposed + E * (total - exposed)
+        assert (p.comm_s, p.comm_total_s, p.dp_comm_s) == pytest.approx((comm, total, comm), rel=1e-12)
     assert p2.step_s == pytest.approx(C * 8 + p2.comm_s + O)
     lo, hi = p2.tokens_per_s_interval(128, 64)
     assert p2.tokens_per_s(128, 64) == pytest.approx(128 * 64 / p2.step_s)
@@ -185,17 +200,18 @@ def test_exposure_beyond_one_is_clipped_to_the_bound():
 
 
 def test_no_communication_fixes_exposure_and_few_trials_fix_overhead():
-    single = [Shape(world_size=1, ranks_per_node=8, dp=1, global_batch=g, grad_bytes=GRAD) for g in (8, 16, 32)]
+    single = [Shape(world_size=1, ranks_per_node=8, dp=1, global_batch=g, traffic=DDP) for g in (8, 16, 32)]
     model = fit(synthetic(single, noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
-    assert model.exposed_comm == 1.0
-    assert model.source("exposed_comm") == "fixed at 1 (no trial communicates, so exposure is unidentifiable)"
+    assert model.exposed_comm == 0.0
+    assert model.source("exposed_comm") == ("fixed at 0 (no trial has communication the overlap model hides, so "
+                                            "its exposed share is unidentifiable)")  # fmt: skip
     assert (model.compute_s_per_sample, model.overhead_s) == pytest.approx((C, O), rel=1e-9)
 
     # One trial, three parameters: overhead then exposure are fixed, compute takes all the time.
     obs = [Observation(shape=strong(8, 64), step_s=0.05)]
     model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["ib200"])
     assert model.source("overhead_s") == "fixed at 0 (1 step time for 3 parameters)"
-    assert model.source("exposed_comm") == "fixed at 1 (1 step time for 2 parameters)"
+    assert model.source("exposed_comm") == "fixed at 0 (1 step time for 2 parameters)"
     assert model.predict(strong(8, 64)).step_s == pytest.approx(0.05, rel=1e-12)
     assert model.rel_sigma_measured is None  # no residual degrees of freedom to measure it on
 
@@ -226,12 +242,15 @@ def test_no_residual_is_recorded_and_said_not_printed_as_a_percentage():
 
 def test_same_work_everywhere_cannot_separate_overhead():
     # Single-node weak scaling without accumulation: w = 8 on every trial, so c·w and o coincide.
-    shapes = [Shape(world_size=w, ranks_per_node=8, dp=w, global_batch=8 * w, grad_bytes=GRAD) for w in (1, 2, 4, 8)]
+    shapes = [Shape(world_size=w, ranks_per_node=8, dp=w, global_batch=8 * w, traffic=DDP) for w in (1, 2, 4, 8)]
     model = fit(synthetic(shapes, noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
     assert model.overhead_s == 0.0
     assert model.source("overhead_s") == "fixed at 0 (not separable from the other terms in these trials)"
-    assert model.compute_s_per_sample == pytest.approx(C + O / 8, rel=1e-9)
-    assert model.exposed_comm == pytest.approx(E, rel=1e-9)
+    # Compute absorbs the overhead; its longer backward window then hides more of the all-reduce
+    # than the truth's, which u makes up for: the trials are still predicted.
+    assert model.compute_s_per_sample == pytest.approx(C + O / 8, rel=0.01)
+    data = synthetic(shapes, noise=0.0, seed=0)
+    assert [model.predict(o.shape).step_s for o in data] == pytest.approx([o.step_s for o in data], rel=0.01)
 
 
 def test_from_presets_constant_interval_and_serialisable():
@@ -240,7 +259,7 @@ def test_from_presets_constant_interval_and_serialisable():
         p = model.predict(strong(w))
         assert p.rel_half_width == pytest.approx(0.25, rel=1e-12)
         assert (p.low_s, p.high_s) == pytest.approx((0.75 * p.step_s, 1.25 * p.step_s), rel=1e-12)
-    assert model.source("inter") == "preset ib400" and model.source("exposed_comm") == "preset 1.0"
+    assert model.source("inter") == "preset ib400" and model.source("exposed_comm") == "preset 0.0"
     assert model.n_observations == 0
     fitted = fit(synthetic(weak_grid(), noise=0.01, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
     for m in (model, fitted):
@@ -259,8 +278,8 @@ def test_bad_input_names_the_numbers():
     with pytest.raises(ValueError, match=r"n=8, bytes=100, seconds=-1\.0"):
         Observation(shape=strong(8), step_s=0.1, allreduce=((8, 100, -1.0),))
     with pytest.raises(ValueError, match=r"bubble must be in \[0, 1\), got 1\.0"):
-        Shape(world_size=4, ranks_per_node=4, dp=1, global_batch=8, bubble=1.0)
-    with pytest.raises(ValueError, match="dp=3 does not divide world_size=8"):
+        Shape(world_size=4, ranks_per_node=4, dp=1, pp=4, global_batch=8, bubble=1.0)
+    with pytest.raises(ValueError, match=r"dp\(3\) × tp\(1\) × pp\(1\) = 3 ≠ world_size 8"):
         Shape(world_size=8, ranks_per_node=8, dp=3, global_batch=8)
     with pytest.raises(ValueError, match="bandwidth_gbps must be finite and > 0, got 0"):
         Link(bandwidth_gbps=0, latency_s=1e-6, name="x")
@@ -279,7 +298,8 @@ def test_contention_exponent_is_recovered_from_oversubscribed_trials():
     for n, contention in ((1, 1.0), (2, 1.0), (3, 1.5), (4, 2.0)):
         for accum in (1, 2, 4):
             shape = Shape(world_size=n, ranks_per_node=1, dp=n, global_batch=8 * accum * n, accum=accum,
-                          grad_bytes=2_000_000, contention=contention)  # fmt: skip
+                          traffic=Traffic(data_parallel="ddp", grad_bytes=2_000_000, passes=accum),
+                          contention=contention)  # fmt: skip
             ar = ((n, 2_000_000, ring_allreduce_s(2_000_000, n, link)),) if n > 1 else ()
             obs.append(Observation(shape=shape, step_s=truth.predict(shape).step_s, allreduce=ar))
     model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["eth10"])

@@ -14,12 +14,20 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from dataclasses import fields
+
 from launcher.config.derived import BatchMath
+from launcher.config.schema import ModelConfig
 from launcher.model.fit import fit
 from launcher.model.links import LINKS
-from launcher.model.shapes import build_shape
+from launcher.model.shapes import LayoutSpec, layout_shape
 from launcher.model.step import Observation, PerfModel, Shape
+from launcher.trials.layout import pipeline_bubble
 from launcher.trials.folder import read_record, read_trial, trial_dirs
+
+
+MEASURED_GRADIENT = ("ddp", "fsdp", "fsdp_tp")
+"""Layouts whose recorded all-reduce (`allreduce_bytes`) is one rank's whole gradient."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -78,24 +86,63 @@ def load_measured(sweep_dir: Path, unreadable: list[str] | None = None) -> list[
 
 
 def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | None = None) -> Shape | None:
-    """The shape of trial `m`'s recipe at another world size (None: the layout cannot split it)."""
+    """The shape of trial `m`'s recipe at another world size (None: the layout cannot split it).
+    The tp and pipeline layouts grow their one degree with the world; the others keep tp and pp."""
     t = m.trial
     n = world_size or t["world_size"]
-    if n % (t["tp"] * t["pp"]):
-        return None
+    tp, pp = (n if t["layout"] == "tp" else t["tp"]), (n if t["layout"] == "pipeline" else t["pp"])
     par = m.config.get("parallel") or {}
-    return build_shape(
+    spec = layout_spec(m)
+    if n % (tp * pp) or spec.model.n_layers % (pp * spec.virtual) or (pp > 1 and spec.microbatches < pp):
+        return None
+    return layout_shape(
+        spec,
         world_size=n,
         ranks_per_node=ranks_per_node or (n if m.local else m.ranks_per_node),
-        tp=t["tp"],
-        pp=t["pp"],
-        batch=_batch_at(t, n // (t["tp"] * t["pp"])),
-        grad_bytes=int(m.metrics.get("allreduce_bytes") or 0),
-        bubble=(m.metrics.get("layout") or {}).get("bubble_theory") or 0.0,
-        layout=t["layout"],
-        reshard_after_forward=par.get("reshard_after_forward", True),
+        tp=tp,
+        pp=pp,
+        batch=_batch_at(t, n // (tp * pp)),
+        bubble=pipeline_bubble(pp, spec.microbatches, spec.virtual) if pp > 1 else 0.0,
+        nics_per_node=(m.config.get("cluster") or {}).get("nics_per_node") or 1,
+        tree=_nccl(m, par),
         contention=_contention(m, n),
     )
+
+
+def layout_spec(m: Measured) -> LayoutSpec:
+    """What the trial's traffic depends on, from its resolved config and record."""
+    par = m.config.get("parallel") or {}
+    known = {f.name for f in fields(ModelConfig)}
+    model = ModelConfig(**{k: v for k, v in (m.config.get("model") or {}).items() if k in known})
+    interleaved = par.get("schedule") == "interleaved_1f1b"
+    return LayoutSpec(
+        layout=m.layout,
+        model=model,
+        # The precision the payload resolved (`auto` → bf16 on CUDA, fp32 on CPU); older records: fp32.
+        precision=m.metrics.get("precision") or "fp32",
+        reshard_after_forward=par.get("reshard_after_forward", True),
+        microbatches=par.get("microbatches", 1),
+        virtual=par.get("virtual_stages", 1) if interleaved else 1,
+        measured_numel=_measured_numel(m),
+    )
+
+
+def _measured_numel(m: Measured) -> int | None:
+    """The rank's parameter count its gradient all-reduce measured (`allreduce_bytes`, fp32), where
+    that all-reduce is this rank's whole gradient: layouts without a pipeline (whose probe is one
+    stage's, or an activation's) and with data parallelism. ValueError for a value that is no count."""
+    nbytes = m.metrics.get("allreduce_bytes")
+    if nbytes is None or m.layout not in MEASURED_GRADIENT:
+        return None
+    if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
+        raise ValueError(f"trial at world_size={m.trial['world_size']}: allreduce_bytes={nbytes} is no byte count")
+    return int(nbytes) // 4 or None
+
+
+def _nccl(m: Measured, par: dict[str, Any]) -> bool:
+    """Whether the trial's collectives ran on NCCL (which may take its tree across nodes)."""
+    backend = par.get("backend", "auto")
+    return backend == "nccl" or (backend == "auto" and bool(m.metrics.get("cuda_device_name")))
 
 
 def _batch_at(t: dict[str, Any], dp: int) -> BatchMath:
@@ -129,7 +176,19 @@ def observation(m: Measured) -> Observation:
     shape = shape_at(m)
     assert shape is not None  # the trial ran at its own size
     probe = tuple((int(n), int(b), float(s)) for n, b, s in m.metrics.get("allreduce_probe") or () if s > 0)
-    return Observation(shape=shape, step_s=m.step_s, allreduce=probe)
+    return Observation(shape=shape, step_s=m.step_s, allreduce=probe,
+                       probe_group="pp" if m.layout == "pipeline" else "dp", gathers=_tp_collectives(m))  # fmt: skip
+
+
+def _tp_collectives(m: Measured) -> tuple[tuple[int, int, int, float], ...]:
+    """The trial's tensor-parallel collectives per step, as the payload timed them (engines/tp.py):
+    (tp, bytes, count, seconds) where it recorded their bytes; the slowest rank's time."""
+    layout = m.metrics.get("layout") or {}
+    tp, nbytes, count = m.trial["tp"], layout.get("tp_collective_bytes_per_step"), layout.get("tp_collectives_per_step")
+    seconds = layout.get("tp_collective_time_s", layout.get("collective_time_s") if m.layout == "tp" else None)
+    if tp < 2 or not (nbytes and count and seconds and seconds > 0):
+        return ()
+    return ((int(tp), int(nbytes), int(count), float(seconds)),)
 
 
 def fit_layouts(measured: Sequence[Measured], intra: str, inter: str) -> dict[str, PerfModel]:

@@ -12,10 +12,11 @@ def from_presets(
     intra: Link,
     inter: Link,
     overhead_s: float = 0.0,
-    exposed_comm: float = 1.0,
+    exposed_comm: float = 0.0,
     rel_uncertainty: float = 0.25,
 ) -> PerfModel:
-    """A model with nothing measured: every interval is ±rel_uncertainty of the step time."""
+    """A model with nothing measured: every interval is ±rel_uncertainty of the step time.
+    `exposed_comm` 0: the overlap model (`overlap`) as it stands, nothing it hides shows."""
     if not rel_uncertainty >= 0:
         raise ValueError(f"rel_uncertainty must be ≥ 0, got {rel_uncertainty}")
     return PerfModel(

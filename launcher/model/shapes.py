@@ -1,44 +1,130 @@
 """One way to turn a layout's numbers into the model's Shape, whether they come from a measured
-trial (`calibrate.shape_at`) or from a config nothing ran yet (`plan`)."""
+trial (`calibrate.shape_at`) or from a config nothing ran yet (`shape_for`, what `plan` predicts):
+the traffic every layout puts on the wire (bytes at their dtype, how often), the topology, the
+recompute. Pure: no torch."""
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
-from launcher.config.derived import BatchMath
+from launcher.config.derived import BatchMath, batch_math, ranks_per_node
+from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.model.comm import Traffic, ddp_buckets
+from launcher.model.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token
+from launcher.model.peaks import resolve_precision
 from launcher.model.step import Shape
-from launcher.trials.layout import comm_factor
+from launcher.trials.layout import FSDP_LAYOUTS, layout_degrees, pipeline_bubble, virtual_stages
 
-DDP_FIRST_BUCKET_BYTES = 1024 * 1024
-"""torch DDP's first gradient bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES): small, so
-the first all-reduce starts early in backward."""
-DDP_BUCKET_BYTES = 25 * 1024 * 1024
-"""torch DDP's other buckets (bucket_cap_mb=25, the engines' default)."""
+__all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
+
 DDP_LAYOUTS = ("ddp", "dp_pp")
 """Layouts whose gradients go through torch DDP (launcher/train/engines)."""
+WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+"""Bytes per element of activations (autocast) and FSDP's gathered parameters, per precision."""
+REDUCE_BYTES = 4
+"""Gradients cross the dp group in fp32: DDP's parameters stay fp32 under autocast (so are their
+gradients), FSDP reduces at reduce_dtype=float32 (engines/fsdp.py)."""
+TP_PER_BLOCK = {"gpt": 8, "llama": 8, "mlp": 4}
+"""Tensor-parallel collectives per block and pass (engines/tp.py, sequence parallel): an
+all-gather before and a reduce-scatter after attention and after the feed-forward in forward
+(the mlp model has no attention), the same again in backward (each one's transpose)."""
+TP_OUTSIDE_BLOCKS = 4
+"""…and outside them: the embeddings' reduce-scatter and the head's all-gather, each with its
+transpose in backward."""
 
 
-def ddp_buckets(grad_bytes: int) -> int:
-    """All-reduces DDP issues per step for `grad_bytes` of gradients: the 1 MiB first bucket, then
-    25 MiB ones (a bucket closes once it reaches its cap, so this is the count to within one)."""
-    return 1 + math.ceil(max(0, grad_bytes - DDP_FIRST_BUCKET_BYTES) / DDP_BUCKET_BYTES)
+@dataclass(kw_only=True, frozen=True)
+class LayoutSpec:
+    """What of a recipe its traffic depends on, beyond the degrees and the batch."""
+
+    layout: str
+    """parallel.layout."""
+    model: ModelConfig
+    """The model trained."""
+    precision: str
+    """Resolved precision (fp32, bf16, fp16): what activations and FSDP's gathers move."""
+    reshard_after_forward: bool = True
+    """parallel.reshard_after_forward (FSDP)."""
+    microbatches: int = 1
+    """Pipeline microbatches per micro-step (m), under pp > 1."""
+    virtual: int = 1
+    """Stages per pipeline rank (v)."""
+    measured_numel: int | None = None
+    """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
+    None: counted from the model config. A measured model (one the config does not describe, or
+    does so only roughly) is taken as it ran."""
 
 
-def build_shape(
+def rank_numel(parts: ModelParts, n_layers: int, tp: int, pp: int) -> tuple[float, float]:
+    """(parameters on one rank of the neediest pipeline stage, of them outside the blocks), tp-
+    local and before FSDP sharding: tp splits all but the norms, the first stage holds the
+    embeddings, the last the head and final norm."""
+    block = (parts.block - parts.block_norms) / tp + parts.block_norms
+    first, last = parts.embedding / tp, parts.head / tp + parts.final_norm
+    root = first + last if pp == 1 else max(first, last)
+    return n_layers / pp * block + root, root
+
+
+def recompute_ratio(model: ModelConfig) -> float:
+    """r: recompute FLOPs ÷ model FLOPs under model.activation_checkpointing."""
+    return recompute_flops_per_token(model) / flops_per_token(model)
+
+
+def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
+    """What one rank of `spec` at these degrees communicates per optimizer step."""
+    m = spec.model
+    numel, root = rank_numel(model_parts(m), m.n_layers, tp, pp)
+    if spec.measured_numel is not None:
+        numel, root = spec.measured_numel, root * spec.measured_numel / numel
+    mb = spec.microbatches if pp > 1 else 1
+    wire = WIRE_BYTES[spec.precision]
+    activation = batch.micro // mb * m.seq_len * m.d_model * wire
+    blocks = m.n_layers // pp
+    if spec.layout in FSDP_LAYOUTS:
+        # The pipeline's FSDP stages are sharded without a MixedPrecisionPolicy (engines/pipeline.py):
+        # their parameters are gathered in fp32.
+        param_dtype = wire if spec.layout in ("fsdp", "fsdp_tp") else REDUCE_BYTES
+        dp_kind, params = "fsdp", round(numel) * param_dtype
+    else:
+        dp_kind, params = ("ddp" if spec.layout in DDP_LAYOUTS else "none"), 0
+    tp_count = 0
+    if tp > 1:
+        # Full checkpointing replays each block's forward, its collectives (half the block's) with it;
+        # selective recomputes only the attention core, which has none.
+        per_block = TP_PER_BLOCK[m.arch] * (3 if m.activation_checkpointing == "full" else 2) // 2
+        tp_count = blocks * per_block + TP_OUTSIDE_BLOCKS
+    return Traffic(
+        data_parallel=dp_kind,
+        grad_bytes=round(numel) * REDUCE_BYTES if dp_kind != "none" else 0,
+        param_bytes=params,
+        root_share=root / numel,
+        blocks=max(1, blocks),
+        reshard=spec.reshard_after_forward,
+        gathered_once=dp_kind == "fsdp" and pp > 1 and not spec.reshard_after_forward,
+        passes=batch.accum * mb,
+        tp_bytes=activation,
+        tp_collectives=tp_count,
+        # Sequence-parallel stages hand over their sequence shard: each tp rank sends 1/tp of it.
+        pp_bytes=activation // tp if pp > 1 else 0,
+        pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
+    )
+
+
+def layout_shape(
+    spec: LayoutSpec,
     *,
     world_size: int,
     ranks_per_node: int,
     tp: int,
     pp: int,
     batch: BatchMath,
-    grad_bytes: int,
     bubble: float,
-    layout: str,
-    reshard_after_forward: bool,
+    nics_per_node: int = 1,
+    tree: bool = False,
     contention: float = 1.0,
 ) -> Shape:
-    """The Shape of `layout` at `world_size` ranks, `ranks_per_node` to a node, split dp × tp × pp
-    with dp = batch.dp; `grad_bytes` is one rank's data-parallel all-reduce per step."""
+    """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × tp × pp
+    with dp = batch.dp."""
     if batch.dp * tp * pp != world_size:
         raise ValueError(
             f"shape: dp({batch.dp}) × tp({tp}) × pp({pp}) = {batch.dp * tp * pp} ≠ world_size {world_size}"
@@ -47,11 +133,41 @@ def build_shape(
         world_size=world_size,
         ranks_per_node=ranks_per_node,
         dp=batch.dp,
+        tp=tp,
+        pp=pp,
         global_batch=batch.global_batch,
         accum=batch.accum,
-        grad_bytes=grad_bytes,
         bubble=bubble,
         contention=contention,
-        comm_factor=comm_factor(layout, reshard_after_forward),
-        messages=ddp_buckets(grad_bytes) if layout in DDP_LAYOUTS and grad_bytes else 1,
+        recompute=recompute_ratio(spec.model),
+        nics_per_node=nics_per_node,
+        tree=tree,
+        traffic=traffic(spec, tp=tp, pp=pp, batch=batch),
+    )
+
+
+def planned_device(cfg: LauncherConfig) -> str:
+    """The device a plan sizes: GPUs unless cluster.device says cpu."""
+    return "cpu" if cfg.cluster.device == "cpu" else "cuda"
+
+
+def shape_for(cfg: LauncherConfig, world_size: int) -> Shape:
+    """The Shape of `cfg`'s recipe at `world_size` ranks, from the config alone (nothing measured):
+    what `launcher plan` predicts on presets. ConfigError (one line, the numbers) when the layout or
+    the batch cannot split `world_size`."""
+    dp, tp, pp = layout_degrees(cfg, world_size)
+    par, device = cfg.parallel, planned_device(cfg)
+    spec = LayoutSpec(layout=par.layout, model=cfg.model, precision=resolve_precision(cfg.precision, device),
+                      reshard_after_forward=par.reshard_after_forward, microbatches=par.microbatches,
+                      virtual=virtual_stages(par))  # fmt: skip
+    return layout_shape(
+        spec,
+        world_size=world_size,
+        ranks_per_node=ranks_per_node(cfg.cluster),
+        tp=tp,
+        pp=pp,
+        batch=batch_math(cfg.batch, dp),
+        bubble=pipeline_bubble(pp, par.microbatches, virtual_stages(par)) if pp > 1 else 0.0,
+        nics_per_node=cfg.cluster.nics_per_node or 1,
+        tree=device == "cuda",
     )

@@ -2,22 +2,30 @@
 
 One optimizer step of a configuration costs
 
-    step_s = compute_s + bubble_s + e · comm_s + o
+    step_s = compute_s + bubble_s + X + u · (T − X) + o
 
 with, for per-rank work w = global_batch / world_size (tp and pp split the model, dp splits the
 batch, so every layout leaves each rank global/world samples' worth of work):
 
-    compute_s = c · w · contention^γ    c: seconds per sample on one device
-    bubble_s  = compute_s · b / (1 − b) b: pipeline bubble fraction, so compute + bubble = compute / (1 − b)
-    comm_s    = comm_factor · ring(grad_bytes, n=dp, link, messages)
-    ring      = 2(n−1)/n · S / B + messages · 2(n−1) · α   (0 for n = 1; see `links`)
+    compute_s = c · w · contention^γ           c: seconds per sample on one device, recompute
+                                                included (hardware FLOPs: presets divide those by
+                                                the achieved FLOP/s; a fit measures them)
+    bubble_s  = compute_s · b / (1 − b)        b: pipeline bubble fraction
+    r         = recompute FLOPs ÷ model FLOPs (activation checkpointing): compute_s · r / (1 + r)
+                of compute_s is recompute, run in backward, so it widens the window DDP's
+                and FSDP's backward collectives hide under
+    X         = the communication compute does not hide, by layout, at this compute_s
+                (`overlap.comm_terms`: DDP's buckets under backward, FSDP's prefetched gathers,
+                TP's collectives, PP's sends; each collective timed on the links the group
+                crosses, `comm`)
+    T         = all of it, none hidden (the most a step can expose); T − X what the overlap
+                model credits compute with hiding
 
-`e` ∈ [0, 1] is the share of the all-reduce not hidden behind backward and `o` ≥ 0 a fixed
-overhead per step. The link is the inter-node one as soon as the ranks span more than one node:
-a ring over ranks placed node by node crosses each node's link once each way, so however many
-ranks share a node, its link carries 2(n−1)/n · S and paces the ring (in-node hops are faster).
-`fit` calibrates c, e, o (and the links) on measured trials; `presets.from_presets` sets them
-from nominal figures. Pure: no I/O, no torch.
+`u` ∈ [0, 1] is the share of that hideable communication a step exposes after all: 0 is the
+overlap model as it stands (presets), 1 no overlap at all (CPU ranks, whose gloo collectives
+share the cores their compute runs on, come out near 1); a fit measures it on trials. `o` ≥ 0
+is a fixed overhead per step. `fit` calibrates c, u, o (and the links) on measured trials;
+`presets.from_presets` sets them from nominal figures. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -27,14 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launcher.model.links import Link, ring_allreduce_s
+from launcher.model.comm import BACKWARD_SHARE, Topology, Traffic, group
+from launcher.model.links import Link
+from launcher.model.overlap import CommTerms, Groups, comm_terms
 
 MIN_REL_HALF_WIDTH = 0.03
 """Floor of a fitted model's relative interval half-width: a median step time is itself only
 known to about this, however well the regression fits."""
 
 PARAMS = ("compute_s_per_sample", "exposed_comm", "overhead_s")
-"""The step parameters (c, e, o), in the order of the design matrix's columns."""
+"""The step parameters (c, u, o), in the order of the design matrix's columns."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -44,41 +54,46 @@ class Shape:
     world_size: int
     """Ranks in the job (dp × tp × pp)."""
     ranks_per_node: int
-    """Ranks on one node; the job crosses nodes, and uses the inter-node link, when world_size exceeds it."""
+    """Ranks on one node; a group whose ranks lie on several nodes uses the network."""
     dp: int
     """Data-parallel degree: ranks in the gradient all-reduce group."""
+    tp: int = 1
+    """Tensor-parallel degree (consecutive ranks: innermost)."""
+    pp: int = 1
+    """Pipeline degree."""
     global_batch: int
     """Samples per optimizer step over the whole job."""
     accum: int = 1
-    """Micro-steps per optimizer step. Recorded only: the model charges one all-reduce per optimizer
-    step, and the work per rank already counts every micro-step through global_batch."""
-    grad_bytes: int = 0
-    """Bytes of one data-parallel all-reduce per optimizer step (0: no gradient communication)."""
+    """Micro-steps per optimizer step; the work per rank already counts them through global_batch,
+    the traffic's passes say how often each collective runs."""
     bubble: float = 0.0
     """Pipeline bubble fraction b in [0, 1) (see `trials.layout.pipeline_bubble`); 0 without pipeline."""
     contention: float = 1.0
     """Slow-down ≥ 1 of compute from CPU oversubscription (ranks × threads over cores); 1 on GPUs."""
-    comm_factor: float = 1.0
-    """All-reduce volumes per step (see `trials.layout.fsdp_comm_factor`): 1 for DDP, 1.5 for FSDP
-    resharding after forward."""
-    messages: int = 1
-    """All-reduces the gradient goes in per step, each paying the ring's latency: DDP's buckets
-    (see `shapes.ddp_buckets`); 1 where the layout's calls are not modelled."""
+    recompute: float = 0.0
+    """r: FLOPs activation checkpointing recomputes ÷ model FLOPs (0 without). The compute term
+    already holds them (c is per sample of hardware work); r splits it for MFU vs HFU and for
+    the backward window (recompute runs in backward)."""
+    nics_per_node: int = 1
+    """Network interfaces per node (rails), each at the inter-node link's bandwidth."""
+    tree: bool = False
+    """Collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
+    traffic: Traffic = Traffic()
+    """What one rank communicates per step (see `comm.Traffic`)."""
 
     def __post_init__(self) -> None:
-        for name in ("world_size", "ranks_per_node", "dp", "global_batch", "accum", "messages"):
+        for name in ("world_size", "ranks_per_node", "dp", "tp", "pp", "global_batch", "accum", "nics_per_node"):
             if getattr(self, name) < 1:
                 raise ValueError(f"shape: {name} must be ≥ 1, got {getattr(self, name)}")
-        if self.world_size % self.dp:
-            raise ValueError(f"shape: dp={self.dp} does not divide world_size={self.world_size}")
-        if self.grad_bytes < 0:
-            raise ValueError(f"shape: grad_bytes must be ≥ 0, got {self.grad_bytes}")
+        if self.dp * self.tp * self.pp != self.world_size:
+            raise ValueError(f"shape: dp({self.dp}) × tp({self.tp}) × pp({self.pp}) = {self.dp * self.tp * self.pp} "
+                             f"≠ world_size {self.world_size}")  # fmt: skip
         if not 0.0 <= self.bubble < 1.0:
             raise ValueError(f"shape: bubble must be in [0, 1), got {self.bubble}")
         if not self.contention >= 1.0:
             raise ValueError(f"shape: contention must be ≥ 1, got {self.contention}")
-        if not self.comm_factor >= 0.0:
-            raise ValueError(f"shape: comm_factor must be ≥ 0, got {self.comm_factor}")
+        if not self.recompute >= 0.0:
+            raise ValueError(f"shape: recompute must be ≥ 0, got {self.recompute}")
 
     @property
     def work_per_rank(self) -> float:
@@ -89,12 +104,31 @@ class Shape:
     def multi_node(self) -> bool:
         return self.world_size > self.ranks_per_node
 
+    @property
+    def backward_share(self) -> float:
+        """β: backward's share of a pass's compute, recompute (run in backward) included."""
+        return (BACKWARD_SHARE + self.recompute) / (1.0 + self.recompute)
 
-def comm_full_s(shape: Shape, link: Link) -> float:
-    """comm_factor · ring all-reduce of the shape's gradients; 0 when it has none to reduce."""
-    if shape.grad_bytes == 0:
-        return 0.0
-    return shape.comm_factor * ring_allreduce_s(shape.grad_bytes, shape.dp, link, messages=shape.messages)
+    @property
+    def groups(self) -> Groups:
+        """Ranks laid out dp × pp × tp, tp innermost (train/engines/base.py)."""
+        rpn = self.ranks_per_node
+        return Groups(dp=group(self.dp, self.tp * self.pp, rpn), tp=group(self.tp, 1, rpn),
+                      pp=group(self.pp, self.tp, rpn))  # fmt: skip
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(ranks_per_node=self.ranks_per_node, nics_per_node=self.nics_per_node, tree=self.tree)
+
+    def compute_work(self, gamma: float = 1.0) -> float:
+        """compute_s ÷ c: w · contention^γ."""
+        return self.work_per_rank * self.contention**gamma
+
+
+def comm_at(shape: Shape, intra: Link, inter: Link, compute_s: float) -> CommTerms:
+    """The shape's communication (all, and exposed per the overlap model) at `compute_s`."""
+    return comm_terms(shape.traffic, shape.groups, shape.topology, intra, inter, compute_s=compute_s,
+                      backward_share=shape.backward_share)  # fmt: skip
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -106,7 +140,12 @@ class Observation:
     step_s: float
     """Measured median step time, seconds."""
     allreduce: tuple[tuple[int, int, float], ...] = ()
-    """Measured all-reduces over the dp group: (n ranks, bytes, seconds), possibly several sizes."""
+    """Measured all-reduces over the probed group: (n ranks, bytes, seconds), possibly several sizes."""
+    probe_group: str = "dp"
+    """Which of the shape's groups the all-reduces ran over: `dp`, or `pp` (a pipeline's probe)."""
+    gathers: tuple[tuple[int, int, int, float], ...] = ()
+    """Measured tensor-parallel collectives per step: (n ranks, bytes of their full tensors
+    together, how many, seconds together); each an all-gather's or reduce-scatter's worth."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.step_s) and self.step_s > 0):
@@ -118,6 +157,14 @@ class Observation:
                 raise ValueError(
                     f"observation at world_size={self.shape.world_size}: all-reduce (n={n}, bytes={nbytes}, "
                     f"seconds={seconds}) needs n ≥ 1, bytes ≥ 0, seconds > 0"
+                )
+        if self.probe_group not in ("dp", "pp"):
+            raise ValueError(f"observation: probe_group must be dp or pp, got {self.probe_group!r}")
+        for n, nbytes, count, seconds in self.gathers:
+            if n < 1 or nbytes < 0 or count < 1 or not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(
+                    f"observation at world_size={self.shape.world_size}: collectives (n={n}, bytes={nbytes}, "
+                    f"count={count}, seconds={seconds}) need n ≥ 1, bytes ≥ 0, count ≥ 1, seconds > 0"
                 )
 
 
@@ -132,11 +179,22 @@ class Prediction:
     high_s: float
     """Upper end of the interval on step time."""
     compute_s: float
-    """c · w · contention^γ."""
+    """c · w · contention^γ: model FLOPs' compute and the recompute."""
+    recompute_s: float
+    """The recompute's part of compute_s, compute_s · r / (1 + r): hardware FLOPs take
+    compute_s, model FLOPs compute_s − recompute_s, so HFU / MFU = compute_s / (compute_s − recompute_s)."""
     bubble_s: float
     """Pipeline bubble, compute_s · b / (1 − b)."""
     comm_s: float
-    """Exposed communication, e · comm_factor · ring all-reduce."""
+    """Exposed communication, X + u · (T − X)."""
+    comm_total_s: float
+    """All communication T, none hidden."""
+    dp_comm_s: float
+    """comm_s's data-parallel part (DDP's all-reduce, FSDP's gathers and scatters)."""
+    tp_comm_s: float
+    """comm_s's tensor-parallel part."""
+    pp_comm_s: float
+    """comm_s's pipeline sends."""
     overhead_s: float
     """Fixed per-step overhead o."""
     rel_half_width: float
@@ -159,15 +217,17 @@ class PerfModel:
     """Calibrated (or preset) step-time model; see the module docstring for the formula."""
 
     compute_s_per_sample: float
-    """c: seconds per sample of work on one device."""
+    """c: seconds per sample of work on one device, activation recompute included."""
     overhead_s: float
     """o: fixed overhead per step, seconds."""
     exposed_comm: float
-    """e: share of the all-reduce not hidden behind backward, in [0, 1]."""
+    """u ∈ [0, 1]: share of the communication the overlap model credits as hidden that is exposed
+    after all (0: the overlap model as it stands; 1: no overlap)."""
     intra: Link
     """Link between ranks of one node."""
     inter: Link
-    """Link used once the ranks span nodes."""
+    """Network link between nodes, one NIC's (a group spanning nodes gets its share of the
+    node's NICs, see `comm`)."""
     rel_sigma: float
     """Relative std of a new trial around the prediction, what the intervals use: a fit's held-out
     error, never below its repeat noise (see `interval.scatter`); presets: the stated uncertainty;
@@ -189,7 +249,7 @@ class PerfModel:
     """Nominal coverage of the interval (0.9: it should hold 9 of 10 trials not yet run); None for
     presets, whose interval is a stated uncertainty, not a measured one."""
     n_parameters: int = 0
-    """p: step parameters (c, e, o) estimated from the data rather than fixed (0 for presets)."""
+    """p: step parameters (c, u, o) estimated from the data rather than fixed (0 for presets)."""
     z: float = 2.0
     """Interval half-width in standard deviations: the t quantile of `level` for a fit."""
     free: tuple[str, ...] = ()
@@ -229,21 +289,19 @@ class PerfModel:
         """Where parameter `key` ("intra", "inter", or a field name) came from."""
         return dict(self.sources)[key]
 
-    def link_for(self, shape: Shape) -> Link:
-        return self.inter if shape.multi_node else self.intra
-
     def predict(self, shape: Shape) -> Prediction:
-        base = shape.work_per_rank * shape.contention**self.contention_exponent
+        base = shape.compute_work(self.contention_exponent)
         compute = self.compute_s_per_sample * base
         bubble = compute * shape.bubble / (1.0 - shape.bubble)
-        comm_full = comm_full_s(shape, self.link_for(shape))
-        comm = self.exposed_comm * comm_full
+        terms = comm_at(shape, self.intra, self.inter, compute)
+        u = self.exposed_comm
+        comm = terms.exposed_s + u * terms.hidden_s
         step = compute + bubble + comm + self.overhead_s
 
         var = self.rel_sigma**2
         if self.free and step > 0:
             # Parameter uncertainty grows with how far this shape's terms lie from the trials'.
-            row = dict(zip(PARAMS, (base / (1.0 - shape.bubble), comm_full, 1.0)))
+            row = dict(zip(PARAMS, (base / (1.0 - shape.bubble), terms.hidden_s, 1.0)))
             x = np.array([row[p] for p in self.free]) / step
             # Held-out errors already carry the parameter variance typical of the trials' shapes;
             # only what this shape has beyond that is added (never less than nothing).
@@ -254,8 +312,13 @@ class PerfModel:
             low_s=max(0.0, step * (1.0 - h)),
             high_s=step * (1.0 + h),
             compute_s=compute,
+            recompute_s=compute * shape.recompute / (1.0 + shape.recompute),
             bubble_s=bubble,
             comm_s=comm,
+            comm_total_s=terms.total_s,
+            dp_comm_s=terms.dp_exposed_s + u * (terms.dp_total_s - terms.dp_exposed_s),
+            tp_comm_s=terms.tp_exposed_s + u * (terms.tp_total_s - terms.tp_exposed_s),
+            pp_comm_s=terms.pp_exposed_s,
             overhead_s=self.overhead_s,
             rel_half_width=h,
         )

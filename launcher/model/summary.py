@@ -56,7 +56,8 @@ def layout_line(layout: str, m: PerfModel) -> str:
     interval = interval_phrase(m)
     return (
         f"`{layout}`: {m.compute_s_per_sample * 1e3:.3g} ms of compute per sample, "
-        f"{m.overhead_s * 1e3:.3g} ms overhead per step, {m.exposed_comm:.0%} of the all-reduce exposed; "
+        f"{m.overhead_s * 1e3:.3g} ms overhead per step, {m.exposed_comm:.0%} of the communication the overlap "
+        f"model hides exposed after all ({m.source('exposed_comm')}); "
         f"inter-node {inter.bandwidth_gbps:.3g} GB/s, α {inter.latency_s * 1e6:.3g} µs ({m.source('inter')}); "
         f"intra-node {intra.bandwidth_gbps:.3g} GB/s ({m.source('intra')}); "
         + (contention if m.contention_exponent != 1 else "")

@@ -14,15 +14,16 @@ from launcher.results.scaling import add_scaling, interval_columns
 from launcher.trials.ends import mentions_oom
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
-TABLE_SCHEMA_VERSION = 6  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
+TABLE_SCHEMA_VERSION = 7  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
 # 5: + precision and the peak MFU used (value, source, mismatch note); 6: + each size's bootstrap intervals of
-# tokens/s and efficiency (tokens_per_s_lo/hi, efficiency_lo/hi), flags (straggler rank, oversubscribed cores)
+# tokens/s and efficiency (tokens_per_s_lo/hi, efficiency_lo/hi), flags (straggler rank, oversubscribed cores);
+# 7: + hfu (hardware FLOPs utilisation: MFU with activation checkpointing's recompute counted)
 
 COLUMNS = [
     "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",
     "global_batch", "status", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "tokens_per_s_per_device",
     "samples_per_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
-    "speedup", "efficiency", "efficiency_lo", "efficiency_hi", "scaling", "mfu", "peak_flops_per_device", "ccr", "busbw_gbps", "allreduce_time_s",
+    "speedup", "efficiency", "efficiency_lo", "efficiency_hi", "scaling", "mfu", "hfu", "peak_flops_per_device", "ccr", "busbw_gbps", "allreduce_time_s",
     "compute_time_s",
     "bubble_measured", "bubble_theory", "collective_time_s",
     "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "device_hours_per_1m_tokens",
@@ -35,7 +36,7 @@ _PEAK_COLUMNS = ["precision", "peak_flops_per_device", "peak_source", "peak_mism
 
 _METRIC_COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
-    "step_time_p90_s", "mfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s", "rank_spread",
+    "step_time_p90_s", "mfu", "hfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s", "rank_spread",
     "loss_first", "loss_last", "allreduce_bytes", "cpu_contention",
 ]  # fmt: skip
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from launcher.cgroup import own_cpu_quota
 from launcher.config.schema import LauncherConfig
-from launcher.model.flops import flops_per_token
+from launcher.model.flops import flops_per_token, hardware_flops_per_token
 from launcher.model.peaks import PeakChoice, choose_peak, find_device, math_dtype
 from launcher.train import metrics
 from launcher.train.dist import rank_binding, sync
@@ -180,7 +180,7 @@ def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warm
     measured_from = min(warmup_steps, len(trained.step_times) - 1)
     quota = own_cpu_quota()
     mine = {"host": socket.gethostname(), "step_times": trained.step_times[measured_from:],
-            "memory": asdict(memory), "layout": engine.metrics(), "machine": machine_id(),
+            "memory": asdict(memory), "layout": layout_metrics(engine), "machine": machine_id(),
             "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
             "cpu_quota": quota.cpus, "cpu_group": quota.group, "binding": rank_binding(device)}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
@@ -188,21 +188,33 @@ def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warm
     return everyone
 
 
+def layout_metrics(engine: Engine) -> dict[str, Any]:
+    """The engine's layout figures, plus the bytes its tensor-parallel collectives moved per step
+    where it timed them (engines/tp.py sets `tp_collective_bytes` while measuring): with their
+    time and count, what the performance model fits the tp link on."""
+    out = engine.metrics()
+    nbytes = getattr(engine, "tp_collective_bytes", None)
+    if nbytes is not None:
+        out["tp_collective_bytes_per_step"] = int(nbytes)
+    return out
+
+
 def speed_metrics(
     measured: list[float], everyone: list[dict[str, Any]], *, trial: Trial, cfg: LauncherConfig,
     params: tuple[int, int], peak: PeakChoice,
 ) -> dict[str, Any]:  # fmt: skip
-    """Step times, throughput, FLOPs and MFU, and how far the ranks' own medians spread."""
+    """Step times, throughput, FLOPs, MFU (model FLOPs) and HFU (hardware FLOPs: activation
+    checkpointing's recompute too), and how far the ranks' own medians spread."""
     stats = metrics.step_stats(measured)
     thr = metrics.throughput(global_batch=trial.global_batch, seq_len=cfg.model.seq_len,
                              step_time_s=stats["step_time_median_s"], devices=trial.world_size)  # fmt: skip
-    fpt = flops_per_token(cfg.model, params[1])
-    mfu = metrics.mfu(tokens_per_s=thr["tokens_per_s"], flops_per_token=fpt,
-                      peak_flops_per_device=peak.flops, devices=trial.world_size)  # fmt: skip
+    fpt, hw = flops_per_token(cfg.model, params[1]), hardware_flops_per_token(cfg.model, params[1])
+    mfu, hfu = (metrics.mfu(tokens_per_s=thr["tokens_per_s"], flops_per_token=f, peak_flops_per_device=peak.flops,
+                            devices=trial.world_size) for f in (fpt, hw))  # fmt: skip
     rank_medians = [statistics.median(r["step_times"]) for r in everyone]
     return {**stats, **thr, "steps_measured": len(measured), "params": params[0], "params_non_embedding": params[1],
-            "flops_per_token": fpt, "mfu": mfu, "rank_step_time_median_s": rank_medians,
-            "rank_spread": metrics.spread(rank_medians)}  # fmt: skip
+            "flops_per_token": fpt, "hardware_flops_per_token": hw, "mfu": mfu, "hfu": hfu,
+            "rank_step_time_median_s": rank_medians, "rank_spread": metrics.spread(rank_medians)}  # fmt: skip
 
 
 def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:

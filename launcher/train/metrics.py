@@ -32,7 +32,8 @@ def throughput(*, global_batch: int, seq_len: int, step_time_s: float, devices: 
 
 
 def mfu(*, tokens_per_s: float, flops_per_token: float, peak_flops_per_device: float | None, devices: int) -> float | None:
-    """Achieved model FLOP/s ÷ (peak per device × devices); None when the peak is unknown."""
+    """Achieved model FLOP/s ÷ (peak per device × devices); None when the peak is unknown. With
+    hardware FLOPs per token (recompute included) it is the HFU."""
     if not peak_flops_per_device:
         return None
     return tokens_per_s * flops_per_token / (peak_flops_per_device * devices)

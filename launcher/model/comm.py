@@ -1,0 +1,201 @@
+"""Communication of every layout, one home for the presets and the calibrated model alike: where
+each group of ranks sits (topology), what one collective costs on the links it crosses, and how
+much of a step's traffic the compute hides. Pure: no I/O, no torch.
+
+Ranks are laid out dp × pp × tp with tp innermost (train/engines/base.py), node by node, so a tp
+group is consecutive ranks, a pp group strides tp ranks and a dp group tp·pp ranks.
+
+A collective over a group that stays in one node runs on the in-node link. One that spans N nodes
+with g members each runs as NCCL runs it: a ring crosses each node boundary once per channel and
+NCCL opens one channel per NIC, so the node's k NICs carry the ring; every rank of the node talks
+in its own group at the same time (rpn / g groups per node), so a group gets g·k/rpn NICs' worth:
+
+    B_eff = min(B_intra, B_inter · g · k / rpn)      (k = cluster.nics_per_node; B_inter per NIC)
+
+With 8 NICs on 8 GPUs a dp group holding one GPU per node (tp = 8) gets one NIC per GPU (rails);
+with 1 NIC the node's GPUs share it. Times (S bytes, n ranks):
+
+    all-reduce              2(n−1)/n · S / B_eff + messages · hops · α
+    all-gather/reduce-scatter (n−1)/n · S / B_eff + messages · (n−1) · α
+    ring hops = 2(n−1); NCCL's tree (across nodes, hierarchical: in-node chain, then a binary
+    tree of nodes) hops = 2(⌈log2 N⌉ + g − 1); NCCL takes the better, so hops = min of the two
+
+The tree only where NCCL runs (GPUs); gloo rings on CPU. α is the slowest link's the group uses.
+See `exposed` for what each layout hides behind compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from launcher.model.links import Link
+
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+"""torch DDP's first gradient bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES): small, so
+the first all-reduce starts early in backward."""
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+"""torch DDP's other buckets (bucket_cap_mb=25, the engines' default)."""
+BACKWARD_SHARE = 2.0 / 3.0
+"""Backward's share of a forward+backward pass without recompute: 4 of the 6 FLOPs per
+parameter and token."""
+TP_EXPOSED = 1.0
+"""Share of the tensor-parallel collectives on the critical path: sequence-parallel all-gathers
+and reduce-scatters sit between the matmuls that need their output (no overlap in the engines,
+nor in Megatron's default); the calibrated model's factor scales it with the rest."""
+
+
+def ddp_buckets(grad_bytes: int) -> int:
+    """All-reduces DDP issues per step for `grad_bytes` of gradients: the 1 MiB first bucket, then
+    25 MiB ones (a bucket closes once it reaches its cap, so this is the count to within one)."""
+    return 1 + math.ceil(max(0, grad_bytes - DDP_FIRST_BUCKET_BYTES) / DDP_BUCKET_BYTES)
+
+
+def ddp_last_bucket(grad_bytes: int) -> int:
+    """Bytes of the last bucket DDP all-reduces (the first layers' gradients, ready last)."""
+    buckets = ddp_buckets(grad_bytes)
+    if buckets == 1:
+        return grad_bytes
+    return grad_bytes - DDP_FIRST_BUCKET_BYTES - (buckets - 2) * DDP_BUCKET_BYTES
+
+
+@dataclass(kw_only=True, frozen=True)
+class Group:
+    """Where one communicating group of ranks sits."""
+
+    size: int
+    """Ranks in the group (n)."""
+    per_node: int
+    """Members on one node (g): size when the group stays in one node."""
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.size // self.per_node)
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.size > self.per_node
+
+
+def group(size: int, stride: int, ranks_per_node: int) -> Group:
+    """The group of `size` ranks `stride` apart (dp: tp·pp; pp: tp; tp: 1) on nodes of
+    `ranks_per_node` ranks."""
+    if size < 1 or stride < 1 or ranks_per_node < 1:
+        raise ValueError(f"a group needs size, stride, ranks_per_node ≥ 1, got {size}, {stride}, {ranks_per_node}")
+    return Group(size=size, per_node=max(1, min(size, ranks_per_node // stride)))
+
+
+@dataclass(kw_only=True, frozen=True)
+class Topology:
+    """The nodes and how NCCL may use them."""
+
+    ranks_per_node: int
+    """Ranks on one node (rpn)."""
+    nics_per_node: int = 1
+    """Network interfaces (rails) per node, each at the inter-node link's bandwidth (k)."""
+    tree: bool = False
+    """Whether collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
+
+    def __post_init__(self) -> None:
+        if self.ranks_per_node < 1 or self.nics_per_node < 1:
+            raise ValueError(f"topology: ranks_per_node and nics_per_node must be ≥ 1, got "
+                             f"{self.ranks_per_node}, {self.nics_per_node}")  # fmt: skip
+
+    def share(self, g: Group) -> float:
+        """Inter-node links' worth a spanning group's ring gets: g·k/rpn (see the module docstring)."""
+        return g.per_node * self.nics_per_node / self.ranks_per_node
+
+
+def bandwidth(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
+    """B_eff in bytes/s for a ring over `g`."""
+    if not g.spans_nodes:
+        return intra.bandwidth_gbps * 1e9
+    return min(intra.bandwidth_gbps, inter.bandwidth_gbps * topo.share(g)) * 1e9
+
+
+def latency(g: Group, intra: Link, inter: Link) -> float:
+    """α of the slowest link the group's ring uses."""
+    return inter.latency_s if g.spans_nodes else intra.latency_s
+
+
+def allreduce_hops(g: Group, topo: Topology) -> float:
+    """Latency terms of one all-reduce: the ring's 2(n−1), or NCCL's tree across nodes when shorter."""
+    ring = 2.0 * (g.size - 1)
+    if not (topo.tree and g.spans_nodes):
+        return ring
+    return min(ring, 2.0 * (math.ceil(math.log2(g.nodes)) + g.per_node - 1))
+
+
+def allreduce_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
+    """Seconds of all-reducing `nbytes` over `g` in `messages` collectives (0 for one rank)."""
+    if g.size == 1:
+        return 0.0
+    n = g.size
+    bw = 2.0 * (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter)
+    return bw + messages * allreduce_hops(g, topo) * latency(g, intra, inter)
+
+
+def gather_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
+    """Seconds of all-gathering (or reduce-scattering) `nbytes` in all (the full tensor) over `g`
+    in `messages` collectives: half an all-reduce's bytes and its ring's hops (NCCL has no tree
+    for these)."""
+    if g.size == 1:
+        return 0.0
+    n = g.size
+    return (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter) + messages * (n - 1) * latency(g, intra, inter)
+
+
+def p2p_s(nbytes: float, crosses_nodes: bool, intra: Link, inter: Link, nics_share: float) -> float:
+    """Seconds of one point-to-point send of `nbytes` (a stage boundary): one hop; across nodes
+    at the NIC share the sending rank has."""
+    if crosses_nodes:
+        return nbytes / (min(intra.bandwidth_gbps, inter.bandwidth_gbps * nics_share) * 1e9) + inter.latency_s
+    return nbytes / (intra.bandwidth_gbps * 1e9) + intra.latency_s
+
+
+@dataclass(kw_only=True, frozen=True)
+class Traffic:
+    """What one rank communicates per optimizer step, by kind; bytes at the dtype on the wire."""
+
+    data_parallel: str = "none"
+    """How gradients cross the dp group: `ddp` (bucketed all-reduce), `fsdp` (per-unit all-gathers
+    and reduce-scatters) or `none`."""
+    grad_bytes: int = 0
+    """This rank's whole gradient (tp/pp-local, unsharded) at the reduce dtype: DDP's all-reduce,
+    FSDP's reduce-scatters together."""
+    param_bytes: int = 0
+    """FSDP: this rank's parameters (tp/pp-local, unsharded) at the parameter dtype: one round of
+    its all-gathers together. 0 for DDP."""
+    root_share: float = 0.0
+    """FSDP: share of grad/param bytes in the root unit (embeddings, final norm, head), gathered
+    once per pass and never resharded after forward; the rest is split evenly over `blocks`."""
+    blocks: int = 1
+    """FSDP units besides the root: the blocks of this rank's stages."""
+    reshard: bool = True
+    """FSDP: blocks freed after forward are gathered again for backward (ZeRO-3)."""
+    gathered_once: bool = False
+    """FSDP: parameters stay gathered across the step's passes, so forward gathers once per step:
+    a pipeline stage not resharding after forward (torch's stage keeps parameters unsharded after
+    every backward but the step's last). Otherwise every pass gathers (FSDP reshards after backward)."""
+    passes: int = 1
+    """Forward+backward passes per optimizer step: accumulation × pipeline microbatches."""
+    tp_bytes: int = 0
+    """Bytes of one tensor-parallel collective's full activation (microbatch × seq × d_model × bytes)."""
+    tp_collectives: int = 0
+    """Tensor-parallel all-gathers and reduce-scatters per pass (forward, backward, recompute)."""
+    pp_bytes: int = 0
+    """Bytes of one send across a stage boundary (a microbatch's activation or its gradient)."""
+    pp_sends: int = 0
+    """Sends on the pipeline's critical path per optimizer step: 2 (forward, backward) per slot
+    of the schedule, v·m + p − 1 slots per micro-step."""
+
+    def __post_init__(self) -> None:
+        if self.data_parallel not in ("ddp", "fsdp", "none"):
+            raise ValueError(f"traffic: data_parallel must be ddp, fsdp or none, got {self.data_parallel!r}")
+        for name in ("grad_bytes", "param_bytes", "tp_bytes", "tp_collectives", "pp_bytes", "pp_sends"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"traffic: {name} must be ≥ 0, got {getattr(self, name)}")
+        if self.blocks < 1 or self.passes < 1:
+            raise ValueError(f"traffic: blocks and passes must be ≥ 1, got {self.blocks}, {self.passes}")
+        if not 0.0 <= self.root_share <= 1.0:
+            raise ValueError(f"traffic: root_share must be in [0, 1], got {self.root_share}")

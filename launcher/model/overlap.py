@@ -1,0 +1,135 @@
+"""How much of a step's communication the compute hides, per layout (see `comm` for what each
+collective costs). Pure: no I/O, no torch.
+
+With a pass = one forward+backward of a micro-batch (of a pipeline microbatch under pp), its
+compute P = compute_s / passes, its backward window W = β·P (β: backward's share, recompute
+included) and its forward F = P − W:
+
+DDP      one bucketed all-reduce per optimizer step, on the last pass only (no_sync before);
+         buckets become ready as backward goes, so what does not fit under the window is
+         exposed, and at least the last bucket (it is ready only when backward ends):
+             exposed = max(T_last_bucket, T_all − W)
+FSDP     per pass: the root's and the first block's all-gathers are exposed, block i+1's
+         all-gather hides under block i's forward (prefetch): AG_r + AG_b + (L−1)·max(0, AG_b − F/L);
+         in backward block i−1's all-gather (when resharded) and block i+1's reduce-scatter hide
+         under block i's backward, the first backward all-gather and the last reduce-scatters
+         (the first block's and the root's) are exposed. Reduce-scatters run on the last pass
+         only (set_requires_gradient_sync), all-gathers on every pass (once per step for a
+         pipeline stage that keeps its parameters: Traffic.gathered_once).
+TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them.
+PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.model.comm import (
+    TP_EXPOSED,
+    Group,
+    Topology,
+    Traffic,
+    allreduce_s,
+    ddp_buckets,
+    ddp_last_bucket,
+    gather_s,
+    p2p_s,
+)
+from launcher.model.links import Link
+
+
+@dataclass(kw_only=True, frozen=True)
+class Groups:
+    """The three groups one rank belongs to."""
+
+    dp: Group
+    """Its data-parallel group."""
+    tp: Group
+    """Its tensor-parallel group."""
+    pp: Group
+    """Its pipeline group."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class CommTerms:
+    """A step's communication by layout part: all of it, and what the overlap model leaves exposed."""
+
+    dp_total_s: float
+    """Data-parallel collectives (DDP's all-reduce, FSDP's gathers and scatters), none hidden."""
+    dp_exposed_s: float
+    """…of which compute does not hide."""
+    tp_total_s: float
+    """Tensor-parallel collectives, none hidden."""
+    tp_exposed_s: float
+    """…of which on the critical path (TP_EXPOSED of them)."""
+    pp_total_s: float
+    """Pipeline sends on the critical path (none hidden: `pp_exposed_s` is the same)."""
+
+    @property
+    def pp_exposed_s(self) -> float:
+        return self.pp_total_s
+
+    @property
+    def total_s(self) -> float:
+        """T: every collective's time, the most a step could expose."""
+        return self.dp_total_s + self.tp_total_s + self.pp_total_s
+
+    @property
+    def exposed_s(self) -> float:
+        """X: what the overlap model leaves exposed."""
+        return self.dp_exposed_s + self.tp_exposed_s + self.pp_exposed_s
+
+    @property
+    def hidden_s(self) -> float:
+        """H = T − X: what the overlap model credits compute with hiding."""
+        return self.total_s - self.exposed_s
+
+
+def comm_terms(traffic: Traffic, groups: Groups, topo: Topology, intra: Link, inter: Link, *,
+               compute_s: float, backward_share: float) -> CommTerms:  # fmt: skip
+    """The step's communication given its compute (seconds, bubble excluded)."""
+    t = traffic
+    pass_s = compute_s / t.passes
+    window = backward_share * pass_s
+    dp_total, dp_exposed = 0.0, 0.0
+    if t.data_parallel == "ddp" and t.grad_bytes and groups.dp.size > 1:
+        dp_total, dp_exposed = _ddp(t, groups.dp, topo, intra, inter, window)
+    elif t.data_parallel == "fsdp" and groups.dp.size > 1:
+        dp_total, dp_exposed = _fsdp(t, groups.dp, topo, intra, inter, forward=pass_s - window, backward=window)
+    tp_total = 0.0
+    if t.tp_collectives and groups.tp.size > 1:
+        nbytes = t.tp_bytes * t.tp_collectives
+        tp_total = t.passes * gather_s(nbytes, groups.tp, topo, intra, inter, messages=t.tp_collectives)
+    pp_total = 0.0
+    if t.pp_sends and groups.pp.size > 1:
+        crosses = groups.pp.spans_nodes
+        pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
+    return CommTerms(dp_total_s=dp_total, dp_exposed_s=dp_exposed, tp_total_s=tp_total,
+                     tp_exposed_s=TP_EXPOSED * tp_total, pp_total_s=pp_total)  # fmt: skip
+
+
+def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window: float) -> tuple[float, float]:
+    total = allreduce_s(t.grad_bytes, g, topo, intra, inter, messages=ddp_buckets(t.grad_bytes))
+    last = allreduce_s(ddp_last_bucket(t.grad_bytes), g, topo, intra, inter)
+    return total, max(last, total - window)
+
+
+def _fsdp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, *, forward: float,
+          backward: float) -> tuple[float, float]:  # fmt: skip
+    L = t.blocks
+    blocks = 1.0 - t.root_share
+
+    def gather(nbytes: float) -> float:
+        return gather_s(nbytes, g, topo, intra, inter) if nbytes > 0 else 0.0
+
+    ag_b, rs_b = gather(t.param_bytes * blocks / L), gather(t.grad_bytes * blocks / L)
+    ag_r, rs_r = gather(t.param_bytes * t.root_share), gather(t.grad_bytes * t.root_share)
+    f_l, b_l = forward / L, backward / L
+    again = ag_b if t.reshard else 0.0  # backward's all-gather of a block freed after forward
+    fwd = ag_r + ag_b + (L - 1) * max(0.0, ag_b - f_l)
+    bwd = again + (L - 1) * max(0.0, again - b_l)
+    bwd_sync = again + (L - 1) * max(0.0, again + rs_b - b_l) + rs_b + rs_r
+    gathering = 1 if t.gathered_once else t.passes  # passes whose forward gathers
+    exposed = gathering * fwd + (t.passes - 1) * bwd + bwd_sync
+    total = gathering * (ag_r + L * ag_b) + t.passes * L * again + L * rs_b + rs_r
+    return total, exposed
