@@ -43,7 +43,7 @@ EXAMPLES = """examples:
   launcher sweep --resume results/<sweep-id>
   launcher sweep sweep.search=adaptive 'sweep.world_sizes=[1,2,3,4]' sweep.threshold=0.7
   launcher report results/<sweep-id>
-  launcher plan model=gpt_1_3b parallel=fsdp cluster=example_gpu_site --gpus 8..16384
+  launcher plan model=gpt_1_3b parallel=fsdp cluster=example_gpu_site --gpus 8..16384 --output plan.csv
   launcher plan --from results/<sweep-id> --gpus 1..64 cluster.usd_per_device_hour=2
   launcher run cluster=devcluster cluster.nodes=2 --dry-run
   launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
@@ -77,7 +77,10 @@ def _plan_and_analyze(add) -> None:
     _recipe_arguments(pl, "Hydra overrides (the recipe and cluster to plan)")
     pl.add_argument("--gpus", default="8..1024", help="sizes: 8..16384 (doubling), 8,16,24, or 64 (default 8..1024)")
     pl.add_argument("--from", dest="from_sweep", metavar="SWEEP_DIR", help="calibrate on this measured sweep")
-    pl.add_argument("--assume-mfu", type=float, default=0.4, help="presets: achieved share of peak FLOP/s (default 0.4)")
+    pl.add_argument("--assume-mfu", type=float,
+                    help="presets: share of peak FLOP/s the compute achieves (default: fitted on published runs "
+                         "for the device and precision, launcher/model/preset_fit.json)")  # fmt: skip
+    pl.add_argument("--output", metavar="PATH", help="also write the predicted table to PATH (.csv or .parquet)")
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
     an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
     an.add_argument("--policy", choices=POLICIES, default="max_efficient", help="how to pick the size")

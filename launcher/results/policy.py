@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -11,6 +12,7 @@ from launcher.config.schema import LauncherConfig, PolicyName
 from launcher.results import confidence as conf
 from launcher.results import flags
 from launcher.results.scaling import by_size, variant_key
+from launcher.results.uncertainty import interval_text
 
 POLICIES = tuple(p.value for p in PolicyName)
 
@@ -115,25 +117,39 @@ def _max_efficient(groups, policy: Policy, metric: str, unit: str) -> Recommenda
     n = int(pick["world_size"])
     if len(done) == 1:
         return Recommendation(world_size=n0, reason=f"{_count(n0, unit)}: {ONLY}", variant=variant)
+    bigger = done[done["world_size"] > n]
     if n == n0:
         reason = f"{_count(n, unit)}: every larger size fell below {scaling}-scaling efficiency {threshold:.2f}"
     else:
         reason = (
             f"{_count(n, unit)}: largest size with {scaling}-scaling efficiency ≥ {threshold:.2f} "
-            f"({conf.efficiency_text(pick)}, {pick['speedup']:.2f}× the throughput of {_count(n0, unit)})"
+            f"({_efficiency_text(pick, threshold)}, {pick['speedup']:.2f}× the throughput of {_count(n0, unit)})"
         )
-    bigger = done[done["world_size"] > n]
     if not bigger.empty:
         nxt = bigger.iloc[0]
         m = int(nxt["world_size"])
         reason += (
-            f"; {_count(m, unit)} reach only {conf.efficiency_text(nxt)} "
+            f"; {_count(m, unit)} reach only {_efficiency_text(nxt, threshold)} "
             f"({nxt[metric] / pick[metric]:.2f}× the speed for {m / n:.2f}× the devices"
             + (f", {nxt['usd_per_1m_tokens'] / pick['usd_per_1m_tokens']:.2f}× the $ per token)"
                if pd.notna(pick.get("usd_per_1m_tokens")) else ")")
         )  # fmt: skip
     sure = conf.max_efficient(done, n, threshold, unit)
     return Recommendation(world_size=n, reason=reason, variant=variant, confidence=sure)
+
+
+MAX_DECIMALS = 12
+"""Beyond this an efficiency is the threshold itself, to float rounding."""
+
+
+def _efficiency_text(row: pd.Series, threshold: float) -> str:
+    """`0.83 [0.76–0.90]` (conf.efficiency_text) with the fewest decimals, at least 2, at which the
+    efficiency reads on its own side of the threshold: 0.7996 under 0.80 is printed 0.7996, never
+    "reach only 0.80"."""
+    e = row["efficiency"]
+    d = next((d for d in range(2, MAX_DECIMALS) if (round(e, d) >= round(threshold, d)) == (e >= threshold)),
+             MAX_DECIMALS)  # fmt: skip
+    return interval_text(e, row.get("efficiency_lo", math.nan), row.get("efficiency_hi", math.nan), f"{{:.{d}f}}")
 
 
 def _min_cost(groups, policy: Policy, metric: str, unit: str) -> Recommendation:

@@ -1,0 +1,319 @@
+"""Replay of published training runs through `launcher plan` (issue 14, deliver 5).
+
+Every row of benchmarks/data/published_scaling.csv becomes a `launcher plan` configuration
+(benchmarks/replay_mapping.py: model shape, layout and degrees, precision, checkpointing,
+hardware, node and network, batch) and is predicted in-process by the function `launcher plan`
+runs on presets (launcher.model.plan_table.from_presets_forecast), at the row's GPU count.
+Rows the tool cannot express are listed as skipped with the reason.
+
+One constant per device family and precision is fitted: the share of peak FLOP/s the compute
+achieves (`--assume-mfu`), minimising Σ w·ln²(predicted/published) per-GPU throughput with each
+source weighted alike (w = 1 / its rows), so llm-foundry's 79 rows weigh as much as BLOOM's one.
+It is fitted on every row (in-sample) and, for each source, on the other sources only
+(leave-one-source-out, LOSO: the figures the goals are judged on). A family no other source has
+falls back to the constant fitted on every device. The LOSO errors' 90% quantile of
+|ln(predicted/published)| (source-weighted) is the preset interval. The in-sample constants and
+that interval are written to launcher/model/preset_fit.json, which `launcher plan` reads.
+
+Truth is the published figure, never the model: tokens/s per GPU as published, else the
+published MFU (or HFU) × the source's peak (A100 312, H100 989 TFLOP/s) ÷ the row's FLOPs per
+token (launcher.model.flops on the row's shape, recompute included for HFU).
+
+    .venv/bin/python benchmarks/published_replay.py [--corpus CSV] [--out DIR] [--fit-out JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from launcher.config.compose import compose_config  # noqa: E402
+from launcher.config.errors import ConfigError  # noqa: E402
+from launcher.config.schema import LauncherConfig  # noqa: E402
+from launcher.model import preset_fit  # noqa: E402
+from launcher.model.plan_table import from_presets_forecast, work_of  # noqa: E402
+from replay_mapping import Mapped, Unexpressible, map_row, num, series_key  # noqa: E402
+
+CORPUS = HERE / "data" / "published_scaling.csv"
+GRID = np.array([0.9, 0.7, 0.55, 0.45, 0.35, 0.25, 0.15])
+"""Assumed MFUs each row is planned at; 1/throughput is linear in 1/MFU between them (exactly so
+while communication does not depend on compute), so the fit interpolates instead of replanning."""
+FINE = np.round(np.arange(0.10, 1.0, 0.0025), 4)
+SOURCE_PEAK = {"A100": 312e12, "H100": 989e12}
+"""The dense bf16 peaks the sources divide by (corpus README), to turn their MFU back into tokens/s."""
+QUANTILE = 0.9
+GOAL_THR, GOAL_THR_SHARE = 0.25, 0.80
+GOAL_EFF, GOAL_EFF_SHARE = 0.10, 0.90
+
+
+@dataclass(kw_only=True)
+class Case:
+    """One corpus row on its way through the replay."""
+
+    index: int
+    """Row number in the corpus (0-based, header excluded)."""
+    row: dict
+    """The corpus row as read."""
+    mapped: Mapped | None = None
+    """Its plan overrides; None when skipped."""
+    skip: str | None = None
+    """Why the tool cannot replay it; None when replayed."""
+    cfg: LauncherConfig | None = None
+    """The composed plan config."""
+    key: str = ""
+    """Its fit key (`H100/bf16`)."""
+    published: float = math.nan
+    """Published tokens/s per GPU."""
+    published_from: str = ""
+    """Which published column that came from."""
+    inv_grid: np.ndarray | None = None
+    """1 / predicted per-GPU throughput at each GRID MFU."""
+    out: dict = field(default_factory=dict)
+    """Figures reported for the row."""
+
+    @property
+    def source(self) -> str:
+        return self.row["source"]
+
+
+def read_corpus(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plan_row(cfg: LauncherConfig, gpus: int, mfu: float) -> dict:
+    """`launcher plan`'s row for `gpus`; Unexpressible with plan's reason where it is impossible."""
+    row = from_presets_forecast(cfg, [gpus], assume_mfu=float(mfu)).table.iloc[0]
+    if row["status"] != "predicted":
+        raise Unexpressible(f"plan: {row['reason']}")
+    return row.to_dict()
+
+
+def published_figure(row: dict, cfg: LauncherConfig) -> tuple[float, str]:
+    """Published tokens/s per GPU, and the column it came from."""
+    if (tokens := num(row.get("tokens_per_s_per_gpu"))) is not None:
+        return tokens, "tokens_per_s_per_gpu"
+    family = "H100" if "H100" in row["hardware"] else "A100"
+    work = work_of(cfg)
+    if (mfu := num(row.get("mfu"))) is not None:
+        return mfu * SOURCE_PEAK[family] / work.model_flops, "mfu"
+    if (hfu := num(row.get("hfu"))) is not None:
+        return hfu * SOURCE_PEAK[family] / work.hardware_flops, "hfu"
+    raise Unexpressible("no published throughput, MFU or HFU")
+
+
+def prepare(index: int, row: dict) -> Case:
+    case = Case(index=index, row=row)
+    try:
+        case.mapped = map_row(row)
+        case.cfg = compose_config(case.mapped.overrides, None)
+        case.key = preset_fit.fit_key(case.cfg.cluster.device_name, work_of(case.cfg).dtype)
+        case.published, case.published_from = published_figure(row, case.cfg)
+        case.inv_grid = np.array([1 / plan_row(case.cfg, case.mapped.gpus, u)["tokens_per_s_per_device"] for u in GRID])
+    except (Unexpressible, ConfigError) as exc:
+        case.skip, case.inv_grid = str(exc), None
+    return case
+
+
+def predicted_log(case: Case, mfu: np.ndarray) -> np.ndarray:
+    """ln predicted per-GPU throughput at each `mfu`, linear in 1/MFU through the grid (and beyond its ends)."""
+    x, y = 1 / GRID, case.inv_grid
+    inv = np.interp(1 / mfu, x, y)
+    lo, hi = 1 / mfu < x[0], 1 / mfu > x[-1]
+    inv[lo] = y[0] + (1 / mfu[lo] - x[0]) * (y[1] - y[0]) / (x[1] - x[0])
+    inv[hi] = y[-1] + (1 / mfu[hi] - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2])
+    return -np.log(inv)
+
+
+def fit_mfu(cases: list[Case], curves: dict[int, np.ndarray]) -> float:
+    """The MFU minimising Σ w·ln²(predicted/published), each source weighted alike."""
+    per_source = Counter(c.source for c in cases)
+    loss = sum((curves[c.index] - math.log(c.published)) ** 2 / per_source[c.source] for c in cases)
+    return float(FINE[int(np.argmin(loss))])
+
+
+def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict[str, float], float]:
+    """Per fit key, and over every device."""
+    keys = sorted({c.key for c in cases})
+    return {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys}, fit_mfu(cases, curves)
+
+
+def mfu_of(case: Case, per_key: dict[str, float], pooled: float) -> float:
+    return per_key.get(case.key, pooled)
+
+
+def predict_all(done: list[Case]) -> tuple[dict, dict[str, dict]]:
+    """In-sample constants, and the constants fitted without each source; each row predicted with both."""
+    curves = {c.index: predicted_log(c, FINE) for c in done}
+    per_key, pooled = fit_constants(done, curves)
+    folds = {}
+    for source in sorted({c.source for c in done}):
+        others = [c for c in done if c.source != source]
+        if others:  # a corpus of one source has nothing to hold out against
+            k, p = fit_constants(others, curves)
+            folds[source] = {"per_key": k, "pooled": p}
+    for c in done:
+        fold = folds.get(c.source)
+        for tag, mfu in (("in", mfu_of(c, per_key, pooled)),
+                         ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan)):  # fmt: skip
+            if math.isnan(mfu):
+                c.out |= {f"{k}_{tag}": math.nan for k in ("mfu_assumed", "predicted", "predicted_mfu")}
+                continue
+            r = plan_row(c.cfg, c.mapped.gpus, mfu)
+            c.out |= {f"mfu_assumed_{tag}": mfu, f"predicted_{tag}": r["tokens_per_s_per_device"],
+                      f"predicted_mfu_{tag}": r["mfu"]}  # fmt: skip
+    return {"per_key": per_key, "pooled": pooled, "rows_by_key": dict(Counter(c.key for c in done))}, folds
+
+
+def published_unit(row: dict) -> tuple[float | None, str]:
+    """The row's published figure in its own unit, for ratios within a series (no FLOPs needed)."""
+    for col in ("tokens_per_s_per_gpu", "mfu", "hfu"):
+        if (v := num(row.get(col))) is not None:
+            return v, col
+    return None, ""
+
+
+def _series(cases: list[Case], *, same_micro: bool) -> list[list[Case]]:
+    series: dict[tuple, list[Case]] = {}
+    for c in cases:
+        series.setdefault(series_key(c.row, same_micro=same_micro), []).append(c)
+    return list(series.values())
+
+
+def cross_micro(cases: list[Case]) -> dict:
+    """The pairs the one-recipe series leave out: a row whose series' smallest GPU count ran another
+    micro batch (LOSO predictions). Reported beside the goal, not in it: such a baseline changes
+    the per-GPU work, and a ratio above 1 there (seen in MPT's tables) is not scaling."""
+    errors = []
+    for members in _series(cases, same_micro=False):
+        counts = sorted({int(c.row["gpus"]) for c in members})
+        base = [c for c in members if int(c.row["gpus"]) == counts[0]]
+        if len(counts) < 2 or len(base) != 1 or base[0].skip is not None:
+            continue
+        b = base[0]
+        b_value, b_unit = published_unit(b.row)
+        for c in members:
+            value, unit = published_unit(c.row)
+            if c is b or c.skip is not None or c.row.get("micro_batch") == b.row.get("micro_batch") or unit != b_unit:
+                continue
+            errors.append(c.out["predicted_loso"] / b.out["predicted_loso"] - value / b_value)
+    return {"rows": len(errors), "within": sum(abs(e) <= GOAL_EFF for e in errors),
+            "median_abs": float(np.median(np.abs(errors))) if errors else math.nan}  # fmt: skip
+
+
+def efficiencies(cases: list[Case]) -> None:
+    """Per-GPU throughput relative to the series' smallest GPU count: published (from the published
+    figures alone) and predicted (from the predictions of both rows, in-sample and LOSO)."""
+    for members in _series(cases, same_micro=True):
+        counts = sorted({int(c.row["gpus"]) for c in members})
+        base = [c for c in members if int(c.row["gpus"]) == counts[0]]
+        if len(counts) < 2 or len(base) != 1:
+            continue
+        b = base[0]
+        b_value, b_unit = published_unit(b.row)
+        for c in members:
+            if c is b:
+                continue
+            value, unit = published_unit(c.row)
+            c.out |= {"baseline_gpus": counts[0], "baseline_micro": b.row.get("micro_batch", "")}
+            if unit == b_unit and value is not None:
+                c.out["published_eff"] = value / b_value
+            for tag in ("in", "loso"):
+                if c.skip is None and b.skip is None:
+                    c.out[f"predicted_eff_{tag}"] = c.out[f"predicted_{tag}"] / b.out[f"predicted_{tag}"]
+
+
+def weighted_quantile(values: list[float], sources: list[str], q: float) -> float:
+    """The q quantile with each source's rows sharing one unit of weight."""
+    n = Counter(sources)
+    order = np.argsort(values)
+    w = np.array([1 / n[s] for s in sources])[order]
+    cum = np.cumsum(w) / w.sum()
+    return float(np.asarray(values)[order][int(np.searchsorted(cum, q))])
+
+
+def summary(done: list[Case]) -> dict:
+    """Shares of rows inside the goals, in-sample and LOSO; the interval from the LOSO residuals
+    (in-sample only where nothing could be held out) and how many rows it holds."""
+    out: dict = {}
+    for tag in ("in", "loso"):
+        held = [c for c in done if not math.isnan(c.out[f"predicted_{tag}"])]
+        err = [c.out[f"predicted_{tag}"] / c.published - 1 for c in held]
+        eff = [c.out[f"predicted_eff_{tag}"] - c.out["published_eff"] for c in held
+               if "published_eff" in c.out and f"predicted_eff_{tag}" in c.out]  # fmt: skip
+        out[tag] = {
+            "rows": len(err), "thr_within": sum(abs(e) <= GOAL_THR for e in err),
+            "thr_median_abs": float(np.median(np.abs(err))) if err else math.nan,
+            "eff_rows": len(eff), "eff_within": sum(abs(e) <= GOAL_EFF for e in eff),
+            "eff_median_abs": float(np.median(np.abs(eff))) if eff else math.nan,
+        }  # fmt: skip
+    tag = "loso" if out["loso"]["rows"] else "in"
+    held = [c for c in done if not math.isnan(c.out[f"predicted_{tag}"])]
+    logs = [abs(math.log(c.out[f"predicted_{tag}"] / c.published)) for c in held]
+    q = weighted_quantile(logs, [c.source for c in held], QUANTILE)
+    out |= {"interval_log": q, "interval_from": tag, "interval_covers": sum(v <= q for v in logs), "interval_rows": len(logs)}
+    return out
+
+
+def made_by(argv: list[str]) -> str:
+    """Command, commit and date, for the result files and preset_fit.json."""
+    import subprocess  # lazy: only to name the commit the replay ran on
+
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "unknown"  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    command = " ".join([".venv/bin/python benchmarks/published_replay.py", *argv])
+    return f"`{command}` at commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="published rows (CSV)")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder for published_replay.{md,csv,json,png}")
+    ap.add_argument("--fit-out", type=Path, default=preset_fit.PACKAGED, help="where the fitted constants go")
+    ap.add_argument("--no-figure", action="store_true", help="skip the matplotlib scatter")
+    args = ap.parse_args(argv)
+    if not args.corpus.is_file():
+        print(f"published_replay: --corpus {str(args.corpus)!r} is not a file; pass the published rows CSV "
+              f"(default {CORPUS.relative_to(ROOT)})", file=sys.stderr)  # fmt: skip
+        return 2
+    started = time.monotonic()
+    cases = [prepare(i, r) for i, r in enumerate(read_corpus(args.corpus))]
+    done = [c for c in cases if c.skip is None]
+    if not done:
+        print(f"published_replay: no row of {args.corpus} could be replayed", file=sys.stderr)
+        return 1
+    constants, folds = predict_all(done)
+    efficiencies(cases)
+    stats = summary(done) | {"cross_micro": cross_micro(cases)}
+    who = made_by(sys.argv[1:] if argv is None else argv)
+    fit = preset_fit.PresetFit(
+        mfu=constants["per_key"], mfu_any_device=constants["pooled"], interval_log=stats["interval_log"],
+        quantile=QUANTILE, rows=len(done), sources=len({c.source for c in done}), made_by=who,
+        rows_by_key=constants["rows_by_key"],
+    )  # fmt: skip
+    preset_fit.save(fit, args.fit_out)
+    from replay_report import write_results  # lazy: the report (and matplotlib) only once there is something to say
+
+    write_results(args.out, cases=cases, constants=constants, folds=folds, stats=stats, made_by=who,
+                  seconds=time.monotonic() - started, figure=not args.no_figure)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

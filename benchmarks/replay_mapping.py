@@ -1,0 +1,187 @@
+"""One row of benchmarks/data/published_scaling.csv → the `launcher plan` overrides that describe
+it, what was assumed on the way, and the published per-GPU figure; or why the tool cannot say
+it (`Unexpressible`). Pure: nothing here composes or predicts (published_replay.py does).
+
+Layouts map by the bytes their data-parallel dimension moves per step (see LAYOUTS): Megatron's
+data parallel with its distributed optimizer and DeepSpeed's ZeRO-1 reduce-scatter gradients and
+all-gather parameters once, one all-reduce's bytes, which is FSDP without resharding after
+forward (`parallel.reshard_after_forward=false`, ≈ ZeRO-2), so their tp/pp rows become
+fsdp_tp / fsdp_tp_pp that way; plain data parallel stays ddp, and with pp only it is dp_pp.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYOUTS: dict[str, tuple[str, bool | None, str]] = {
+    # source layout: (launcher layout, reshard_after_forward or None where it does not apply, why)
+    "fsdp": ("fsdp", True, "FSDP FULL_SHARD"),
+    "zero2": ("fsdp", False, "FSDP SHARD_GRAD_OP = fsdp with reshard_after_forward=false"),
+    "ddp": ("ddp", None, "data parallel, one all-reduce of the gradients"),
+    "ddp_pp": ("dp_pp", None, "data parallel × pipeline"),
+    "ddp_tp": ("fsdp_tp", False, "Megatron DP (distributed optimizer) × TP: one all-reduce's bytes"),
+    "ddp_tp_pp": ("fsdp_tp_pp", False, "Megatron DP (distributed optimizer) × TP × PP: one all-reduce's bytes"),
+    "zero1_tp_pp": ("fsdp_tp_pp", False, "DeepSpeed ZeRO-1 × TP × PP: one all-reduce's bytes"),
+    "fsdp_tp": ("fsdp_tp", True, "FSDP × TP"),
+    "fsdp_tp_pp": ("fsdp_tp_pp", True, "FSDP × TP × PP"),
+}
+NOT_EXPRESSIBLE = {"hsdp": "HSDP (shard in node, replicate across nodes) has no launcher layout"}
+# (pattern in the row's interconnect text, inter_link, NICs per node or None: one per GPU, note)
+INTERCONNECTS = (
+    (r"400 Gb/s per GPU", "ib400", None, ""),
+    (r"1600 Gb/s per node", "ib200", 8, "1600 Gb/s per node read as 8 × 200 Gb/s"),
+    (r"ib200x8", "ib200", 8, ""),
+    (r"ib400x8", "ib400", 8, ""),
+    (r"^400 Gb/s inter-node", "ib400", 1, "400 Gb/s read as per node (the source does not say)"),
+    (r"^800 Gb/s inter-node", "ib400", 2, "800 Gb/s read as per node, 2 × 400 (the source does not say)"),
+    (r"Omni-Path", "eth100", 4, "Omni-Path 100 Gb/s as eth100 (same rate; its latency preset is TCP's, higher)"),
+)
+DEFAULT_NETWORK = {"H100": ("ib400", 8, "DGX H100"), "A100": ("ib200", 8, "DGX A100")}
+"""Network of a row that does not state one: the vendor reference node of its GPU."""
+
+
+class Unexpressible(Exception):
+    """The row's configuration has no launcher equivalent; the message says what."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Mapped:
+    """A published row as `launcher plan` arguments."""
+
+    overrides: list[str]
+    """Hydra overrides for compose_config (model, parallel, batch, precision, cluster)."""
+    gpus: int
+    """The size to plan: the row's GPU count."""
+    layout: str
+    """The launcher layout the source's layout maps to."""
+    assumed: list[str] = field(default_factory=list)
+    """What the row does not state and the mapping assumed, one phrase each."""
+
+
+def num(value: Any) -> float | None:
+    """A CSV cell as a number; None where it is empty."""
+    if value is None or value == "":
+        return None
+    x = float(value)
+    return None if math.isnan(x) else x
+
+
+def technique(row: dict) -> str:
+    """What tells apart runs of one source, model and size that differ only in software (torchtitan's
+    'FSDP' vs 'FSDP + torch.compile'): the notes' `technique '…'`, '' where there is none."""
+    found = re.search(r"technique '([^']+)'", str(row.get("notes") or ""))
+    return found.group(1) if found else ""
+
+
+ONE_EXPERIMENT = {"torchtitan_h100_2024": "Tables 1 and 3 are Llama 3.1 8B at 8 and 128 GPUs of one setup "
+                                           "(the corpus README reads them as one series)"}  # fmt: skip
+"""Sources whose tables split one scaling experiment: their series ignore the table."""
+
+
+def series_key(row: dict, *, same_micro: bool = True) -> tuple:
+    """Rows of one scaling series: same source table (the runs the source presents together), model,
+    layout and degrees, precision, checkpointing, hardware, sequence length, technique and micro
+    batch: one recipe, differing only in size (and the global batch that follows it), as a
+    launcher sweep scales one recipe. `same_micro=False` joins runs of other micro batches too
+    (the replay reports those pairs apart: a per-GPU rate that changes with the micro batch is a
+    compute effect, not scaling)."""
+    table = str(row.get("citation"))
+    if row["source"] in ONE_EXPERIMENT:
+        table = re.sub(r",? Tables? \d+", "", table)
+    cols = ("source", "model", "layout", "tp", "pp", "cp", "precision", "activation_checkpointing", "hardware", "seq_len")
+    micro = (str(row.get("micro_batch")),) if same_micro else ()
+    return (table, *(str(row.get(c)) for c in cols), technique(row), *micro)
+
+
+def _network(row: dict) -> tuple[str, int, str]:
+    text = str(row.get("interconnect") or "")
+    for pattern, link, nics, note in INTERCONNECTS:
+        if text and re.search(pattern, text):
+            return link, int(num(row.get("nics_per_node")) or nics or num(row["gpus_per_node"])), note
+    family = "H100" if "H100" in str(row["hardware"]) else "A100"
+    link, nics, ref = DEFAULT_NETWORK[family]
+    return link, nics, f"network not stated: {ref}'s {nics} × {link}"
+
+
+def _degrees(row: dict) -> tuple[int, int, int]:
+    tp, pp, cp = num(row.get("tp")), num(row.get("pp")), num(row.get("cp")) or 1
+    if tp is None or pp is None:
+        raise Unexpressible("tp/pp not published")
+    if cp > 1:
+        raise Unexpressible(f"context parallel (cp={cp:g}) has no launcher layout")
+    gpus = int(row["gpus"])
+    dp = num(row.get("dp")) or gpus / (tp * pp)
+    if dp * tp * pp != gpus:
+        raise Unexpressible(f"dp({dp:g}) × tp({tp:g}) × pp({pp:g}) ≠ gpus({gpus})")
+    return int(dp), int(tp), int(pp)
+
+
+def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
+    precision = str(row.get("precision") or "")
+    if precision in ("", "nan"):
+        precision = "bf16"
+        assumed.append("precision not published: bf16 (fp16 has the same A100/H100 peak)")
+    elif precision not in ("bf16", "fp16"):
+        raise Unexpressible(f"precision {precision} has no launcher equivalent (bf16, fp16, fp32)")
+    ckpt = str(row.get("activation_checkpointing") or "unknown")
+    if ckpt not in ("none", "selective", "full"):
+        # A figure counting recompute as work (hfu only) says full recomputation; else Megatron's default.
+        ckpt = "full" if num(row.get("hfu")) and not num(row.get("mfu")) else "selective"
+        assumed.append(f"activation checkpointing not published: {ckpt}")
+    return [f"precision={precision}", f"model.activation_checkpointing={ckpt}"]
+
+
+def _model(row: dict) -> list[str]:
+    arch = str(row["arch"])
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(row["model"])).strip("_")
+    out = [f"model={'llama3_8b' if arch == 'llama' else 'gpt_1_3b'}", f"model.name={slug}", f"model.arch={arch}"]
+    out += [f"model.{k}={int(num(row[k]))}" for k in ("n_layers", "d_model", "n_heads", "ffn_hidden", "seq_len")]
+    if num(row.get("vocab_size")) is None:
+        raise Unexpressible("vocabulary not published")
+    out.append(f"model.vocab_size={int(num(row['vocab_size']))}")
+    if arch == "llama":
+        out.append(f"model.n_kv_heads={int(num(row.get('n_kv_heads')) or num(row['n_heads']))}")
+    return out
+
+
+def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
+    """Per data-parallel rank the step's G/dp samples; a pipeline splits them into microbatches of
+    the published micro-batch (Megatron's meaning), data parallel alone steps them micro at a time."""
+    g = int(row["global_batch"])
+    if g % dp:
+        raise Unexpressible(f"global batch {g} is not divisible by dp={dp}")
+    micro = num(row.get("micro_batch"))
+    if micro is None:
+        micro = 1 if pp > 1 else g // dp
+        assumed.append(f"micro batch not published: {int(micro)}")
+    if pp > 1:
+        return [f"batch.micro={g // dp}", f"batch.global_batch={g}", f"parallel.microbatches={g // (dp * int(micro))}"]
+    return [f"batch.micro={int(micro)}", f"batch.global_batch={g}"]
+
+
+def map_row(row: dict) -> Mapped:
+    """The row as plan overrides; Unexpressible when the tool has no way to say it."""
+    source_layout = str(row["layout"])
+    if source_layout in NOT_EXPRESSIBLE:
+        raise Unexpressible(NOT_EXPRESSIBLE[source_layout])
+    if source_layout not in LAYOUTS:
+        raise Unexpressible(f"layout {source_layout!r} is not mapped")
+    layout, reshard, _ = LAYOUTS[source_layout]
+    dp, tp, pp = _degrees(row)
+    assumed: list[str] = []
+    precision = _precision_and_checkpointing(row, assumed)  # fp8 says more than a missing vocabulary
+    out = _model(row) + precision
+    out += [f"parallel={layout}", *(f"parallel.{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if f"_{k}" in layout)]
+    if reshard is not None:
+        out.append(f"parallel.reshard_after_forward={str(reshard).lower()}")
+    out += _batch(row, dp, pp, assumed)
+    link, nics, note = _network(row)
+    if note:
+        assumed.append(note)
+    out += ["cluster=example_gpu_site", f"cluster.device_name={row['hardware']}", "cluster.peak_flops_per_device=null",
+            f"cluster.gpus_per_node={int(num(row['gpus_per_node']))}", "cluster.intra_link=nvlink",
+            f"cluster.inter_link={link}", f"cluster.nics_per_node={nics}"]  # fmt: skip
+    return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed)

@@ -1,0 +1,229 @@
+"""What `launcher plan` predicts, one row per size, and the file `--output` writes.
+
+Two sources for the model:
+- a measured sweep (`from_sweep_forecast`): the performance model calibrated on its trials
+  predicts the same recipe on the same hardware at other sizes;
+- topology presets (`from_presets_forecast`, nothing measured): compute from the hardware FLOPs
+  per token (recompute counted) ÷ (peak × MFU), the MFU and the interval fitted on published runs
+  (launcher/model/preset_fit.json), the links from `cluster.*_link`.
+A size the recipe cannot run is `impossible` with the reason, by the rule the sweep applies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from launcher.config.derived import ranks_per_node
+from launcher.config.errors import ConfigError
+from launcher.config.schema import LauncherConfig
+from launcher.io import atomic_write_text
+from launcher.model import preset_fit
+from launcher.model.calibrate import fit_layouts, load_measured, shape_at
+from launcher.model.flops import flops_per_token, hardware_flops_per_token, param_counts
+from launcher.model.links import LINKS
+from launcher.model.peaks import PeakChoice, choose_peak, math_dtype, resolve_precision
+from launcher.model.presets import from_presets
+from launcher.model.shapes import planned_device, shape_for
+from launcher.model.step import PerfModel, Shape
+from launcher.model.summary import interval_phrase, residual_phrase
+from launcher.results.cost import add_cost, pricing_of
+from launcher.results.policy import Recommendation, policy_of, recommend
+from launcher.results.scaling import add_scaling
+from launcher.trials.spec import make_trial
+
+OUTPUT_FIRST = ("gpus", "nodes", "status", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
+                "tokens_per_s_per_device", "efficiency", "mfu", "hfu", "reason")  # fmt: skip
+"""The columns `--output` writes first, in this order (the rest of the table follows)."""
+OUTPUT_SUFFIXES = (".csv", ".parquet")
+
+
+@dataclass(kw_only=True, frozen=True)
+class Forecast:
+    """What `launcher plan` prints: the predicted table, the pick, and where the model came from."""
+
+    table: pd.DataFrame
+    """Per size: predicted tokens/s with its interval, efficiency, MFU, cost; impossible sizes with the reason."""
+    recommendation: Recommendation
+    """The pick under the config's policy, on predicted figures."""
+    source: str
+    """Where the model came from, one line."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Work:
+    """FLOPs per token of the recipe, and the peak they are measured against."""
+
+    model_flops: float
+    """Training FLOPs per token (6N + attention): what MFU counts."""
+    hardware_flops: float
+    """The same plus what activation checkpointing recomputes: what the device executes (HFU)."""
+    peak: PeakChoice
+    """Peak FLOP/s of one device at the recipe's math precision (explicit, else the peak table)."""
+    dtype: str
+    """The math precision the peak is for."""
+
+
+def work_of(cfg: LauncherConfig) -> Work:
+    """The recipe's FLOPs per token and the peak of its device at its precision."""
+    _, non_emb = param_counts(cfg.model)
+    device = planned_device(cfg)
+    dtype = math_dtype(resolve_precision(cfg.precision, device), tf32=device == "cuda")
+    peak = choose_peak(device_name=cfg.cluster.device_name, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device)
+    return Work(model_flops=flops_per_token(cfg.model, non_emb),
+                hardware_flops=hardware_flops_per_token(cfg.model, non_emb), peak=peak, dtype=dtype)  # fmt: skip
+
+
+def check_output(path: str | None) -> None:
+    """Before anything is computed: an --output the table cannot be written as is refused."""
+    if path is not None and Path(path).suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ConfigError(f"--output {path!r} must end in .csv or .parquet (the format follows the suffix); "
+                          "e.g. --output plan.csv")  # fmt: skip
+
+
+def write_output(table: pd.DataFrame, path: str) -> None:
+    """The table as CSV or parquet by suffix, `world_size` named `gpus`, OUTPUT_FIRST first."""
+    df = table.rename(columns={"world_size": "gpus"})
+    for col in OUTPUT_FIRST:
+        if col not in df:
+            df[col] = math.nan
+    df = df[[*OUTPUT_FIRST, *(c for c in df.columns if c not in OUTPUT_FIRST)]]
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        atomic_write_text(p, df.to_csv(index=False))
+        return
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(p)
+
+
+def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None, seq: int, reason: str | None,
+         interval_log: float | None = None) -> dict:  # fmt: skip
+    """One size's predicted figures; the interval × / ÷ exp(interval_log) where given (presets),
+    else the model's own (calibrated on a sweep)."""
+    if shape is None or model is None:
+        return {"world_size": n, "nodes": nodes, "status": "impossible", "reason": reason}
+    p = model.predict(shape)
+    thr = p.tokens_per_s(shape.global_batch, seq)
+    low, high = p.tokens_per_s_interval(shape.global_batch, seq)
+    if interval_log is not None:
+        low, high = thr * math.exp(-interval_log), thr * math.exp(interval_log)
+    return {
+        "world_size": n, "nodes": nodes, "dp": shape.dp, "global_batch": shape.global_batch, "status": "completed",
+        "tokens_per_s": thr, "model_lo": low, "model_hi": high, "tokens_per_s_per_device": thr / n,
+        "step_time_median_s": p.step_s, "comm_share": p.comm_s / p.step_s if p.step_s else None, "reason": None,
+    }  # fmt: skip
+
+
+def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, given: float | None) -> tuple[float, str]:
+    """The MFU the presets assume and where it comes from: the user's, else the replay's fit."""
+    if given is None and work.peak.mismatch:
+        # A peak that does not fit the named device says the name is not the device: no family is assumed.
+        given = fit.mfu_any_device
+        said = (f"fitted on {fit.rows} published runs of every device; cluster.peak_flops_per_device is not "
+                f"{cfg.cluster.device_name}'s, so no device's own fit applies")  # fmt: skip
+    elif given is None:
+        given, said = fit.mfu_for(cfg.cluster.device_name, work.dtype)
+    else:
+        said = "--assume-mfu"
+    if not 0 < given <= 1:
+        raise ConfigError(f"--assume-mfu {given} must be in (0, 1]; e.g. --assume-mfu 0.4")
+    return given, said
+
+
+def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.PresetFit) -> PerfModel:
+    """The step-time model nothing was measured for: compute from the hardware FLOPs per sample at
+    `mfu` of the peak, the config's links, the replay's interval."""
+    c = cfg.cluster
+    per_sample = work.hardware_flops * cfg.model.seq_len
+    return from_presets(compute_s_per_sample=per_sample / (work.peak.flops * mfu), intra=LINKS[c.intra_link],
+                        inter=LINKS[c.inter_link], rel_uncertainty=fit.rel_half_width)  # fmt: skip
+
+
+def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
+    """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
+    MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
+    work = work_of(cfg)
+    if work.peak.flops is None:
+        raise ConfigError(
+            f"launcher plan without a measured sweep needs the device's peak: cluster.device_name={cfg.cluster.device_name!r} "
+            "is not in the peak table, so set cluster.peak_flops_per_device (e.g. cluster=example_gpu_site), "
+            "or pass --from results/<sweep-id>"
+        )
+    fit = preset_fit.load()
+    mfu, said = _assumed_mfu(cfg, work, fit, assume_mfu)
+    model = preset_model(cfg, work, mfu, fit)
+    c, rpn = cfg.cluster, ranks_per_node(cfg.cluster)
+    rows = []
+    for n in sizes:
+        try:
+            rows.append(_row(n, math.ceil(n / rpn), shape_for(cfg, n), model, cfg.model.seq_len, None, fit.interval_log))
+        except ConfigError as exc:
+            rows.append(_row(n, None, None, None, cfg.model.seq_len, str(exc)))
+    source = (
+        f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token, {work.hardware_flops:.3g} with recompute), "
+        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}) × MFU {mfu:.2f} ({said}); {c.intra_link} "
+        f"in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node; "
+        f"interval ×/÷ {math.exp(fit.interval_log):.2f}: the "
+        f"{fit.quantile:.0%} quantile of the published-runs replay's leave-one-source-out errors ({fit.rows} runs, "
+        f"{fit.sources} sources), not a constant"
+    )
+    return _finish(rows, cfg, source, work)
+
+
+def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:
+    """Every size the sweep's recipe can run predicted by the model calibrated on the sweep's
+    trials of its first variant's layout; a size the sweep itself would refuse is impossible."""
+    measured = load_measured(sweep_dir)
+    if not measured:
+        raise ConfigError(f"{str(sweep_dir)!r} has no completed trial to calibrate on; run the sweep (or collect it) first")
+    variant = sorted({m.variant for m in measured})[0]
+    mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
+    template = mine[-1]
+    models = fit_layouts([m for m in measured if m.layout == template.layout], cfg.cluster.intra_link,
+                         cfg.cluster.inter_link)  # fmt: skip
+    model = models[template.layout]
+    seq = template.config["model"]["seq_len"]
+    rows = []
+    for n in sizes:
+        nodes = 1 if template.local else math.ceil(n / template.ranks_per_node)
+        try:
+            make_trial(cfg, index=0, world_size=n, steps=1, warmup_steps=0)  # the sweep's own rule
+        except ConfigError as exc:
+            rows.append(_row(n, None, None, None, seq, str(exc)))
+            continue
+        shape = shape_at(template, n)
+        reason = None if shape else f"{template.layout} with tp×pp={template.trial['tp'] * template.trial['pp']} cannot split {n}"
+        rows.append(_row(n, nodes, shape, model if shape else None, seq, reason))
+    inter = model.inter
+    source = (
+        f"calibrated on {model.n_observations} trials of {sweep_dir.name}"
+        + (f" ({variant})" if variant else "")
+        + f": {model.compute_s_per_sample * 1e3:.3g} ms/sample, inter-node {inter.bandwidth_gbps:.3g} GB/s "
+        f"α {inter.latency_s * 1e6:.3g} µs ({model.source('inter')}), {model.exposed_comm:.0%} of the all-reduce "
+        f"exposed, {residual_phrase(model)}; {interval_phrase(model)}; "
+        + ("all ranks on this machine, as measured" if template.local else f"{template.ranks_per_node} ranks per node as measured")
+    )
+    return _finish(rows, cfg, source, work_of(cfg))
+
+
+def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work) -> Forecast:
+    df = pd.DataFrame(rows)
+    df["scaling"] = "weak" if cfg.batch.global_batch is None else "strong"
+    for col in ("tokens_per_s", "tokens_per_s_per_device", "model_lo", "model_hi"):
+        if col not in df:
+            df[col] = math.nan
+    df = add_cost(add_scaling(df), pricing_of(cfg))
+    # The interval is the model's, not a bootstrap over repeats (a prediction has none).
+    df["tokens_per_s_lo"], df["tokens_per_s_hi"] = df.pop("model_lo"), df.pop("model_hi")
+    peak = work.peak.flops
+    df["mfu"] = df["tokens_per_s_per_device"] * work.model_flops / peak if peak else math.nan
+    df["hfu"] = df["tokens_per_s_per_device"] * work.hardware_flops / peak if peak else math.nan
+    rec = recommend(df, policy_of(cfg), unit="GPU")
+    df["status"] = df["status"].replace("completed", "predicted")  # judged like measured rows, shown as what they are
+    return Forecast(table=df, recommendation=rec, source=source)

@@ -1,0 +1,90 @@
+"""The constants `launcher plan` assumes on presets, fitted on published runs, not chosen:
+benchmarks/published_replay.py replays benchmarks/data/published_scaling.csv through `plan`,
+fits the share of peak FLOP/s the compute achieves per device and precision, and writes them
+with the spread of its leave-one-source-out errors to preset_fit.json (shipped in the package).
+Here that file is read (and written, so its shape has one home). Pure: no torch."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from launcher.config.errors import ConfigError
+from launcher.io import atomic_write_text
+from launcher.model.peaks import find_device
+
+PACKAGED = Path(__file__).with_name("preset_fit.json")
+"""The fitted constants, written by benchmarks/published_replay.py."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class PresetFit:
+    """What the replay of published runs fitted, and how sure it is."""
+
+    mfu: dict[str, float]
+    """Share of peak the compute achieves, per `device/precision` key (`fit_key`): the default
+    of `--assume-mfu`. Recomputed FLOPs count as work, so it is the MFU of a run without
+    activation checkpointing."""
+    mfu_any_device: float
+    """The same fitted on every device at once: the default for a device the replay never saw."""
+    interval_log: float
+    """Quantile `quantile` of |ln(predicted / published)| per-GPU throughput over the replay's
+    leave-one-source-out predictions: the preset interval is × / ÷ exp(interval_log)."""
+    quantile: float
+    """Coverage the interval is the quantile for (0.9: 9 in 10 published rows fell inside)."""
+    rows: int
+    """Published rows the constants were fitted on."""
+    sources: int
+    """Sources those rows come from (each weighted alike, whatever its row count)."""
+    made_by: str
+    """Command, commit and date of the replay that wrote the file."""
+    rows_by_key: dict[str, int] = field(default_factory=dict)
+    """Rows behind each `mfu` entry."""
+
+    def __post_init__(self) -> None:
+        values = [*self.mfu.values(), self.mfu_any_device]
+        if not all(0 < v <= 1 for v in values) or not (self.interval_log >= 0 and 0 < self.quantile < 1):
+            raise ValueError(f"preset fit out of range: mfu {values}, interval_log {self.interval_log}, "
+                             f"quantile {self.quantile}")  # fmt: skip
+
+    @property
+    def rel_half_width(self) -> float:
+        """The interval as the preset step-time model's relative half-width h (its T/(1 + h) is
+        T·exp(−interval_log)); plan's table itself shows T × / ÷ exp(interval_log)."""
+        return math.expm1(self.interval_log)
+
+    def mfu_for(self, device_name: str | None, dtype: str) -> tuple[float, str]:
+        """(assumed MFU, where it comes from) for a device name and math precision."""
+        key = fit_key(device_name, dtype)
+        if key in self.mfu:
+            return self.mfu[key], f"fitted on {self.rows_by_key.get(key, '?')} published {key} runs"
+        return self.mfu_any_device, f"fitted on {self.rows} published runs of every device ({key} not among them)"
+
+
+def fit_key(device_name: str | None, dtype: str) -> str:
+    """`A100/bf16`: the peak table's device family (every A100 variant shares its peaks, so the
+    share of peak carries over) and the math precision (fp16 runs at bf16's rate)."""
+    row = find_device(device_name)
+    family = row.device.split()[0] if row is not None else (device_name or "unknown")
+    return f"{family}/{'bf16' if dtype == 'fp16' else dtype}"
+
+
+def load(path: Path = PACKAGED) -> PresetFit:
+    """The fitted constants; one line naming the file when it is missing or damaged."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        return PresetFit(**{k: doc[k] for k in PresetFit.__dataclass_fields__ if k in doc})
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(
+            f"the preset constants {str(path)!r} cannot be read ({exc}); reinstall launcher or rerun "
+            "benchmarks/published_replay.py, or pass --assume-mfu"
+        ) from None
+
+
+def save(fit: PresetFit, path: Path = PACKAGED) -> None:
+    """Written by the replay; sorted keys so a rerun's diff shows only what changed."""
+    doc = {"about": "written by benchmarks/published_replay.py from benchmarks/data/published_scaling.csv; "
+                    "do not edit by hand", **asdict(fit)}  # fmt: skip
+    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
