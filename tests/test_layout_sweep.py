@@ -13,7 +13,8 @@ pytestmark = pytest.mark.torch_dist
 
 
 def test_layout_by_accumulation_sweep_runs_every_valid_combination(tmp_path, capsys):
-    assert main(["sweep", "sweep.world_sizes=[2,4]", "parallel=ddp,fsdp,pipeline", "batch.accum=1,4",
+    # ddp is left out of the mix (its own sweeps run everywhere else): each 4-rank trial on 2 cores costs ~10 s.
+    assert main(["sweep", "sweep.world_sizes=[2,4]", "parallel=fsdp,pipeline", "batch.accum=1,4",
                  "sweep.steps=6", "sweep.warmup_steps=2", f"sweep.results_dir={tmp_path}", "sweep.name=mix",
                  "--quiet"]) == 0  # fmt: skip
     err = capsys.readouterr().err
@@ -24,7 +25,7 @@ def test_layout_by_accumulation_sweep_runs_every_valid_combination(tmp_path, cap
     assert err.index("skipped (impossible)") < err.index("sweep mix:")
     df = pd.read_csv(tmp_path / "mix" / "results.csv")
     assert sorted(zip(df["layout"], df["accum"], df["world_size"], strict=True)) == sorted(
-        [(lay, a, w) for lay in ("ddp", "fsdp") for a in (1, 4) for w in (2, 4)] + [("pipeline", a, 2) for a in (1, 4)]
+        [("fsdp", a, w) for a in (1, 4) for w in (2, 4)] + [("pipeline", a, 2) for a in (1, 4)]
     )
     assert (df["status"] == "completed").all(), df[["trial_id", "reason"]].to_string()
     assert {"layout", "dp", "tp", "pp", "accum", "bubble_measured", "bubble_theory"} <= set(df.columns)
@@ -35,4 +36,4 @@ def test_layout_by_accumulation_sweep_runs_every_valid_combination(tmp_path, cap
     assert df.loc[df["layout"] != "pipeline", "bubble_theory"].isna().all()
     assert (df["global_batch"] == 8 * df["accum"] * df["dp"]).all()
     spec = json.loads((tmp_path / "mix" / "sweep.json").read_text())
-    assert len(spec["skipped"]) == 2 and len(spec["trials"]) == 10
+    assert len(spec["skipped"]) == 2 and len(spec["trials"]) == 6
