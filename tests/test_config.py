@@ -82,7 +82,7 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
 
 @pytest.mark.parametrize("doc, message", [
     ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
-    ({"foo": 1}, "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep"),
+    ({"foo": 1}, "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train"),
     ({"parallel": {"layout": "zero9"}}, "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set e.g. parallel.layout=ddp"),
     ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
     ({"sweep": {"world_sizes": 4}}, "sweep.world_sizes=4 must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
@@ -139,11 +139,11 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
     monkeypatch.delenv("LAUNCHER_RECIPES", raising=False)
     assert groups_text() == (
         f"Config groups in {PACKAGED_RECIPES} (choose with group=option; * marks the default):\n"
-        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, tiny_gpt*, tiny_llama\n"
+        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt*, tiny_llama\n"
         "  parallel: ddp*, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp\n"
         "  batch:    default*\n"
         "  optim:    adamw*, sgd\n"
-        "  data:     file, synthetic*\n"
+        "  data:     dataset, file, synthetic*\n"
         "  cluster:  devcluster, example_gpu_site, local*, slurm\n"
         "  sweep:    default*\n"
         "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default\n"
@@ -160,7 +160,7 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
         f"Config groups in {recipes.resolve()} (marked +) and the bundled {PACKAGED_RECIPES} "
         "(choose with group=option; * marks the default):\n"
     )
-    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, tiny_gpt*, tiny_llama\n" in text
+    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n" in text
     assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
     assert text.endswith("  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
                          "data=synthetic cluster=local sweep=default\n")  # fmt: skip

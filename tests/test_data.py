@@ -4,12 +4,17 @@ DataLoader gave (the old way), batch for batch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from launcher.train.data import FileTokens, MicroBatches, SyntheticTokens
+from launcher.config.compose import compose_config
+from launcher.config.errors import ConfigError
+from launcher.config.schema import DataConfig, InputSpec, ModelConfig
+from launcher.train.data import FileTokens, MicroBatches, SyntheticTokens, build_dataset
 
 
 def _steps(dataset, micro, dp, accum, steps):
@@ -98,3 +103,121 @@ def test_file_tokens_windows(tmp_path):
     assert len(ds) == 3  # (25 − 1) // 8
     assert ds[1].tolist() == list(range(8, 17))
     assert ds[1].dtype == torch.int64
+
+
+class Counting(Dataset):
+    """A dataset that counts its reads (a resumed run must not load the samples it skips)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.reads = n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        self.reads += 1
+        return {"x": torch.full((2,), float(i)), "target": torch.tensor(i)}
+
+
+@pytest.mark.parametrize("micro,dp,k", [(4, 1, 3), (2, 2, 7), (3, 2, 11), (4, 1, 24)])
+def test_resuming_at_k_gives_the_uninterrupted_runs_samples_without_reading_the_skipped(micro, dp, k):
+    """26 samples: an epoch is a few micro-batches, so k crosses epoch ends (k=24: exactly
+    at one); each rank's stream after skip(k) is the uninterrupted stream from its k-th batch."""
+    for rank in range(dp):
+        straight = MicroBatches(Counting(26), micro, dp, rank, seed=5)
+        expected = [next(straight) for _ in range(k + 6)][k:]
+        resumed_data = Counting(26)
+        resumed = MicroBatches(resumed_data, micro, dp, rank, seed=5)
+        resumed.skip(k)
+        assert resumed_data.reads == 0
+        for want in expected:
+            got = next(resumed)
+            assert got.keys() == want.keys() and all(torch.equal(got[key], want[key]) for key in want)
+        assert resumed_data.reads == 6 * micro
+
+
+PAIRS = '''
+import torch
+
+
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, n, width):
+        self.n, self.width = n, width
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.full((self.width,), float(i)), i % 10
+
+
+def make(n, width):
+    return Pairs(n, width)
+
+
+def wrong_keys(n):
+    return [{"pixels": torch.zeros(3), "target": 0}] * n
+
+
+def not_a_dataset():
+    return 42
+
+
+def rows(n, seq_len):
+    return [torch.arange(seq_len + 1) + i for i in range(n)]
+'''
+
+IMAGE_MODEL = ModelConfig(_target_="mymodels.build", inputs={"image": InputSpec(shape=[3])},
+                          target=InputSpec(shape=[], dtype="int64", high=10))  # fmt: skip
+
+
+@pytest.fixture
+def mydata(tmp_path, monkeypatch):
+    (tmp_path / "mydata.py").write_text(PAIRS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return lambda target, **kwargs: DataConfig(kind="dataset", _target_=f"mydata.{target}", kwargs=kwargs)
+
+
+def test_a_user_dataset_of_pairs_reaches_the_model_as_dicts_sharded_over_ranks(mydata):
+    """(image, label) items keyed by model.inputs then `target`; 2 ranks × micro 2 take the
+    samples one rank with micro 4 takes, as DistributedSampler shards them."""
+    ds = build_dataset(mydata("make", n=12, width=3), IMAGE_MODEL, num_samples=999, seed=0)
+    assert len(ds) == 12  # the user's dataset as it is, not steps × global batch
+    one = next(MicroBatches(ds, 4, 1, 0, seed=0))
+    assert one["image"].shape == (4, 3) and one["target"].dtype == torch.int64
+    assert torch.equal(one["target"], one["image"][:, 0].long() % 10)  # each label stays with its image
+    halves = [next(MicroBatches(ds, 2, 2, rank, seed=0)) for rank in range(2)]
+    assert sorted(torch.cat([h["target"] for h in halves]).tolist()) == sorted(one["target"].tolist())
+
+
+def test_a_user_dataset_of_the_wrong_shape_fails_at_start_up_with_the_keys_it_needs(mydata):
+    with pytest.raises(ValueError, match=r"item 0 is \['pixels', 'target'\], but the model takes \['image', 'target'\]"):
+        build_dataset(mydata("wrong_keys", n=4), IMAGE_MODEL, num_samples=8, seed=0)
+    no_target = dataclasses.replace(IMAGE_MODEL, target=None)
+    with pytest.raises(ValueError, match=r"item 0 is a tuple of 2 entries, but the model takes \['image'\]"):
+        build_dataset(mydata("make", n=4, width=3), no_target, num_samples=8, seed=0)
+    with pytest.raises(TypeError, match="returned int, not a map-style Dataset"):
+        build_dataset(mydata("not_a_dataset"), IMAGE_MODEL, num_samples=8, seed=0)
+    with pytest.raises(ValueError, match=r"item 0 is \(9,\), but model=tiny_gpt takes rows of model.seq_len\+1=65 token"):
+        build_dataset(mydata("rows", n=4, seq_len=8), ModelConfig(), num_samples=8, seed=0)
+
+
+def test_data_dataset_composes_with_kwargs_beside_target_and_feeds_a_built_in_model_token_rows(mydata):
+    """`data=dataset data._target_=… data.n=…`: the loader moves n and seq_len into data.kwargs;
+    a built-in model's items are token rows, stacked as synthetic ones are."""
+    cfg = compose_config(["data=dataset", "data._target_=mydata.rows", "data.n=10", "data.seq_len=64"])
+    assert (cfg.data.kind, cfg.data._target_, cfg.data.kwargs) == ("dataset", "mydata.rows", {"n": 10, "seq_len": 64})
+    batch = next(MicroBatches(build_dataset(cfg.data, cfg.model, num_samples=1, seed=0), 4, 1, 0, seed=0))
+    assert batch.shape == (4, 65) and sorted((batch[:, 1] - batch[:, 0]).tolist()) == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data=dataset"], "data=dataset needs data._target_, a callable returning a map-style Dataset; "
+                       "set e.g. data._target_=mypkg.data.make"),
+    (["data._target_=mydata.rows"], "data._target_=mydata.rows (or data.kwargs) is set but data=synthetic ignores "
+                                    "it; add data=dataset"),
+])  # fmt: skip
+def test_a_dataset_without_its_target_or_a_target_without_data_dataset_is_one_line(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        compose_config(overrides)
+    assert str(raised.value) == message

@@ -76,14 +76,14 @@ def test_info_marks_the_users_options(tmp_path, capsys):
     assert main(["sweep", "--recipes", str(mine), "--info"]) == 0
     out = capsys.readouterr().out
     assert f"in {mine} (marked +) and the bundled {PACKAGED_RECIPES} " in out
-    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, tiny_gpt*, tiny_llama\n" in out
+    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n" in out
 
 
 def test_an_unknown_option_lists_both_folders(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=nope"], capsys) == (
         f"model=nope is not a recipe in {mine / 'model'} or {PACKAGED_RECIPES / 'model'}; "
-        "available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, tiny_gpt, tiny_llama"
+        "available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, target, tiny_gpt, tiny_llama"
     )
 
 
@@ -98,7 +98,7 @@ def test_a_recipes_path_that_is_not_a_folder_is_one_line(tmp_path, capsys, monke
     ("name: my_gpt\narch: gpt\n  n_layers: [\n", 3,
      "not valid recipe YAML (mapping values are not allowed here); fix the file"),
     ("name: my_gpt\narch: gpt\nn_layer: 2\n", 3,
-     "unknown config key 'model.n_layer'; model has: activation_checkpointing, arch, d_model, ffn_hidden, ffn_mult, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, vocab_size"),
+     "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, d_model, ffn_hidden, ffn_mult, inputs, kwargs, loss, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, target, vocab_size"),
     ("name: my_gpt\n\nseq_len: long\n", 3, "model.seq_len='long' must be an integer; e.g. model.seq_len=64"),
 ])  # fmt: skip
 def test_a_mistake_inside_a_recipe_names_its_file_and_line(text, line, message, tmp_path, capsys):
@@ -113,7 +113,7 @@ def test_a_group_given_a_list_is_one_line(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=[my_gpt]"], capsys) == (
         "model=[my_gpt]: a config group takes one option name, e.g. model=tiny_gpt; "
-        "options: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, tiny_gpt, tiny_llama"
+        "options: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, target, tiny_gpt, tiny_llama"
     )
 
 

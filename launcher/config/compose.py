@@ -4,7 +4,10 @@ The schema is `OmegaConf.structured(LauncherConfig)` (load.schema), registered i
 ConfigStore; recipes/config.yaml lists it first in its defaults, so every recipe and override
 is merged onto typed, closed nodes. Hydra and OmegaConf report bad input as multi-line
 tracebacks aimed at config authors; here each failure becomes one ConfigError line for the
-user: what, the value, the fix (messages.py words the OmegaConf ones).
+user: what, the value, the fix (messages.py words the OmegaConf ones). One node is open while
+Hydra composes: `model` holds what the recipe and overrides set (`model.key=value` adds or sets),
+so that a `_target_` model's keys become its callable's keyword arguments (load.fold_model_kwargs)
+and a built-in model's are then checked against the closed schema.
 
 Recipes are looked up on Hydra's search path: your folder first (--recipes DIR or
 $LAUNCHER_RECIPES, Hydra's primary config dir), then the bundled tree (a search-path plugin
@@ -34,9 +37,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, schema
+from launcher.config.load import fold_model_kwargs, load_config, schema
 from launcher.config.messages import describe, override_for
-from launcher.config.schema import LauncherConfig
+from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate import validate
 
 
@@ -64,7 +67,7 @@ class BundledRecipes(SearchPathPlugin):
 
 def register() -> None:
     """Register the schema in Hydra's ConfigStore and the bundled search path (both idempotent)."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=schema())
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=schema(open_model=True))
     Plugins.instance().register(BundledRecipes)
 
 
@@ -117,9 +120,16 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
     """Hydra composition → resolved plain dict (config keys; choices as strings)."""
     with hydra_session(recipe_folders(recipes), overrides) as loader:
         _check_group_values(loader, overrides)
-        cfg = compose(config_name="config", overrides=list(overrides))
-        # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses it.
-        checked = OmegaConf.merge(schema(), OmegaConf.to_container(cfg))
+        # `model` is an open node holding what the recipe sets (load.schema): `model.key=value`
+        # adds or sets a key there, as on the closed node it was, where every key existed.
+        cfg = compose(config_name="config", overrides=[_add_or_set(ov) for ov in overrides])
+        # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses
+        # it (and a built-in model's unknown key, which the open model node let through).
+        plain = _named_model(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides)
+        try:
+            checked = OmegaConf.merge(schema(), plain)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(_where_model_key(exc, loader, overrides) + describe(exc, overrides)) from None
         data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
     return data  # type: ignore[return-value]
 
@@ -127,6 +137,43 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
 def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> LauncherConfig:
     """The one entry point: recipes + overrides → typed, validated config."""
     return validate(load_config(compose_dict(overrides, recipes)))
+
+
+def _add_or_set(override: str) -> str:
+    return f"++{override}" if override.startswith("model.") else override
+
+
+def _model_option(loader: Any, overrides: Sequence[str]) -> str:
+    """The model recipe composed: the last `model=` override, else the defaults list's."""
+    parser = OverridesParser.create()
+    picked = [p.value() for ov in overrides for p in parser.parse_overrides([ov]) if p.key_or_group == "model"]
+    return str(picked[-1] if picked else default_choices(loader).get("model", ModelConfig.name))
+
+
+def _where_model_key(exc: OmegaConfBaseException, loader: Any, overrides: Sequence[str]) -> str:
+    """`FILE, line N: ` for a bad model key a recipe set: the open model node let it through
+    composition, where Hydra would have named the recipe; an override's key needs no file."""
+    key = getattr(exc, "full_key", None) or ""
+    if not key.startswith("model.") or any(ov.lstrip("+~").startswith(key + "=") for ov in overrides):
+        return ""
+    return _in_recipe(f"model/{_model_option(loader, overrides)}", key, recipe_folders_of(loader))
+
+
+def recipe_folders_of(loader: Any) -> list[Path]:
+    """The search path's folders, as the loader sees them (file:// entries only)."""
+    return [Path(p.path) for p in loader.get_search_path().config_search_path if p.path and p.provider != "hydra"
+            and not p.path.startswith("pkg://")]  # fmt: skip
+
+
+def _named_model(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
+    """A `_target_` model whose recipe sets no `name` is named after its recipe file."""
+    model = data.get("model") or {}
+    if model.get("_target_") == "???":  # merged onto the schema, a missing value would leave None: no model at all
+        raise ConfigError("model._target_ is not set; give the callable that builds your model, e.g. "
+                          "model._target_=mypkg.models.build")  # fmt: skip
+    if model.get("_target_") is None or model.get("name") is not None:
+        return data
+    return {**data, "model": {**model, "name": _model_option(loader, overrides).rsplit("/", 1)[-1]}}
 
 
 def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:

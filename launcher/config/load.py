@@ -9,26 +9,46 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+import typing
+from typing import Any, Dict, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.messages import RENAMED, bad_value, describe
-from launcher.config.schema import LauncherConfig
+from launcher.config.schema import DataConfig, InputDtype, InputSpec, LauncherConfig, ModelConfig
 
 
-def schema() -> DictConfig:
+def schema(*, open_model: bool = False) -> DictConfig:
     """LauncherConfig as a structured OmegaConf node that recipes and overrides merge onto.
 
     OmegaConf marks the nodes of frozen dataclasses read-only; the flag is cleared (on every
     node: a child's own flag wins over its parent's) so merging works. Frozen still holds for
-    the objects `to_object` returns.
+    the objects `to_object` returns. `open_model` (the node Hydra composes onto): `model` is an open
+    mapping (_open_recipe_class) and `data` and `parallel.tp_plan` take keys the schema does not
+    know: a `_target_` recipe writes its callable's keyword arguments beside `_target_`;
+    `fold_model_kwargs` moves them into `kwargs` and the closed schema then refuses any unknown
+    key left (a typo in a built-in model's recipe).
     """
-    node = OmegaConf.structured(LauncherConfig)
+    node = OmegaConf.structured(_open_recipe_class() if open_model else LauncherConfig)
     _writable(node)
+    if open_model:
+        OmegaConf.set_struct(node.data, False)
+        OmegaConf.set_struct(node.parallel.tp_plan, False)  # a mapping of your module names, not schema keys
     return node
+
+
+def _open_recipe_class() -> type:
+    """LauncherConfig with `model` an open mapping with no defaults: what a recipe sets is then
+    told apart from ModelConfig's defaults (a `_target_` model's `vocab_size` is its callable's
+    argument, never the default 256); compose_dict checks it against ModelConfig afterwards."""
+    hints = typing.get_type_hints(LauncherConfig)
+    fields = [(f.name, Dict[str, Any], dataclasses.field(default_factory=dict)) if f.name == "model" else
+              (f.name, hints[f.name], dataclasses.field(default_factory=f.default_factory)
+               if f.default_factory is not dataclasses.MISSING else dataclasses.field(default=f.default))
+              for f in dataclasses.fields(LauncherConfig)]  # fmt: skip
+    return dataclasses.make_dataclass("LauncherRecipe", fields, kw_only=True, frozen=True)
 
 
 def _writable(node: DictConfig) -> None:
@@ -36,6 +56,28 @@ def _writable(node: DictConfig) -> None:
     for child in node.values():
         if isinstance(child, DictConfig):
             _writable(child)
+
+
+TARGET_GROUPS = {"model": ModelConfig, "data": DataConfig}
+"""Groups that take your own code by `_target_` (a model, a dataset), its keyword arguments beside it."""
+BYO_MODEL_KEYS = frozenset({"name", "_target_", "kwargs", "inputs", "target", "loss", "activation_checkpointing"})
+"""The ModelConfig keys a `_target_` model uses; its recipe's other keys (vocab_size too) are its callable's."""
+
+
+def fold_model_kwargs(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`data` with the keyword arguments of a `_target_` model (every key but BYO_MODEL_KEYS) or
+    dataset (every key DataConfig does not know) moved into its `kwargs`; a built-in model's keys
+    stay, so that the schema refuses an unknown one."""
+    out = dict(data)
+    for group, schema_cls in TARGET_GROUPS.items():
+        section = data.get(group)
+        if not isinstance(section, Mapping) or section.get("_target_") is None:
+            continue
+        known = BYO_MODEL_KEYS if group == "model" else {f.name for f in dataclasses.fields(schema_cls)}
+        kept = {k: v for k, v in section.items() if k in known}
+        kept["kwargs"] = {**(section.get("kwargs") or {}), **{k: v for k, v in section.items() if k not in known}}
+        out[group] = kept
+    return out
 
 
 def load_config(data: Mapping[str, Any]) -> LauncherConfig:
@@ -48,7 +90,43 @@ def load_config(data: Mapping[str, Any]) -> LauncherConfig:
     except OmegaConfBaseException as exc:
         raise ConfigError(describe(exc)) from None
     _check_list_items(cfg)
-    return cfg  # type: ignore[return-value]
+    return _with_input_specs(cfg)  # type: ignore[arg-type]
+
+
+def _with_input_specs(cfg: LauncherConfig) -> LauncherConfig:
+    """model.inputs and model.target as InputSpecs (the schema types them Any: see InputSpec)."""
+    m = cfg.model
+    if not m.inputs and m.target is None:
+        return cfg
+    inputs = {name: input_spec(f"model.inputs.{name}", v) for name, v in m.inputs.items()}
+    target = None if m.target is None else input_spec("model.target", m.target)
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, inputs=inputs, target=target))
+
+
+_SPEC_KEYS = [f.name for f in dataclasses.fields(InputSpec)]
+_SPEC_EXAMPLE = "{shape:[1024],dtype:int64,high:32000}"
+
+
+def input_spec(key: str, value: Any) -> InputSpec:
+    """One input's {shape, dtype, high, low} → InputSpec; ConfigError (one line) for anything else."""
+    if isinstance(value, InputSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}={value!r} must be a mapping of {', '.join(_SPEC_KEYS)}; e.g. {key}={_SPEC_EXAMPLE}")
+    unknown = sorted(set(value) - set(_SPEC_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown config key '{key}.{unknown[0]}'; {key} has: {', '.join(sorted(_SPEC_KEYS))}")
+    shape = value.get("shape", [])
+    if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in shape)):
+        raise ConfigError(f"{key}.shape={shape!r} must be a list of integers (one sample's shape); e.g. {key}.shape=[1024]")
+    dtype = str(value.get("dtype", "float32"))
+    if dtype not in InputDtype.__members__:
+        raise ConfigError(f"{key}.dtype={dtype!r} is not one of {', '.join(InputDtype.__members__)}; set e.g. {key}.dtype=int64")
+    bounds = {k: value[k] for k in ("high", "low") if value.get(k) is not None}
+    for k, v in bounds.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ConfigError(f"{key}.{k}={v!r} must be an integer; e.g. {key}.{k}=1000")
+    return InputSpec(shape=list(shape), dtype=InputDtype[dtype], **bounds)
 
 
 def to_dict(cfg: LauncherConfig) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 def _choices(name: str, values: str) -> type[StrEnum]:
@@ -30,7 +30,7 @@ Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
 Backend = _choices("Backend", "auto gloo nccl")
 OptimName = _choices("OptimName", "adamw sgd")
 LrScaling = _choices("LrScaling", "none linear sqrt")
-DataKind = _choices("DataKind", "synthetic file")
+DataKind = _choices("DataKind", "synthetic file dataset")
 TokenDtype = _choices("TokenDtype", "uint16 int32 int64")
 ClusterKind = _choices("ClusterKind", "local slurm")
 DeviceKind = _choices("DeviceKind", "auto cpu cuda")
@@ -40,6 +40,22 @@ Launch = _choices("Launch", "srun torchrun")
 Search = _choices("Search", "grid adaptive")
 PolicyName = _choices("PolicyName", "max_efficient min_cost fastest_within_budget")
 Precision = _choices("Precision", "auto fp32 bf16 fp16")
+InputDtype = _choices("InputDtype", "float32 float64 float16 bfloat16 int64 int32 uint8 bool")
+
+
+@dataclass(kw_only=True, frozen=True)
+class InputSpec:
+    """One tensor of a `_target_` model's synthetic batch (an input, the loss's target); load.py
+    reads it (not an OmegaConf node: a frozen dataclass's lists inside a Dict refuse merging)."""
+
+    shape: List[int] = field(default_factory=list)
+    """Shape of one sample, without the batch dimension ([] : one value per sample)."""
+    dtype: InputDtype = InputDtype.float32
+    """Element type. Integers (and bool) are drawn uniformly from [low, high); floats from N(0, 1)."""
+    high: Optional[int] = None
+    """Integer dtypes: exclusive upper bound (a vocabulary size, a class count); required for them."""
+    low: int = 0
+    """Integer dtypes: inclusive lower bound."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -81,7 +97,23 @@ class ModelConfig:
     the whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so
     `selective` changes nothing there. Losses and parameters are unchanged (the same arithmetic,
     done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
-    utilisation) counts."""
+    utilisation) counts. `_target_` models: `full` checkpoints each FSDP unit (parallel.fsdp_units
+    or the size policy; under ddp the same modules); `selective` is refused."""
+    _target_: Optional[str] = None
+    """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
+    `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
+    (moved into `kwargs`). Null: the built-in model of `arch` (the keys above)."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """`_target_` models: the callable's keyword arguments (a recipe writes them beside `_target_`)."""
+    inputs: Dict[str, Any] = field(default_factory=dict)
+    """`_target_` models: the synthetic batch, name → InputSpec; each reaches the model as a keyword
+    argument (`model(**inputs)`), batch dimension first."""
+    target: Any = None
+    """`_target_` models: an InputSpec, what `loss` compares the output with; null: the
+    model's own loss (a scalar output, or its `.loss`: Hugging Face models given `labels`)."""
+    loss: Any = None
+    """`_target_` models: `cross_entropy` (output [batch, …, classes], integer targets), `mse`, or
+    {_target_: mypkg.losses.my_loss} called as loss(output, target) → scalar; null: see `target`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -105,6 +137,16 @@ class ParallelConfig:
     """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
+    fsdp_units: List[str] = field(default_factory=list)
+    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g.
+    [Block, Bottleneck]); empty: the size policy (fsdp_min_params). The root holds the rest.
+    Built-in models always shard each block."""
+    fsdp_min_params: int = 1_000_000
+    """`_target_` models under fsdp with no fsdp_units: bottom-up, every module whose parameters
+    not already in a unit below it number at least this becomes a unit (FSDP1's size policy)."""
+    tp_plan: Dict[str, str] = field(default_factory=dict)
+    """`_target_` models, layout tp: module name (fnmatch patterns) → colwise or rowwise (torch's
+    parallelize_module), e.g. {blocks.*.fc1: colwise, blocks.*.fc2: rowwise}; engines/byo_tp.py."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -143,11 +185,17 @@ class OptimConfig:
 @dataclass(kw_only=True, frozen=True)
 class DataConfig:
     kind: DataKind = DataKind.synthetic
-    """`synthetic`: seeded learnable token sequences. `file`: a flat binary token file."""
+    """`synthetic`: seeded token sequences (a `_target_` model: drawn from model.inputs). `file`:
+    a flat binary token file. `dataset`: your own map-style Dataset (`_target_`)."""
     path: Optional[str] = None
     """Token file for kind=file (little-endian integers of `dtype`)."""
     dtype: TokenDtype = TokenDtype.uint16
     """Element type of the token file."""
+    _target_: Optional[str] = None
+    """kind=dataset: a callable returning a map-style torch Dataset, e.g. `mypkg.data.make`
+    (Hydra's `instantiate` with `kwargs`); its items: launcher/train/data.py, `as_dict`."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """kind=dataset: the callable's keyword arguments (written beside `_target_`, moved here)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -293,6 +341,9 @@ class SweepConfig:
     sweep detaches instead of waiting forever: it prints Slurm's Reason for each waiting job and
     how to follow it (`launcher status` / `launcher collect`), and leaves the jobs queued. 0: wait
     as long as it takes."""
+    profile: bool = False
+    """torch.profiler trace of a few extra steps after the timed ones (so no figure carries its
+    overhead) into the trial folder's `trace-rank0.pt.trace.json`, linked from the report."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -309,6 +360,13 @@ class RunConfig:
     requeue: bool = False
     """Slurm: `--requeue`; on the USR1 warning (time limit near, preemption) checkpoint and
     requeue the job, which resumes from the checkpoint (`launcher run --requeue`)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class TrainConfig:
+    compile: bool = False
+    """torch.compile each block (FSDP unit) in place, ddp and fsdp; compiled during warm-up
+    (warmup_steps ≥ 1), its time is `metrics.compile_s`, apart from the step times."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -329,6 +387,8 @@ class LauncherConfig:
     """Which sizes a sweep measures and how it judges them."""
     run: RunConfig = field(default_factory=RunConfig)
     """A single `launcher run`."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """How the payload trains (compilation)."""
     seed: int = 0
     """Seed for weights and synthetic data."""
     precision: Precision = Precision.auto

@@ -11,8 +11,9 @@ from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, Layout, ModelConfig
 from launcher.config.schema import OptimConfig, RunConfig, SweepConfig
+from launcher.config.validate_byo import check_byo
 from launcher.config.validate_slurm import check_slurm
-from launcher.trials.layout import PIPELINE_LAYOUTS, set_degrees
+from launcher.trials.layout import PIPELINE_LAYOUTS, check_byo_layout, set_degrees
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
@@ -30,6 +31,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     between and within values that a schema cannot state.
     """
     _check_model(cfg.model)
+    check_byo(cfg.model, cfg.data)
     _check_names(cfg)
     _check_batch(cfg.batch)
     _check_parallel(cfg)
@@ -39,6 +41,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_sweep(cfg.sweep, cfg.cluster)
     check_slurm(cfg.cluster)
     _check_run(cfg.run, cfg)
+    _check_compile(cfg)
     at_least("seed", cfg.seed, 0, 0)
     return cfg
 
@@ -112,7 +115,10 @@ def _check_batch(b: BatchConfig) -> None:
 
 def _check_parallel(cfg: LauncherConfig) -> None:
     """The layout's own degrees, once, before any world size is tried (trials.layout has the rules)."""
+    if cfg.model._target_ is not None:
+        check_byo_layout(cfg.model._target_, cfg.parallel)
     set_degrees(cfg.parallel)
+    at_least("parallel.fsdp_min_params", cfg.parallel.fsdp_min_params, 1, 1000000)
 
 
 def _check_optim(o: OptimConfig) -> None:
@@ -127,6 +133,12 @@ def _check_optim(o: OptimConfig) -> None:
 
 
 def _check_data(d: DataConfig, m: ModelConfig) -> None:
+    if d.kind == "dataset" and not d._target_:
+        raise ConfigError("data=dataset needs data._target_, a callable returning a map-style Dataset; "
+                          "set e.g. data._target_=mypkg.data.make")  # fmt: skip
+    if d.kind != "dataset" and (d._target_ or d.kwargs):
+        raise ConfigError(f"data._target_={d._target_} (or data.kwargs) is set but data={d.kind} ignores it; "
+                          "add data=dataset")  # fmt: skip
     if d.kind != "file" and d.path:  # else ignored: the sweep would quietly train on synthetic tokens
         raise ConfigError(f"data.path is set but data={d.kind} ignores it; add data=file (data=file data.path={d.path})")
     if d.kind != "file":
@@ -145,6 +157,19 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
             f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
             "use a larger file or a shorter model.seq_len"
         )
+
+
+def _check_compile(cfg: LauncherConfig) -> None:
+    """train.compile compiles in the first steps: warm-up must hold them (launcher/train/compiling.py)."""
+    if not cfg.train.compile:
+        return
+    if cfg.parallel.layout not in ("ddp", "fsdp"):
+        raise ConfigError(f"train.compile=true is supported with parallel.layout=ddp or fsdp, not "
+                          f"{cfg.parallel.layout}; use one of those, or set train.compile=false")  # fmt: skip
+    for group, warmup in (("sweep", cfg.sweep.warmup_steps), ("run", cfg.run.warmup_steps)):
+        if warmup < 1:
+            raise ConfigError(f"train.compile=true compiles during the first steps, but {group}.warmup_steps={warmup} "
+                              f"would time them; set {group}.warmup_steps=2 or more")  # fmt: skip
 
 
 def _check_cluster(c: ClusterConfig) -> None:

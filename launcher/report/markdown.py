@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
@@ -13,7 +15,7 @@ from launcher.report.html import write_html
 from launcher.report.terminal import SHORT, display_rows, flag_lines
 from launcher.results.policy import Recommendation
 from launcher.results.table import peak_mismatch_line
-from launcher.trials.folder import read_sweep_spec
+from launcher.trials.folder import read_record, read_sweep_spec, trial_dirs
 
 if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
     from launcher.model.summary import ModelSummary
@@ -57,6 +59,72 @@ def draw_plots(df: pd.DataFrame, *, threshold: float, sweep_dir: Path, model: Mo
     return images, left_out
 
 
+TRACE_VIEWERS = ("Profiler traces open in Perfetto (ui.perfetto.dev) or chrome://tracing, or in TensorBoard's "
+                 "profiler plugin with `tensorboard --logdir trials`.")  # fmt: skip
+
+
+@dataclass(kw_only=True, frozen=True)
+class Inside:
+    """What the report says of the inside of one trial: its profiler trace, its GPUs as NVML saw them."""
+
+    trial_id: str
+    """The trial folder's name."""
+    trace: str | None
+    """The trace, relative to the sweep folder (where the report is); None: none was written."""
+    gpu: str | None
+    """NVML's figures of the timed window in words, or why there are none (GPU trials only)."""
+
+
+def insides(sweep_dir: Path) -> list[Inside]:
+    """Every trial whose record names a trace that is there, or whose GPUs NVML read (or failed to)."""
+    out = []
+    for tdir in trial_dirs(sweep_dir):
+        record = read_record(tdir)
+        if not record.ok:
+            continue
+        profile = record.doc.get("profile")
+        name = profile.get("trace") if isinstance(profile, dict) else None
+        # A plain file name only: a record is data, and its trace must not point out of its folder.
+        plain = isinstance(name, str) and re.fullmatch(r"[\w.-]+", name) is not None and name not in (".", "..")
+        trace = f"trials/{tdir.name}/{name}" if plain and (tdir / name).is_file() else None
+        gpu = gpu_words(record.doc) if record.doc.get("device") == "cuda" else None
+        if trace or gpu:
+            out.append(Inside(trial_id=tdir.name, trace=trace, gpu=gpu))
+    return out
+
+
+def gpu_words(record: dict[str, Any]) -> str | None:
+    """`GPU busy 87% (max 99%), 412 W (max 455 W), 61.2 GiB used at most` from the record's
+    `metrics.nvml`, or `no NVML figures: <reason>`."""
+    nvml = (record.get("metrics") or {}).get("nvml")
+    if not isinstance(nvml, dict):
+        return None
+    parts = []
+    if nvml.get("gpu_util_pct_mean") is not None:
+        parts.append(f"GPU busy {nvml['gpu_util_pct_mean']:.0f}% (max {nvml['gpu_util_pct_max']:.0f}%)")
+    if nvml.get("power_w_mean") is not None:
+        parts.append(f"{nvml['power_w_mean']:.0f} W (max {nvml['power_w_max']:.0f} W)")
+    if nvml.get("memory_used_bytes_max") is not None:
+        parts.append(f"{nvml['memory_used_bytes_max'] / 2**30:.1f} GiB used at most")
+    said = nvml.get("reason")
+    if parts:
+        return ", ".join(parts) + (f" ({said})" if said else "")
+    return f"no NVML figures: {said}" if said else None
+
+
+def inside_lines(found: Sequence[Inside]) -> list[str]:
+    """report.md's section on the inside of the trials (nothing when no trial has anything to show)."""
+    if not found:
+        return []
+    lines = ["## Inside the trials", ""]
+    for t in found:
+        bits = [f"[profiler trace]({t.trace})" if t.trace else None, t.gpu]
+        lines.append(f"- `{t.trial_id}`: " + " · ".join(b for b in bits if b))
+    if any(t.trace for t in found):
+        lines += ["", TRACE_VIEWERS]
+    return [*lines, ""]
+
+
 def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
                  sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = (),
                  has_price: bool | None = None) -> None:  # fmt: skip
@@ -72,6 +140,7 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     confidence = [f"Confidence: {rec.confidence}"] if rec.confidence else []
     # The table's footer: an MFU not to trust, and trials whose figures are not what they seem.
     flags = [line for line in [peak_mismatch_line(df)] if line] + [f"flagged: {line}" for line in flag_lines(df)]
+    inside = insides(sweep_dir)
     text = "\n".join([
         f"# Sweep {sweep_id}", "", summary, "",
         f"**Recommended world size: {size}** — {rec.reason}", "",
@@ -82,6 +151,7 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
         *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)], "",
         *[f"![{caption}]({path.name})" for caption, path in images], "",
         *[f"{line}\n" for line in left_out],
+        *inside_lines(inside),
         "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`. "
         "The same report as one file: `report.html`.", "",
     ])  # fmt: skip
@@ -90,4 +160,5 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
     write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
                table=pd.DataFrame(rows, columns=short), images=images, notes=[*flags, *notes, *model_lines],
-               figure_notes=left_out, confidence=" ".join(confidence))  # fmt: skip
+               figure_notes=left_out, confidence=" ".join(confidence), inside=inside,
+               inside_note=TRACE_VIEWERS if any(t.trace for t in inside) else "")  # fmt: skip

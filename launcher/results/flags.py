@@ -35,9 +35,11 @@ def oversubscribed(metrics: Mapping[str, Any], world_size: int | None) -> str | 
     return f"{OVERSUBSCRIBED}: {where} (cpu_contention {c:.1f})"
 
 
-def straggler(metrics: Mapping[str, Any]) -> str | None:
-    """`straggler: rank 3's median step is 19% over the fastest rank's (rank_spread 0.19 > 0.10)`
-    when the ranks' own median step times spread beyond STRAGGLER_SPREAD."""
+def straggler(metrics: Mapping[str, Any], hosts: Any = None) -> str | None:
+    """`straggler: rank 3's median step (on host node-b) is 19% over the fastest rank's (rank_spread
+    0.19 > 0.10)` when the ranks' own median step times spread beyond STRAGGLER_SPREAD. `hosts`:
+    the record's per-rank host names (its `hosts`, in rank order), so the reader knows which
+    machine to look at; without them the rank alone is named."""
     spread = _number(metrics.get("rank_spread"))
     if spread is None or spread <= STRAGGLER_SPREAD:
         return None
@@ -46,13 +48,15 @@ def straggler(metrics: Mapping[str, Any]) -> str | None:
     times = [_number(t) for t in per_rank] if isinstance(per_rank, list) else []
     if len(times) > 1 and all(t is not None for t in times):
         slowest = max(range(len(times)), key=lambda r: times[r])  # type: ignore[arg-type,return-value]
-        return f"{STRAGGLER}: rank {slowest}'s median step is {spread:.0%} over the fastest rank's {bound}"
+        on = f" (on host {hosts[slowest]})" if isinstance(hosts, list) and len(hosts) == len(times) else ""
+        return f"{STRAGGLER}: rank {slowest}'s median step{on} is {spread:.0%} over the fastest rank's {bound}"
     return f"{STRAGGLER}: the ranks' median steps spread {spread:.0%} {bound}"
 
 
-def trial_flags(metrics: Mapping[str, Any], world_size: int | None) -> str | None:
-    """Every flag of one trial's record metrics, joined; None when there is none."""
-    flags = [f for f in (oversubscribed(metrics, world_size), straggler(metrics)) if f]
+def trial_flags(metrics: Mapping[str, Any], world_size: int | None, hosts: Any = None) -> str | None:
+    """Every flag of one trial's record metrics, joined; None when there is none. `hosts`: the
+    record's per-rank host names (a straggler's host is named)."""
+    flags = [f for f in (oversubscribed(metrics, world_size), straggler(metrics, hosts)) if f]
     return _SEP.join(flags) or None
 
 

@@ -114,7 +114,7 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})
     row.update({k: layout.get(k) for k in _LAYOUT_COLUMNS})
     row.update({k: m.get(k) for k in _PEAK_COLUMNS})
-    row["flags"] = trial_flags(m, world_size)
+    row["flags"] = trial_flags(m, world_size, record.get("hosts"))
     if isinstance(m.get("peak_memory_bytes"), (int, float)):
         row["peak_memory_mb"] = m["peak_memory_bytes"] / 2**20
     if record.get("hosts"):

@@ -145,9 +145,12 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
 def fits_local_devices(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
     """Locally, one rank per GPU: a sweep whose largest size has more ranks than this machine's GPUs
     is refused whole, before its folder exists (run_local's own check would only stop it after the
-    smaller sizes had run; found on an H100 with sweep.world_sizes=[1,2])."""
+    smaller sizes had run; found on an H100 with sweep.world_sizes=[1,2]). A `_target_` model too."""
     if cfg.cluster.kind == "local" and items:
         check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
+    if any(c.model._target_ for _, c in items):  # lazy: torch and the user's package, for `_target_` models only
+        from launcher.train.models.byo_check import check_targets  # (imports, builds, takes its inputs: one line)
+        check_targets([c for _, c in items])
 
 
 def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],

@@ -126,7 +126,8 @@ def train_and_record(
     device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
     backend = tdist.pick_backend(cfg.parallel.backend, device)
     tdist.init(renv, backend, device, cfg.cluster.pg_timeout_s)
-    out = train(trial, cfg, renv, device, save_params=save_params, checkpoint_dir=checkpoint_dir, stop=stop)
+    out = train(trial, cfg, renv, device, save_params=save_params, checkpoint_dir=checkpoint_dir, stop=stop,
+                trace_dir=payload.record.parent)  # sweep.profile's trace goes beside the record
     payload.write("completed", None, nodes=len(set(out["hosts"])), device=str(device.type),
                   device_name=cfg.cluster.device_name, backend=backend, **out)  # fmt: skip
     dist.barrier()  # the record is on disk before any rank starts tearing down

@@ -1,16 +1,24 @@
-"""Token datasets and the per-rank micro-batch stream (DistributedSampler's order over the
-data-parallel group, drawn on demand: a rank holds one micro-batch of tokens at a time, however
-many steps and ranks the trial has)."""
+"""Datasets and the per-rank micro-batch stream (DistributedSampler's order over the
+data-parallel group, drawn on demand: a rank holds one micro-batch at a time, however many
+steps and ranks the trial has).
+
+Datasets: synthetic token rows (built-in models) or samples of model.inputs (`_target_` models,
+models/byo.py), a token file, or the user's own (data=dataset data._target_=mypkg.data.make);
+a micro-batch is the items collated (token rows stacked, dict items key by key)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from hydra.utils import instantiate
+from torch.utils.data import Dataset, default_collate
 
 from launcher.config.schema import DataConfig, ModelConfig
+from launcher.train.models.byo import TARGET_KEY, SyntheticInputs
 
 NOISE = 0.1
 """Fraction of synthetic positions replaced by uniform noise."""
@@ -60,9 +68,72 @@ class FileTokens(Dataset):
 
 
 def build_dataset(data: DataConfig, model: ModelConfig, num_samples: int, seed: int) -> Dataset:
+    """This trial's samples: `num_samples` synthetic ones (steps × global batch), or the file's
+    or the user's dataset as it is (epochs wrap around)."""
+    if data.kind == "dataset":
+        return user_dataset(data, model)
+    if model._target_ is not None and data.kind == "synthetic":  # a `_target_` model: its model.inputs
+        return SyntheticInputs(model, num_samples, lambda i: sample_seed(seed, i))
     if data.kind == "file":
         return FileTokens(data.path, data.dtype, model.seq_len)  # type: ignore[arg-type]
     return SyntheticTokens(num_samples, model.seq_len, model.vocab_size, seed)
+
+
+def item_names(model: ModelConfig) -> list[str] | None:
+    """The keys of a `_target_` model's samples, in order: model.inputs' names, then `target`
+    where the model has a model.target; None for a built-in model (its samples are token rows)."""
+    if model._target_ is None:
+        return None
+    return [*model.inputs, *([TARGET_KEY] if model.target is not None else [])]
+
+
+def user_dataset(data: DataConfig, model: ModelConfig) -> Dataset:
+    """data._target_(**data.kwargs), checked on its first item, its items as dicts (`Keyed`)."""
+    built = instantiate({"_target_": data._target_, **data.kwargs}, _convert_="all")
+    if not (hasattr(built, "__getitem__") and hasattr(built, "__len__")):
+        raise TypeError(f"data._target_={data._target_} returned {type(built).__name__}, not a map-style Dataset; "
+                        "return an object with __len__ and __getitem__ (a torch.utils.data.Dataset)")  # fmt: skip
+    if len(built) == 0:
+        raise ValueError(f"data._target_={data._target_} returned an empty dataset (len 0); give it samples")
+    keyed = Keyed(built, item_names(model), data._target_)  # type: ignore[arg-type]
+    first = keyed[0]  # a wrong item fails here, at start-up, saying what it should be
+    row = (model.seq_len + 1,)
+    if model._target_ is None and not (isinstance(first, torch.Tensor) and tuple(first.shape) == row):
+        got = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
+        raise ValueError(f"data._target_={data._target_}: item 0 is {got}, but model={model.name} takes rows of "
+                         f"model.seq_len+1={row[0]} token ids; return such a tensor per item")  # fmt: skip
+    return keyed
+
+
+class Keyed(Dataset):
+    """A user's dataset whose items reach the model as dicts: a dict item as it is, a tuple or
+    list item keyed by `names` in order (inputs, then the target: an (image, label) pair with
+    inputs {image} and a target becomes {image: …, target: …}), a lone tensor where there is one
+    name. A built-in model (`names` None) takes a row of seq_len+1 token ids per item."""
+
+    def __init__(self, dataset: Dataset, names: list[str] | None, source: str) -> None:
+        self.dataset, self.names, self.source = dataset, names, source
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        item = self.dataset[i]
+        if self.names is None:
+            return item
+        if isinstance(item, (tuple, list)) and len(item) == len(self.names):
+            item = dict(zip(self.names, item))
+        elif isinstance(item, torch.Tensor) and len(self.names) == 1:
+            item = {self.names[0]: item}
+        if not isinstance(item, Mapping) or sorted(item) != sorted(self.names):
+            got = sorted(item) if isinstance(item, Mapping) else f"a {type(item).__name__} of {_length(item)}"
+            raise ValueError(f"data._target_={self.source}: item {i} is {got}, but the model takes {self.names}; "
+                             f"return a dict with those keys, or a tuple of {len(self.names)} in that order")  # fmt: skip
+        return item
+
+
+def _length(item: Any) -> str:
+    return f"{len(item)} entries" if isinstance(item, (tuple, list)) else "one value"
 
 
 class MicroBatches:
@@ -89,6 +160,15 @@ class MicroBatches:
         g = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(n, generator=g)[self.rank : total : self.dp].clone()
 
+    def skip(self, count: int) -> None:
+        """Move on `count` micro-batches without reading them (a resumed run: the same samples
+        from there on as an uninterrupted run's, however costly the user's items are to load)."""
+        taken = self.taken + count
+        epoch = self.epoch + taken // self.per_epoch
+        self.taken = taken % self.per_epoch
+        if epoch != self.epoch:
+            self.epoch, self.order = epoch, self._rank_order(epoch)
+
     def __iter__(self) -> "MicroBatches":
         return self
 
@@ -98,4 +178,4 @@ class MicroBatches:
             self.order = self._rank_order(self.epoch)
         rows = self.order[self.taken * self.micro : (self.taken + 1) * self.micro].tolist()
         self.taken += 1
-        return torch.stack([self.dataset[i] for i in rows])
+        return default_collate([self.dataset[i] for i in rows])  # token rows stacked; dict samples key by key

@@ -22,7 +22,8 @@ from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.model.peaks import resolve_precision
 from launcher.trials.spec import Trial
 from launcher.train import checkpoint as ckpt
-from launcher.train import measure
+from launcher.train import measure, nvml, profile
+from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
 from launcher.train.engines.base import Engine, Topology
@@ -68,6 +69,10 @@ class Run:
     """Set by USR1; None where USR1 does not stop the run (a sweep trial runs on to its end)."""
     log: Callable[..., None]
     """print, or a test's stand-in."""
+    compile_clock: CompileClock | None = None
+    """train.compile: times the compilations, booked to the step they ran in; None: not compiled."""
+    compiled_units: int = 0
+    """Modules compiled in place (compiling.compile_units)."""
 
 
 def train(
@@ -80,19 +85,32 @@ def train(
     checkpoint_dir: Path | None = None,
     stop: ckpt.StopFlag | None = None,
     log: Callable[..., None] = print,
+    trace_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train `trial.steps` steps and measure; returns the metrics every rank agrees on.
+    `trace_dir`: the trial folder: sweep.profile=true's trace goes there, and a `_target_` model's
+    counted FLOPs are cached in its sweep's folder.
     With `checkpoint_dir`: resume from its latest checkpoint, save every
     `trial.checkpoint_every` steps, and on `stop.set` (USR1) save and raise Preempted."""
     cfg = with_precision(cfg, device)
     run = build(trial, cfg, renv, device, checkpoint_dir=checkpoint_dir, stop=stop, log=log)
-    trained = run_steps(run, start_step=resume(run))
+    with nvml.sampling(device) as gpu:  # this rank's GPU as NVML sees it, read on a background thread
+        trained = run_steps(run, start_step=resume(run))
     memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
+    compiled = compile_metrics(run.compile_clock, units=run.compiled_units, device=device,
+                               first_timed_step=trained.start_step + trial.warmup_steps)  # fmt: skip
+    traced = {}
+    if cfg.sweep.profile:  # extra steps after the timed ones, traced (profile.py): no timed figure includes them
+        traced["profile"] = profile.trace_steps(lambda: optimizer_step(run, [next(run.batches) for _ in range(trial.accum)]),
+                                                device=device, rank=renv.rank, folder=trace_dir, first_step=trial.steps)  # fmt: skip
     full = run.engine.full_state_dict()  # collective: every rank takes part, rank 0 gets it
     if save_params is not None and full is not None:
         torch.save(full, save_params)
-    return measure.summarize(trained, trial=trial, cfg=cfg, engine=run.engine, optimizer=run.optimizer,
-                             device=device, params=run.params, memory=memory)  # fmt: skip
+    out = {**measure.summarize(trained, trial=trial, cfg=cfg, engine=run.engine, optimizer=run.optimizer,
+                               device=device, params=run.params, memory=memory, gpu=gpu[0], flops_dir=trace_dir),
+           **traced}  # fmt: skip
+    out["metrics"].update(compiled)
+    return out
 
 
 def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
@@ -115,13 +133,15 @@ def build(
     with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
         model = build_model(cfg.model)
     params = param_counts(model)
+    units = compile_model(model, cfg) if cfg.train.compile else 0  # in place, before the layout wraps it
     engine = build_engine(model, topo, cfg, device)
     optimizer = build_optimizer(cfg.optim, engine.parameters(), trial.lr, foreach=engine.foreach_optimizer)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps))
     dataset = build_dataset(cfg.data, cfg.model, num_samples=trial.steps * trial.global_batch, seed=cfg.seed)
     batches = MicroBatches(dataset, trial.micro, trial.dp, topo.dp_rank, cfg.seed)
     return Run(trial=trial, cfg=cfg, renv=renv, device=device, topo=topo, engine=engine, optimizer=optimizer,
-               schedule=schedule, batches=batches, params=params, checkpoint_dir=checkpoint_dir, stop=stop, log=log)
+               schedule=schedule, batches=batches, params=params, checkpoint_dir=checkpoint_dir, stop=stop, log=log,
+               compile_clock=CompileClock() if units else None, compiled_units=units)  # fmt: skip
 
 
 def build_optimizer(o: OptimConfig, params, lr: float, foreach: bool = True) -> torch.optim.Optimizer:
@@ -148,8 +168,7 @@ def resume(run: Run) -> int:
         warnings.simplefilter("ignore")
         for _ in range(start_step):
             run.schedule.step()
-    for _ in range(start_step * run.trial.accum):  # the same data order as an uninterrupted run
-        next(run.batches)
+    run.batches.skip(start_step * run.trial.accum)  # the same data order as an uninterrupted run
     if run.renv.rank == 0:
         run.log(f"resumed from {path.name}: step {start_step} of {run.trial.steps}", flush=True)
     return start_step
@@ -203,7 +222,8 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     step = start_step
     while step < run.trial.steps:
         end = window_end(step, run.trial.steps, every)
-        times, losses, last = run_window(run, step, end, kill_at)
+        with compile_failures(enabled=run.compile_clock is not None):
+            times, losses, last = run_window(run, step, end, kill_at)
         has_loss = any(loss is not None for loss in losses)
         step_times += times
         step_losses += [loss if loss is not None else torch.zeros((), device=run.device) for loss in losses]
@@ -237,6 +257,9 @@ def run_window(
             os.kill(os.getpid(), signal.SIGKILL)
         if step == run.trial.warmup_steps:
             measure.reset_memory_peak(run.device)  # GPU peaks of the steady state, not warm-up's one-offs
+            nvml.timed_window_starts()
+        if run.compile_clock is not None:
+            run.compile_clock.step = step
         micro_batches = [next(run.batches) for _ in range(run.trial.accum)]
         losses.append(optimizer_step(run, micro_batches))
         clock.mark()

@@ -21,9 +21,10 @@ from launcher.cgroup import own_cpu_quota
 from launcher.config.schema import LauncherConfig
 from launcher.model.flops import flops_per_token, hardware_flops_per_token
 from launcher.model.peaks import PeakChoice, choose_peak, find_device, math_dtype
-from launcher.train import metrics
+from launcher.train import metrics, nvml
 from launcher.train.dist import rank_binding, sync
 from launcher.train.engines.base import Engine
+from launcher.train.models.byo import counted_flops_per_token, is_byo, tokens_per_sample
 from launcher.trials.spec import Trial
 
 COMM_WARMUP, COMM_ITERS = 2, 5
@@ -122,16 +123,21 @@ def summarize(
     device: torch.device,
     params: tuple[int, int],
     memory: MemoryPeaks | None = None,
+    gpu: nvml.Summary | None = None,
+    flops_dir: Path | None = None,
 ) -> dict[str, Any]:
     """`hosts` and `metrics` of the record, the same on every rank. `params`: (all, non-embedding).
-    `memory`: this rank's peaks as training ended (None: read now, probes not yet run)."""
+    `flops_dir`: the trial folder, whose sweep caches a `_target_` model's counted FLOPs.
+    `memory`: this rank's peaks as training ended (None: read now, probes not yet run).
+    `gpu`: NVML's readings of this rank's GPU over the timed steps (None: none were taken)."""
     memory = memory or memory_peaks(device)
+    gpu = gpu or nvml.unavailable("no NVML sampler ran")
     losses = mean_losses(trained, device)
     comm = time_comm(engine, device)
     compute = engine.compute_seconds(trained.last_batch)
     compute_s = compute * trial.accum if compute is not None else None
     optimizer.zero_grad(set_to_none=True)  # compute_seconds left gradients behind
-    everyone = gather_ranks(trained, engine, device, warmup_steps=trial.warmup_steps, memory=memory)
+    everyone = gather_ranks(trained, engine, device, warmup_steps=trial.warmup_steps, memory=memory, gpu=gpu)
     # A step ends when its slowest rank ends it.
     measured = [max(ts) for ts in zip(*(r["step_times"] for r in everyone), strict=True)]
     peak = peak_of(cfg, device)
@@ -140,13 +146,14 @@ def summarize(
         "rank_bindings": [r["binding"] for r in everyone],  # host, GPU and CPUs each rank was given
         "metrics": {
             "resumed_from_step": trained.start_step,
-            **speed_metrics(measured, everyone, trial=trial, cfg=cfg, params=params, peak=peak),
+            **speed_metrics(measured, everyone, trial=trial, cfg=cfg, params=params, peak=peak, flops_dir=flops_dir),
             **precision_metrics(cfg, device, peak, timing=trained.timing),
             **comm_metrics(comm),
             **machine_metrics(everyone, device),
             "compute_time_s": compute_s,
             "ccr": metrics.ccr(comm_s=comm.seconds, compute_s=compute_s) if compute_s is not None else None,
             **memory_metrics(everyone, device),
+            "nvml": nvml.merge([r["nvml"] for r in everyone]),
             "loss_first": losses[0],
             "loss_last": losses[-1],
             "losses": losses,
@@ -174,7 +181,7 @@ def time_comm(engine: Engine, device: torch.device) -> Comm:
 
 
 def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warmup_steps: int,
-                 memory: MemoryPeaks) -> list[dict[str, Any]]:  # fmt: skip
+                 memory: MemoryPeaks, gpu: nvml.Summary) -> list[dict[str, Any]]:  # fmt: skip
     """Every rank's own figures, on every rank."""
     # Warm-up is excluded from each attempt (a resumed run warms up again), keeping ≥ 1 step.
     measured_from = min(warmup_steps, len(trained.step_times) - 1)
@@ -182,7 +189,7 @@ def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warm
     mine = {"host": socket.gethostname(), "step_times": trained.step_times[measured_from:],
             "memory": asdict(memory), "layout": layout_metrics(engine), "machine": machine_id(),
             "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-            "cpu_quota": quota.cpus, "cpu_group": quota.group, "binding": rank_binding(device)}  # fmt: skip
+            "cpu_quota": quota.cpus, "cpu_group": quota.group, "binding": rank_binding(device), "nvml": asdict(gpu)}  # fmt: skip
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -201,19 +208,22 @@ def layout_metrics(engine: Engine) -> dict[str, Any]:
 
 def speed_metrics(
     measured: list[float], everyone: list[dict[str, Any]], *, trial: Trial, cfg: LauncherConfig,
-    params: tuple[int, int], peak: PeakChoice,
+    params: tuple[int, int], peak: PeakChoice, flops_dir: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Step times, throughput, FLOPs, MFU (model FLOPs) and HFU (hardware FLOPs: activation
     checkpointing's recompute too), and how far the ranks' own medians spread."""
     stats = metrics.step_stats(measured)
-    thr = metrics.throughput(global_batch=trial.global_batch, seq_len=cfg.model.seq_len,
+    thr = metrics.throughput(global_batch=trial.global_batch, seq_len=tokens_per_sample(cfg.model),
                              step_time_s=stats["step_time_median_s"], devices=trial.world_size)  # fmt: skip
-    fpt, hw = flops_per_token(cfg.model, params[1]), hardware_flops_per_token(cfg.model, params[1])
+    if is_byo(cfg.model):  # no formula for your own model: torch's FLOP counter (model/flop_count.py)
+        fpt = hw = counted_flops_per_token(cfg.model, trial.micro, flops_dir)
+    else:
+        fpt, hw = flops_per_token(cfg.model, params[1]), hardware_flops_per_token(cfg.model, params[1])
     mfu, hfu = (metrics.mfu(tokens_per_s=thr["tokens_per_s"], flops_per_token=f, peak_flops_per_device=peak.flops,
                             devices=trial.world_size) for f in (fpt, hw))  # fmt: skip
     rank_medians = [statistics.median(r["step_times"]) for r in everyone]
-    return {**stats, **thr, "steps_measured": len(measured), "params": params[0], "params_non_embedding": params[1],
-            "flops_per_token": fpt, "hardware_flops_per_token": hw, "mfu": mfu, "hfu": hfu,
+    return {**stats, **thr, "tokens_per_sample": tokens_per_sample(cfg.model), "steps_measured": len(measured),
+            "params": params[0], "params_non_embedding": params[1], "flops_per_token": fpt, "hardware_flops_per_token": hw, "mfu": mfu, "hfu": hfu,
             "rank_step_time_median_s": rank_medians, "rank_spread": metrics.spread(rank_medians)}  # fmt: skip
 
 

@@ -46,9 +46,11 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
                 f"equal the world size: pick sizes that are multiples of {tp * pp}"
             )
         dp = world_size // (tp * pp)
-    if pp > 1 or layout in PIPELINE_LAYOUTS:
+    if cfg.model._target_ is not None:
+        check_byo_layout(cfg.model._target_, par)
+    elif pp > 1 or layout in PIPELINE_LAYOUTS:
         _check_pipeline(cfg, pp)
-    if tp > 1 or layout in TP_LAYOUTS:
+    if (tp > 1 or layout in TP_LAYOUTS) and cfg.model._target_ is None:
         _check_tp(cfg, tp)
     return dp, tp, pp
 
@@ -67,6 +69,23 @@ def set_degrees(par: ParallelConfig) -> tuple[int, int]:
         example = " ".join(f"parallel.{k}=2" for k in missing)
         raise ConfigError(f"parallel.layout={par.layout} needs {needs}; set e.g. {example}")
     return (par.tp if "tp" in keys else 1), (par.pp if "pp" in keys else 1)
+
+
+def check_byo_layout(target: str, par: ParallelConfig) -> None:
+    """A `_target_` model runs under ddp and fsdp: the launcher cannot cut an arbitrary module
+    into pipeline stages or tensor-parallel pieces itself: tp takes the recipe's plan
+    (parallel.tp_plan), pipelines no split yet."""
+    if par.layout in PIPELINE_LAYOUTS:
+        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} into pipeline stages "
+                          "(stage boundaries by module name are not supported yet); use parallel=ddp or parallel=fsdp")  # fmt: skip
+    if par.layout in TP_LAYOUTS and not (par.layout == "tp" and par.tp_plan):
+        why = "only layout tp takes your plan" if par.tp_plan else "give a TP plan, parallel.tp_plan={fc1: colwise, fc2: rowwise}"
+        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} across tensor-parallel "
+                          f"ranks: {why}; or use parallel=ddp or parallel=fsdp")  # fmt: skip
+    bad = {name: style for name, style in par.tp_plan.items() if style not in ("colwise", "rowwise")}
+    if bad:
+        name, style = next(iter(bad.items()))
+        raise ConfigError(f"parallel.tp_plan.{name}={style!r} must be colwise or rowwise (torch's ColwiseParallel, RowwiseParallel)")
 
 
 def _product(layout: str, tp: int, pp: int) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -33,7 +34,8 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import TokenModel, materialise
+from launcher.train.models import is_byo, materialise, reference_values
+from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.tp import (
     CollectiveTimer,
@@ -53,7 +55,7 @@ def local_numel(p: torch.Tensor) -> int:
 
 
 class FSDPEngine(Engine):
-    def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
+    def __init__(self, model: nn.Module, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
         self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
         self.tensor_parallel = cfg.parallel.layout == "fsdp_tp"
         self.reshard = bool(cfg.parallel.reshard_after_forward)
@@ -62,20 +64,28 @@ class FSDPEngine(Engine):
         self.param_dtype = PARAM_DTYPES[cfg.precision]
         if self.tensor_parallel:
             apply_tensor_parallel(model, topo.mesh["tp"])
-        # Elements per FSDP unit before sharding (blocks first, root last), for the collective
-        # replay in metrics() and for comm_numel().
-        self.unit_numels = [sum(local_numel(p) for p in block.parameters()) for block in model.blocks]
-        in_blocks = {id(p) for p in model.blocks.parameters()}
-        self.unit_numels.append(sum(local_numel(p) for p in model.parameters() if id(p) not in in_blocks))
+        # The units: each block of a built-in model; a `_target_` model's by class name or size
+        # (byo.unit_modules), children before parents.
+        units = unit_modules(model, cfg.parallel) if is_byo(cfg.model) else list(model.blocks)
+        self.loss = loss_fn(cfg.model) if is_byo(cfg.model) else None
+        if is_byo(cfg.model) and cfg.model.activation_checkpointing == "full":
+            checkpoint_modules(units)
+        # Elements per FSDP unit before sharding (units first, root last; a unit's own, not those
+        # of a unit inside it), for the collective replay in metrics() and for comm_numel().
+        self.unit_numels, seen = [], set()
+        for unit in [*units, model]:
+            mine = [p for p in unit.parameters() if id(p) not in seen]
+            seen |= {id(p) for p in mine}
+            self.unit_numels.append(sum(local_numel(p) for p in mine))
 
         mp = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
-        for block in model.blocks:
-            fully_shard(block, mesh=self.dp_mesh, reshard_after_forward=self.reshard, mp_policy=mp)
+        for unit in units:
+            fully_shard(unit, mesh=self.dp_mesh, reshard_after_forward=self.reshard, mp_policy=mp)
         # The root is never resharded after forward (as torchtitan does): its backward starts
         # right after forward and would all-gather it straight back.
         fully_shard(model, mesh=self.dp_mesh, reshard_after_forward=False, mp_policy=mp)
         # Sharded on meta (torchtitan's order): only this rank's shards are allocated.
-        materialise(model, device, seed=cfg.seed)
+        materialise(model, device, seed=cfg.seed, fallback=reference_values(cfg.model, cfg.seed))
         self.foreach_optimizer = not mixed_params(model.parameters())
         self._accum = 1
         self._last_batch: torch.Tensor | None = None
@@ -83,7 +93,11 @@ class FSDPEngine(Engine):
     def parameters(self):
         return self.model.parameters()
 
-    def _micro_step(self, batch: torch.Tensor, accum: int) -> torch.Tensor:
+    def _micro_step(self, batch: torch.Tensor | dict[str, torch.Tensor], accum: int) -> torch.Tensor:
+        if isinstance(batch, dict):  # a `_target_` model's batch (MixedPrecisionPolicy casts: no autocast)
+            loss = step_loss(self.model, batch, self.loss) / accum
+            loss.backward()
+            return loss.detach()
         x, y = batch[:, :-1], batch[:, 1:]
         logits = self.model(x)  # MixedPrecisionPolicy casts parameters; no autocast needed
         with loss_parallel() if self.tensor_parallel else nullcontext():
@@ -98,7 +112,7 @@ class FSDPEngine(Engine):
             # Gradients accumulate unsharded and are reduce-scattered (averaged over dp) only on
             # the last micro-step; with each loss / accum that is the global-batch mean, as DDP.
             self.model.set_requires_gradient_sync(k == accum - 1)
-            loss += self._micro_step(batch.to(self.device, non_blocking=True), accum)
+            loss += self._micro_step(to_device(batch, self.device), accum)
         self._accum, self._last_batch = accum, micro_batches[-1]
         return loss
 

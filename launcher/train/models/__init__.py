@@ -9,6 +9,7 @@ from torch import nn
 from launcher.config.schema import ModelConfig
 from launcher.model.flops import ffn_width, kv_heads
 from launcher.train.models.common import CausalSelfAttention, PreNormBlock
+from launcher.train.models.byo import build_target, is_byo, reference_values
 from launcher.train.models.gpt import Block, FeedForward, MLPBlock
 from launcher.train.models.init import initial_value, materialise, param_seed
 from launcher.train.models.llama import LlamaBlock, RMSNorm, SwiGLU
@@ -16,6 +17,7 @@ from launcher.train.models.llama import LlamaBlock, RMSNorm, SwiGLU
 __all__ = [
     "Block", "CausalSelfAttention", "FeedForward", "LlamaBlock", "MLPBlock", "PreNormBlock", "RMSNorm", "SwiGLU",
     "TokenModel", "build_blocks", "build_model", "initial_value", "materialise", "param_counts", "param_seed",
+    "token_model",
 ]  # fmt: skip
 
 
@@ -60,17 +62,28 @@ def embed(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     return x + model.pos_emb(torch.arange(idx.shape[1], device=idx.device))
 
 
-def build_model(cfg: ModelConfig, *, seed: int | None = None) -> TokenModel:
-    """The full model. Under `with torch.device("meta")` it stays on the meta device, allocating
-    nothing (the payload's way: each layout then materialises only this rank's part, see
-    `materialise`); otherwise it is materialised on the default device, initialised from `seed`
-    (default: torch's current seed, `torch.initial_seed()`), exactly as a layout would."""
+def build_model(cfg: ModelConfig, *, seed: int | None = None) -> nn.Module:
+    """The full model: a TokenModel, or model._target_'s module. Under `with torch.device("meta")`
+    it stays on the meta device, allocating nothing (the payload's way: each layout then
+    materialises only this rank's part, see `materialise`); otherwise it is materialised on the
+    default device, initialised from `seed` (default: torch's current seed,
+    `torch.initial_seed()`), exactly as a layout would."""
     device = torch.get_default_device()
     with torch.device("meta"):
-        model = TokenModel(cfg)
+        # .to("meta"): a builder that allocates anyway (an explicit device=) is put on meta too; its
+        # values come back from the seed and the reference build like everyone's (byo.py).
+        model = build_target(cfg).to("meta") if is_byo(cfg) else TokenModel(cfg)
     if device.type != "meta":
-        materialise(model, device, seed=torch.initial_seed() if seed is None else seed)
+        seed = torch.initial_seed() if seed is None else seed
+        materialise(model, device, seed=seed, fallback=reference_values(cfg, seed))
     return model
+
+
+def token_model(**fields) -> TokenModel:
+    """The built-in model from ModelConfig's fields as keyword arguments: a `_target_` for the
+    built-in GPT/Llama/MLP (`_target_: launcher.train.models.token_model`, `arch: gpt`, …), with
+    which the `_target_` path is checked against the built-in one (tests/test_byo_model.py)."""
+    return TokenModel(ModelConfig(**fields))
 
 
 def param_counts(model: nn.Module) -> tuple[int, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from typing import Callable
 
 import torch
 from torch import nn
@@ -14,14 +15,18 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from launcher.train.models.llama import RMSNorm
 
 
-def materialise(module: nn.Module, device: torch.device, *, seed: int) -> nn.Module:
+def materialise(module: nn.Module, device: torch.device, *, seed: int,
+                fallback: Callable[[str], torch.Tensor] | None = None) -> nn.Module:  # fmt: skip
     """Allocate a meta-device module (already cut up, sharded or parallelised: only this rank's
     part is allocated) on `device` and initialise every parameter from (seed, its name).
 
     Each parameter's full value is drawn from its own CPU generator seeded by (seed, name) and
     moved to `device`, then this rank keeps its piece (a DTensor's local shard), so every layout starts
     from the same parameters as the 1-process reference: names are the reference TokenModel's
-    (stages and FSDP/TP keep them). A module with no meta parameters is returned as it is."""
+    (stages and FSDP/TP keep them). A module with no meta parameters is returned as it is.
+    Buffers (BatchNorm's running statistics) likewise. `fallback(full name)` gives the full value
+    of a tensor whose module type has no rule here (a `_target_` model's: byo.ReferenceValues);
+    without one such a tensor is an error."""
     params = list(module.parameters())
     on_meta = [p.is_meta for p in params]
     if not any(on_meta):
@@ -32,9 +37,16 @@ def materialise(module: nn.Module, device: torch.device, *, seed: int) -> nn.Mod
     module.to_empty(device=device)
     with torch.no_grad():
         for prefix, owner in module.named_modules():
-            for name, p in owner.named_parameters(recurse=False):
+            tensors = [*owner.named_parameters(recurse=False), *owner.named_buffers(recurse=False)]
+            for name, p in tensors:
                 full_name = f"{prefix}.{name}" if prefix else name
-                _assign(p, initial_value(owner, name, tuple(p.shape), device, param_seed(seed, full_name)))
+                try:
+                    value = initial_value(owner, name, tuple(p.shape), device, param_seed(seed, full_name))
+                except TypeError:
+                    if fallback is None:
+                        raise
+                    value = fallback(full_name).to(device=device, dtype=p.dtype)
+                _assign(p, value.to(p.dtype))
     return module
 
 
@@ -46,7 +58,8 @@ def param_seed(seed: int, name: str) -> int:
 def initial_value(owner: nn.Module, name: str, shape: tuple[int, ...], device: torch.device, seed: int) -> torch.Tensor:
     """The full initial value of `owner.<name>`, distributed as torch's defaults: Linear
     U(±1/√fan_in) (kaiming_uniform with a=√5, and its bias), Embedding N(0, 1), LayerNorm 1 and 0,
-    RMSNorm 1."""
+    RMSNorm 1; Conv likewise U(±1/√fan_in); BatchNorm and GroupNorm weight 1, bias 0, running mean
+    0, running variance 1, batches tracked 0. TypeError for anything else."""
     # Drawn on the CPU whatever the device: a CUDA generator gives other numbers for the same seed,
     # and a GPU run must start where the CPU reference (and every parity test) starts.
     value = torch.empty(shape)
@@ -58,8 +71,14 @@ def initial_value(owner: nn.Module, name: str, shape: tuple[int, ...], device: t
         return value.normal_(0.0, 1.0, generator=g).to(device)
     if isinstance(owner, nn.LayerNorm):
         return value.fill_(1.0 if name == "weight" else 0.0).to(device)
-    if isinstance(owner, RMSNorm):
+    if isinstance(owner, (RMSNorm, nn.RMSNorm)):
         return value.fill_(1.0).to(device)
+    if isinstance(owner, nn.modules.conv._ConvNd) and name in ("weight", "bias"):
+        bound = 1 / math.sqrt(math.prod(owner.weight.shape[1:]))  # in_channels/groups × kernel: kaiming_uniform(√5)
+        return value.uniform_(-bound, bound, generator=g).to(device)
+    if isinstance(owner, (nn.modules.batchnorm._NormBase, nn.GroupNorm)):
+        ones = name in ("weight", "running_var")  # bias, running_mean, num_batches_tracked: 0
+        return value.fill_(1.0 if ones else 0.0).to(device)
     raise TypeError(f"materialise: no initialisation for {type(owner).__name__}.{name}")
 
 

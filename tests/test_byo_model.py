@@ -1,0 +1,241 @@
+"""Your own model by `_target_` (issue 15): a package written outside the repo (here, to a temp
+folder) sweeps at 1 and 2 ranks with ddp and fsdp, locally and on the dev cluster, with
+samples/tokens per second, efficiency and MFU from counted FLOPs; the `_target_` path with the
+built-in GPT as its target equals the built-in recipe (ddp and fsdp, 1e-6)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from launcher.cli import main
+from launcher.config.compose import compose_config
+from launcher.io import read_json
+from launcher.train.models import build_model
+from launcher.train.models.byo import counted_flops_per_token, tokens_per_sample, unit_modules
+from tests.layout_parity import assert_same, launch, reference
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, 2 * width)
+        self.fc2 = nn.Linear(2 * width, width)
+        self.gain = nn.Parameter(torch.full((width,), 0.5))  # a tensor no launcher rule initialises
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.norm(x)))) * self.gain
+
+
+class Net(nn.Module):
+    """Token ids → class scores."""
+
+    def __init__(self, vocab, width, depth, classes):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList([Block(width) for _ in range(depth)])
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(1))
+
+
+def build(vocab, width, depth=2, classes=10, **unused):  # unused: layout_parity's BASE sets model.n_layers, n_heads
+    return Net(vocab, width, depth, classes)
+'''
+
+DATA = '''
+from torch.utils.data import Dataset
+
+from launcher.train.data import SyntheticTokens
+
+
+class ShiftedRows(Dataset):
+    """The built-in synthetic token rows as (inputs, targets): what TokenModel's loss compares."""
+
+    def __init__(self, num_samples, seq_len, vocab_size, seed):
+        self.rows = SyntheticTokens(num_samples, seq_len, vocab_size, seed)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        row = self.rows[i]
+        return row[:-1], row[1:]
+'''
+
+NET = """
+_target_: byo_pkg.models.build
+vocab: 100
+width: 32
+inputs: {tokens: {shape: [16], dtype: int64, high: 100}}
+target: {shape: [], dtype: int64, high: 10}
+loss: cross_entropy
+"""
+
+# The built-in GPT of tests/layout_parity.py's BASE, through the `_target_` path.
+GPT = """
+_target_: launcher.train.models.token_model
+arch: gpt                # ModelConfig's own names, here the callable's keyword arguments
+vocab_size: 256
+seq_len: 64
+d_model: 128
+n_layers: 4
+n_heads: 8
+inputs: {idx: {shape: [64], dtype: int64, high: 256}}
+target: {shape: [64], dtype: int64, high: 256}
+loss: cross_entropy
+"""
+
+SWEEP = ["model=byo_net", "optim=sgd", "batch.micro=4", "sweep.world_sizes=[1,2]", "sweep.steps=4",
+         "sweep.warmup_steps=1", "parallel.fsdp_units=[Block]", "cluster.peak_flops_per_device=1e11"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def user_code(tmp_path_factory):
+    """The user's package and recipe folder, outside the repo; the package on PYTHONPATH (and on
+    this process's sys.path, where the plan-time check imports it)."""
+    root = tmp_path_factory.mktemp("user")
+    (root / "byo_pkg").mkdir()
+    (root / "byo_pkg" / "__init__.py").write_text("")
+    (root / "byo_pkg" / "models.py").write_text(MODELS)
+    (root / "byo_pkg" / "data.py").write_text(DATA)
+    (root / "recipes" / "model").mkdir(parents=True)
+    (root / "recipes" / "model" / "byo_net.yaml").write_text(NET)
+    (root / "recipes" / "model" / "byo_gpt.yaml").write_text(GPT)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(root))
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+        mp.setenv("LAUNCHER_RECIPES", str(root / "recipes"))
+        yield root
+
+
+def test_the_recipe_keeps_its_kwargs_beside_target(user_code):
+    cfg = compose_config(["model=byo_net", "model.width=16"])
+    assert (cfg.model.name, cfg.model._target_) == ("byo_net", "byo_pkg.models.build")
+    assert cfg.model.kwargs == {"vocab": 100, "width": 16}
+    gpt = compose_config(["model=byo_gpt", "model.n_layers=2"]).model  # a built-in key: the callable's here
+    assert gpt.kwargs == {"arch": "gpt", "vocab_size": 256, "seq_len": 64, "d_model": 128, "n_layers": 2, "n_heads": 8}
+    assert gpt.n_heads == 4  # ModelConfig's default, unused: the recipe's 8 went to the callable
+    assert tokens_per_sample(cfg.model) == 16
+    model = build_model(compose_config(["model=byo_net"]).model, seed=0)  # width 32
+    assert [type(m).__name__ for m in unit_modules(model, cfg.parallel)] == []  # 1e6 parameters: none here
+    # Bottom-up: each Block (4288; its Linears, 2112 and 2080, are under 4000), not the embedding (3200) or head (330).
+    units = unit_modules(model, compose_config(["model=byo_net", "parallel.fsdp_min_params=4000"]).parallel)
+    assert [type(m).__name__ for m in units] == ["Block", "Block"]
+    units = unit_modules(model, compose_config(["model=byo_net", "parallel.fsdp_min_params=3000"]).parallel)
+    assert [type(m).__name__ for m in units] == ["Embedding", "Block", "Block"]  # children before parents
+
+
+def test_initial_values_follow_the_seed_not_the_build(user_code):
+    """Known module types from (seed, name); the rest (Block.gain) from the CPU reference build."""
+    m = compose_config(["model=byo_net"]).model
+    a, b = build_model(m, seed=5).state_dict(), build_model(m, seed=5).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(a["blocks.0.gain"], torch.full((32,), 0.5))
+    assert not torch.equal(a["emb.weight"], build_model(m, seed=6).state_dict()["emb.weight"])
+
+
+def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
+    assert main(["sweep", *SWEEP, "parallel=ddp,fsdp", f"sweep.results_dir={tmp_path}", "sweep.name=byo",
+                 "--quiet"]) == 0  # fmt: skip
+    df = pd.read_csv(tmp_path / "byo" / "results.csv")
+    assert (df["status"] == "completed").all() and sorted(df["world_size"]) == [1, 1, 2, 2]
+    assert (df["samples_per_s"] > 0).all()
+    np.testing.assert_allclose(df["tokens_per_s"], df["samples_per_s"] * 16, rtol=1e-12)  # 16 token ids a sample
+    assert df.loc[df["world_size"] == 1, "efficiency"].tolist() == [1.0, 1.0]
+    assert df["efficiency"].notna().all()
+    fpt = counted_flops_per_token(compose_config(SWEEP).model, 4)
+    np.testing.assert_allclose(df["mfu"], df["tokens_per_s"] * fpt / (1e11 * df["world_size"]), rtol=1e-9)
+    records = {(r["trial"]["layout"], r["trial"]["world_size"]): r["metrics"]
+               for r in (read_json(p) for p in (tmp_path / "byo" / "trials").glob("*/record.json"))}  # fmt: skip
+    assert {m["flops_per_token"] for m in records.values()} == {fpt}
+    for n in (1, 2):  # the same model, data and initial values whatever the layout
+        np.testing.assert_allclose(records[("fsdp", n)]["losses"], records[("ddp", n)]["losses"], rtol=1e-6)
+
+
+@pytest.mark.slurm
+def test_sweep_on_the_dev_cluster_finds_the_package_through_cluster_env(user_code, devcluster, tmp_path,
+                                                                        monkeypatch):  # fmt: skip
+    """On Slurm the ranks find the package through cluster.env's PYTHONPATH (not this shell's)."""
+    monkeypatch.delenv("PYTHONPATH")
+    name = f"byo-{os.getpid()}-{int(time.time())}"
+    assert main(["sweep", *SWEEP, "cluster=devcluster", "sweep.world_sizes=[1,2]", "parallel=ddp,fsdp", "sweep.pack=true",
+                 f"cluster.env=['PYTHONPATH={user_code}']", f"sweep.results_dir={tmp_path}", f"sweep.name={name}",
+                 "--quiet"]) == 0  # fmt: skip
+    df = pd.read_csv(tmp_path / name / "results.csv")
+    assert (df["status"] == "completed").all() and sorted(df["world_size"]) == [1, 1, 2, 2]
+    assert df["efficiency"].notna().all() and df["mfu"].notna().all() and (df["samples_per_s"] > 0).all()
+
+
+@pytest.fixture(scope="module")
+def gpt_reference(user_code, tmp_path_factory):
+    return reference(tmp_path_factory.mktemp("ref"))
+
+
+# Megatron's split of TokenModel's blocks, as a recipe's plan: whole heads and hidden units per rank.
+TP_PLAN = ("parallel.tp_plan={blocks.*.attn.q: colwise, blocks.*.attn.k: colwise, blocks.*.attn.v: colwise, "
+           "blocks.*.attn.proj: rowwise, blocks.*.ffn.0: colwise, blocks.*.ffn.2: rowwise}")  # fmt: skip
+SPLITS = {"ddp": ["batch.micro=4"], "fsdp": ["batch.micro=2", "batch.accum=2", "parallel.fsdp_units=[Block]"],
+          "tp": ["batch.micro=8", TP_PLAN]}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
+def test_builtin_gpt_as_target_equals_the_builtin_recipe(user_code, gpt_reference, layout, tmp_path):
+    """Same losses and parameters (1e-6) at 2 ranks as the built-in recipe at 1: the `_target_`
+    build, initial values, dict batches, loss; FSDP units by class name with accumulation; the
+    recipe's TP plan."""
+    data = ["data=dataset", "data._target_=byo_pkg.data.ShiftedRows", "+data.num_samples=40", "+data.seq_len=64",
+            "+data.vocab_size=256", "+data.seed=11"]  # fmt: skip
+    run = launch(tmp_path, layout, 2, ["model=byo_gpt", f"parallel={layout}", *SPLITS[layout], *data])
+    assert_same(run, gpt_reference)
+
+
+RESUME = '''
+import dataclasses, os, sys, torch, torch.distributed as dist
+from pathlib import Path
+from launcher.config.compose import compose_config
+from launcher.trials.spec import make_trial
+from launcher.train.env import process_env
+from launcher.train.loop import train
+
+env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": sys.argv[2]}
+os.environ.update(env)
+dist.init_process_group("gloo", rank=0, world_size=1)
+cfg = compose_config(["model=byo_net", "optim=sgd", "batch.micro=4", "parallel=fsdp", "parallel.fsdp_units=[Block]",
+                      "model.activation_checkpointing=full"])
+trial = dataclasses.replace(make_trial(cfg, index=0, world_size=1, steps=6, warmup_steps=1), checkpoint=True,
+                            checkpoint_every=2)
+run = lambda: train(trial, cfg, process_env(env), torch.device("cpu"), checkpoint_dir=Path(sys.argv[1]),
+                    log=lambda *a, **k: None)["metrics"]
+whole, again = run(), run()  # the second resumes from the first's last checkpoint (step 4)
+print(whole["losses"][4:] == again["losses"], again["resumed_from_step"])
+dist.destroy_process_group()
+'''
+
+
+def test_fsdp_resume_with_full_checkpointing_continues_exactly(user_code, tmp_path):
+    """Checkpoint/resume as for built-in models (one process: the layout's state, not the ranks, is what is tested)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "resume.py").write_text(RESUME)
+    out = subprocess.run([sys.executable, str(tmp_path / "resume.py"), str(tmp_path / "ckpt"), str(port)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.stdout.split() == ["True", "4"], out.stderr[-2000:]
