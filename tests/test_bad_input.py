@@ -134,6 +134,16 @@ def test_bad_input_one_line_exit_2_nothing_created(overrides, message, tmp_path,
     assert not results.exists()
 
 
+def test_launcher_run_checks_a_target_model_before_any_job(tmp_path, capsys):
+    """`launcher run` prepares its one trial as a sweep does: the same one line, exit 2, no folder."""
+    results = tmp_path / "results"
+    argv = ["run", "model=target", "model._target_=nopkg.build", "model.inputs={x:{shape:[4]}}", f"sweep.results_dir={results}"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == ("launcher: error: model._target_='nopkg.build' does not import: No module named "
+                                       "'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)\n")
+    assert not results.exists()
+
+
 def test_a_sweep_over_lists_is_still_a_sweep():
     """The comma-sweep refusal is for single values of a list key; a sweep of lists is meant."""
     variants = expand(["sweep.world_sizes=[1,2],[4]"])

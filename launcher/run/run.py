@@ -65,7 +65,9 @@ def main(args: argparse.Namespace) -> int:
     cfg = as_sweep(compose_config(overrides, args.recipes))
     if args.dry_run:
         return dry_run(cfg, overrides)
-    prepared = sw.PreparedSweep(cfg=cfg, items=[(t, cfg) for t in run_trials(cfg)], skipped=[])
+    items = [(t, cfg) for t in run_trials(cfg)]
+    sw.refuse_unrunnable(cfg, items)  # as a sweep does: a `_target_` that does not import is one line, before any job
+    prepared = sw.PreparedSweep(cfg=cfg, items=items, skipped=[])
     result = sw.run_sweep(prepared, args.overrides, progress_bars=not args.quiet)
     if result is None:
         return 0

@@ -120,7 +120,7 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     if len(variants) == 1:
         cfg = compose_config(variants[0].overrides, recipes)
         items = [(t, cfg) for t in sweep_trials(cfg)]
-        fits_local_devices(cfg, items)
+        refuse_unrunnable(cfg, items)
         return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=predict_oom(items))
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
@@ -138,14 +138,14 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
     if not items:
         raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
     assert base is not None
-    fits_local_devices(base, items)
+    refuse_unrunnable(base, items)
     return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=predict_oom(items))
 
 
-def fits_local_devices(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
-    """Locally, one rank per GPU: a sweep whose largest size has more ranks than this machine's GPUs
-    is refused whole, before its folder exists (run_local's own check would only stop it after the
-    smaller sizes had run; found on an H100 with sweep.world_sizes=[1,2]). A `_target_` model too."""
+def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
+    """What no trial can survive, refused whole before any folder exists: locally, more ranks than
+    this machine's GPUs (one rank per GPU; run_local alone would stop only after the smaller sizes
+    ran, as seen on an H100), and a `_target_` model that does not import, build or take its inputs."""
     if cfg.cluster.kind == "local" and items:
         check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
     if any(c.model._target_ for _, c in items):  # lazy: torch and the user's package, for `_target_` models only

@@ -25,7 +25,6 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch._dynamo.callback import CallbackArgs, callback_handler
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.models.byo import is_byo, unit_modules
@@ -87,20 +86,24 @@ class CompileClock:
         self.seconds: dict[int, float] = {}
         """step → seconds spent compiling during it."""
         self._started: float | None = None
+        # Lazy: importing torch._dynamo costs every rank ~1 s, paid only where train.compile is on.
+        from torch._dynamo.callback import callback_handler
+
+        self._handler = callback_handler
         callback_handler.register_start_callback(self._start)
         callback_handler.register_end_callback(self._end)
 
-    def _start(self, _: CallbackArgs) -> None:
+    def _start(self, _: object) -> None:
         self._started = time.perf_counter()
 
-    def _end(self, _: CallbackArgs) -> None:
+    def _end(self, _: object) -> None:
         if self._started is not None:
             self.seconds[self.step] = self.seconds.get(self.step, 0.0) + time.perf_counter() - self._started
             self._started = None
 
     def close(self) -> None:
-        callback_handler.remove_start_callback(self._start)
-        callback_handler.remove_end_callback(self._end)
+        self._handler.remove_start_callback(self._start)
+        self._handler.remove_end_callback(self._end)
 
 
 def compile_metrics(clock: CompileClock | None, *, units: int, first_timed_step: int, device: torch.device) -> dict:
