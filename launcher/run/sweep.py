@@ -148,7 +148,7 @@ def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, Launcher
     ran, as seen on an H100), and a `_target_` model that does not import, build or take its inputs."""
     if cfg.cluster.kind == "local" and items:
         check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
-    if any(c.model._target_ for _, c in items):  # lazy: torch and the user's package, for `_target_` models only
+    if any(c.model._target_ or c.data._target_ for _, c in items):  # lazy: torch and the user's package, for `_target_`s only
         from launcher.train.models.byo_check import check_targets  # (imports, builds, takes its inputs: one line)
         check_targets([c for _, c in items])
 

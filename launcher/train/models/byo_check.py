@@ -26,14 +26,16 @@ CHECK_BATCH = 2
 
 
 def check_targets(configs: Sequence[LauncherConfig]) -> None:
-    """Every distinct `_target_` model among `configs` (a sweep's combinations), checked once,
-    found as the ranks will find it: this environment, plus the folders of a PYTHONPATH that
+    """Every distinct `_target_` model among `configs` (a sweep's combinations), checked once, and
+    every `data._target_` located, found as the ranks will find them: this environment, plus the folders of a PYTHONPATH that
     cluster.env gives the ranks (locally and on Slurm)."""
     seen: list[ModelConfig] = []
     for cfg in configs:
-        if cfg.model._target_ is not None and cfg.model not in seen:
-            seen.append(cfg.model)
-            with ranks_path(cfg.cluster.env):
+        with ranks_path(cfg.cluster.env):
+            if cfg.data.kind == "dataset" and cfg.data._target_:
+                locate(cfg.data._target_, "data._target_")  # the dataset is built in the payload: its import is checked here
+            if cfg.model._target_ is not None and cfg.model not in seen:
+                seen.append(cfg.model)
                 check_target(cfg.model, cfg.parallel.tp_plan)
 
 
@@ -83,8 +85,9 @@ def check_plan_entry(m: ModelConfig, model: nn.Module, pattern: str) -> None:
                           "split nn.Linear and nn.Embedding modules only")  # fmt: skip
 
 
-def locate(target: str) -> None:
-    """Import `target`'s module (the longest importable dotted prefix) and find the attribute."""
+def locate(target: str, key: str = "model._target_") -> None:
+    """Import `target`'s module (the longest importable dotted prefix) and find the attribute;
+    `key` names the setting in the error line."""
     parts = target.split(".")
     error: Exception | None = None
     for cut in range(len(parts) - 1, 0, -1):
@@ -96,17 +99,17 @@ def locate(target: str) -> None:
                 break  # the module exists but imports something missing: that is the error to show
             continue
         except Exception as exc:  # the user's module raised while importing
-            raise ConfigError(f"model._target_={target!r} does not import: {type(exc).__name__}: {_first(exc)}; "
+            raise ConfigError(f"{key}={target!r} does not import: {type(exc).__name__}: {_first(exc)}; "
                               "fix the module") from None  # fmt: skip
         for attr in parts[cut:]:
             if not hasattr(obj, attr):
-                raise ConfigError(f"model._target_={target!r} does not import: {'.'.join(parts[:cut])} has no "
+                raise ConfigError(f"{key}={target!r} does not import: {'.'.join(parts[:cut])} has no "
                                   f"attribute {attr!r}; check the name") from None  # fmt: skip
             obj = getattr(obj, attr)
         if not callable(obj):
-            raise ConfigError(f"model._target_={target!r} is a {type(obj).__name__}, not a callable that builds the model")
+            raise ConfigError(f"{key}={target!r} is a {type(obj).__name__}, not a callable; point it at the function or class that builds it")
         return
-    raise ConfigError(f"model._target_={target!r} does not import: {_first(error) if error else 'no module path'}; {WHERE}")
+    raise ConfigError(f"{key}={target!r} does not import: {_first(error) if error else 'no module path'}; {WHERE}")
 
 
 def check_forward(m: ModelConfig, model: nn.Module) -> None:
