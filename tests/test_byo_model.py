@@ -239,3 +239,22 @@ def test_fsdp_resume_with_full_checkpointing_continues_exactly(user_code, tmp_pa
     out = subprocess.run([sys.executable, str(tmp_path / "resume.py"), str(tmp_path / "ckpt"), str(port)],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.stdout.split() == ["True", "4"], out.stderr[-2000:]
+
+
+def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, tmp_path, capsys):
+    """`launcher plan` for a `_target_` model: compute from the counted FLOPs (no formula describes
+    it), MFU from the same count, and a layout presets cannot model refused in one line."""
+    out = tmp_path / "plan.csv"
+    argv = ["plan", "model=byo_net", "batch.micro=4", "parallel=fsdp", "cluster=example_gpu_site", "--gpus", "8,16",
+            "--output", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    m = compose_config(["model=byo_net"]).model
+    flops = counted_flops_per_token(m, 4)
+    assert f"{flops:.3g} FLOPs/token counted" in capsys.readouterr().out
+    df = pd.read_csv(out).set_index("gpus")
+    assert (df["status"] == "predicted").all()
+    np.testing.assert_allclose(df["mfu"], df["tokens_per_s_per_device"] * flops / 3.12e14, rtol=1e-9)
+    tp = ["parallel=tp", "parallel.tp_plan={blocks.*.fc1: colwise, blocks.*.fc2: rowwise}"]
+    assert main(["plan", "model=byo_net", *tp, "cluster=example_gpu_site", "--gpus", "8"]) == 2
+    assert capsys.readouterr().err == ("launcher: error: launcher plan on presets models a `_target_` model under ddp or "
+                                       "fsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n")

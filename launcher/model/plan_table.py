@@ -66,6 +66,10 @@ class Work:
     """Peak FLOP/s of one device at the recipe's math precision (explicit, else the peak table)."""
     dtype: str
     """The math precision the peak is for."""
+    tokens_per_sample: int
+    """Tokens one sample counts (model.seq_len; a `_target_` model's first integer input, or 1)."""
+    numel: int | None = None
+    """Parameters of a `_target_` model, counted on the built module (None: from the config)."""
 
 
 def work_of(cfg: LauncherConfig) -> Work:
@@ -74,8 +78,30 @@ def work_of(cfg: LauncherConfig) -> Work:
     device = planned_device(cfg)
     dtype = math_dtype(resolve_precision(cfg.precision, device), tf32=device == "cuda")
     peak = choose_peak(device_name=cfg.cluster.device_name, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device)
-    return Work(model_flops=flops_per_token(cfg.model, non_emb),
-                hardware_flops=hardware_flops_per_token(cfg.model, non_emb), peak=peak, dtype=dtype)  # fmt: skip
+    if cfg.model._target_ is not None:
+        return _target_work(cfg, peak, dtype)
+    return Work(model_flops=flops_per_token(cfg.model, non_emb), hardware_flops=hardware_flops_per_token(cfg.model, non_emb),
+                peak=peak, dtype=dtype, tokens_per_sample=cfg.model.seq_len)  # fmt: skip
+
+
+def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
+    """A `_target_` model has no formula: checked as a sweep checks it, its FLOPs counted by
+    torch's counter and its parameters on the module, both on the meta device."""
+    # Lazy: torch and the user's package are needed for `_target_` models only.
+    import torch
+
+    from launcher.train.models.byo import build_target, counted_flops_per_token, tokens_per_sample
+    from launcher.train.models.byo_check import check_targets
+
+    if cfg.parallel.layout not in ("ddp", "fsdp"):
+        raise ConfigError(f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
+                          f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that")  # fmt: skip
+    check_targets([cfg])
+    flops = counted_flops_per_token(cfg.model, cfg.batch.micro)
+    with torch.device("meta"):
+        numel = sum(p.numel() for p in build_target(cfg.model).parameters())
+    return Work(model_flops=flops, hardware_flops=flops, peak=peak, dtype=dtype,
+                tokens_per_sample=tokens_per_sample(cfg.model), numel=numel)  # fmt: skip
 
 
 def check_output(path: str | None) -> None:
@@ -140,7 +166,7 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     """The step-time model nothing was measured for: compute from the hardware FLOPs per sample at
     `mfu` of the peak, the config's links, the replay's interval."""
     c = cfg.cluster
-    per_sample = work.hardware_flops * cfg.model.seq_len
+    per_sample = work.hardware_flops * work.tokens_per_sample
     return from_presets(compute_s_per_sample=per_sample / (work.peak.flops * mfu), intra=LINKS[c.intra_link],
                         inter=LINKS[c.inter_link], rel_uncertainty=fit.rel_half_width)  # fmt: skip
 
@@ -162,11 +188,13 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
     rows = []
     for n in sizes:
         try:
-            rows.append(_row(n, math.ceil(n / rpn), shape_for(cfg, n), model, cfg.model.seq_len, None, fit.interval_log))
+            rows.append(_row(n, math.ceil(n / rpn), shape_for(cfg, n, numel=work.numel), model, work.tokens_per_sample,
+                             None, fit.interval_log))  # fmt: skip
         except ConfigError as exc:
-            rows.append(_row(n, None, None, None, cfg.model.seq_len, str(exc)))
+            rows.append(_row(n, None, None, None, work.tokens_per_sample, str(exc)))
     source = (
-        f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token, {work.hardware_flops:.3g} with recompute), "
+        f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token{' counted' if work.numel else ''}, "
+        f"{work.hardware_flops:.3g} with recompute), "
         f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}) × MFU {mfu:.2f} ({said}); {c.intra_link} "
         f"in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node; "
         f"interval ×/÷ {math.exp(fit.interval_log):.2f}: the "

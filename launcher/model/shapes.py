@@ -151,15 +151,16 @@ def planned_device(cfg: LauncherConfig) -> str:
     return "cpu" if cfg.cluster.device == "cpu" else "cuda"
 
 
-def shape_for(cfg: LauncherConfig, world_size: int) -> Shape:
+def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None) -> Shape:
     """The Shape of `cfg`'s recipe at `world_size` ranks, from the config alone (nothing measured):
     what `launcher plan` predicts on presets. ConfigError (one line, the numbers) when the layout or
-    the batch cannot split `world_size`."""
+    the batch cannot split `world_size`. `numel`: the parameters of a model the config does not
+    describe (a `_target_` model, counted on its module)."""
     dp, tp, pp = layout_degrees(cfg, world_size)
     par, device = cfg.parallel, planned_device(cfg)
     spec = LayoutSpec(layout=par.layout, model=cfg.model, precision=resolve_precision(cfg.precision, device),
                       reshard_after_forward=par.reshard_after_forward, microbatches=par.microbatches,
-                      virtual=virtual_stages(par))  # fmt: skip
+                      virtual=virtual_stages(par), measured_numel=numel)  # fmt: skip
     return layout_shape(
         spec,
         world_size=world_size,
