@@ -87,11 +87,10 @@ def work_of(cfg: LauncherConfig) -> Work:
 def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
     """A `_target_` model has no formula: checked as a sweep checks it, its FLOPs counted by
     torch's counter and its parameters on the module, both on the meta device."""
-    # Lazy: torch and the user's package are needed for `_target_` models only.
-    import torch
+    import torch  # lazy: torch and the user's package are needed for `_target_` models only
 
-    from launcher.train.models.byo import build_target, counted_flops_per_token, tokens_per_sample
-    from launcher.train.models.byo_check import check_targets
+    from launcher.train.models.byo import build_target, counted_flops_per_token, tokens_per_sample  # lazy: as torch
+    from launcher.train.models.byo_check import check_targets  # lazy: as torch
 
     if cfg.parallel.layout not in ("ddp", "fsdp"):
         raise ConfigError(f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
