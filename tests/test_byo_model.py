@@ -258,3 +258,16 @@ def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, 
     assert main(["plan", "model=byo_net", *tp, "cluster=example_gpu_site", "--gpus", "8"]) == 2
     assert capsys.readouterr().err == ("launcher: error: launcher plan on presets models a `_target_` model under ddp or "
                                        "fsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n")
+
+
+def test_a_target_model_is_not_given_a_memory_estimate_from_the_builtin_defaults(user_code):
+    """No estimate rather than tiny_gpt's: even 1 byte of room predicts no OOM for it."""
+    from launcher.model.memory import predicted_oom
+    from launcher.trials.spec import make_trial
+
+    cfg = compose_config(["model=byo_net", "cluster.device_memory_gb=0.000001"])
+    trial = make_trial(cfg, index=0, world_size=1, steps=4, warmup_steps=1)
+    assert predicted_oom(cfg, trial, gpu=True, host_bytes=1.0) is None
+    builtin = compose_config(["cluster.device_memory_gb=0.000001"])
+    assert predicted_oom(builtin, make_trial(builtin, index=0, world_size=1, steps=4, warmup_steps=1), gpu=True,
+                         host_bytes=1.0).startswith("predicted: ")  # fmt: skip

@@ -219,7 +219,11 @@ def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | No
 
 
 def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | None) -> str | None:
-    """The reason `trial` cannot fit, or None when it fits or the room is unknown."""
+    """The reason `trial` cannot fit, or None when it fits or the room is unknown. A `_target_`
+    model is not estimated: no config field describes its activations, and a guess from the
+    built-in defaults would pass anything; its trials run, and an OOM is recorded as it happens."""
+    if cfg.model._target_ is not None:
+        return None
     where = room(cfg, trial, gpu=gpu, host_bytes=host_bytes)
     if where is None:
         return None
