@@ -168,6 +168,12 @@ def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
     assert {m["flops_per_token"] for m in records.values()} == {fpt}
     for n in (1, 2):  # the same model, data and initial values whatever the layout
         np.testing.assert_allclose(records[("fsdp", n)]["losses"], records[("ddp", n)]["losses"], rtol=1e-6)
+    # Planned from this sweep, a sample still counts 16 tokens (not the built-in default seq_len 64).
+    plan = tmp_path / "plan.csv"
+    assert main(["plan", "--from", str(tmp_path / "byo"), "--gpus", "1,2", "--output", str(plan)]) == 0
+    planned = pd.read_csv(plan).set_index("gpus")
+    ddp = df[df["layout"] == "ddp"].set_index("world_size")
+    assert planned.loc[1, "tokens_per_s"] == pytest.approx(ddp.loc[1, "tokens_per_s"], rel=0.3)
 
 
 @pytest.mark.slurm

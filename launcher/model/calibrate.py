@@ -56,6 +56,12 @@ class Measured:
         return self.metrics["step_time_median_s"]
 
     @property
+    def tokens_per_sample(self) -> int:
+        """Tokens one sample counted as in the trial's throughput: the record says (a `_target_`
+        model's first integer input, or 1); records from before it said are model.seq_len."""
+        return int(self.metrics.get("tokens_per_sample") or self.config["model"]["seq_len"])
+
+    @property
     def local(self) -> bool:
         """Ran as local processes: one machine, however many ranks (never "multi-node")."""
         return (self.config.get("cluster") or {}).get("kind") == "local"
@@ -208,7 +214,7 @@ def predictions(measured: Sequence[Measured], models: dict[str, PerfModel], size
     for variant in sorted({m.variant for m in measured}):
         mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
         base = mine[0]
-        seq = base.config["model"]["seq_len"]
+        seq = base.tokens_per_sample
         n0 = base.trial["world_size"]
         thr0 = _median([m.metrics["tokens_per_s"] for m in mine if m.trial["world_size"] == n0])
         measured_at = {}

@@ -215,7 +215,7 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
     models = fit_layouts([m for m in measured if m.layout == template.layout], cfg.cluster.intra_link,
                          cfg.cluster.inter_link)  # fmt: skip
     model = models[template.layout]
-    seq = template.config["model"]["seq_len"]
+    seq = template.tokens_per_sample
     rows = []
     for n in sizes:
         nodes = 1 if template.local else math.ceil(n / template.ranks_per_node)
