@@ -65,6 +65,15 @@ def model_parts(m: ModelConfig) -> ModelParts:
                       head=d * m.vocab_size, final_norm=2 * d)  # fmt: skip
 
 
+def stage_params(parts: ModelParts, n_layers: int, *, tp: int, pp: int, pp_rank: int) -> tuple[float, float]:
+    """(parameters of pipeline rank `pp_rank`'s stage on one tp rank, of them outside the blocks),
+    before any FSDP sharding: tp splits all but the norms; the first stage also holds the
+    embeddings, the last the head and the final norm (one stage: both)."""
+    block = (parts.block - parts.block_norms) / tp + parts.block_norms
+    root = (parts.embedding / tp if pp_rank == 0 else 0.0) + (parts.head / tp + parts.final_norm if pp_rank == pp - 1 else 0.0)
+    return n_layers / pp * block + root, root
+
+
 def param_counts(cfg: ModelConfig) -> tuple[int, int]:
     """(all parameters, non-embedding parameters): the untied head is non-embedding (a real
     matmul per token), the lookups are not."""

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts
+from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.trials.spec import Trial
@@ -85,15 +85,8 @@ class Room:
 
 def rank_params(parts: ModelParts, m: ModelConfig, trial: Trial, pp_rank: int) -> tuple[float, float]:
     """(parameters of pipeline rank `pp_rank`'s stages on one tp rank, of them outside blocks),
-    before any FSDP sharding. Pipeline rank 0 holds the embeddings, the last the head."""
-    tp = trial.tp
-    block = (parts.block - parts.block_norms) / tp + parts.block_norms
-    root = 0.0
-    if pp_rank == 0:
-        root += parts.embedding / tp
-    if pp_rank == trial.pp - 1:
-        root += parts.head / tp + parts.final_norm
-    return m.n_layers / trial.pp * block + root, root
+    before any FSDP sharding (flops.stage_params)."""
+    return stage_params(parts, m.n_layers, tp=trial.tp, pp=trial.pp, pp_rank=pp_rank)
 
 
 def mixed_precision(cfg: LauncherConfig, device: str) -> bool:

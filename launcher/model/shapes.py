@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from launcher.config.derived import BatchMath, batch_math, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.model.comm import Traffic, ddp_buckets
-from launcher.model.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token
+from launcher.model.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token, stage_params
 from launcher.model.peaks import resolve_precision
 from launcher.model.step import Shape
 from launcher.trials.layout import FSDP_LAYOUTS, layout_degrees, pipeline_bubble, virtual_stages
@@ -59,10 +59,8 @@ def rank_numel(parts: ModelParts, n_layers: int, tp: int, pp: int) -> tuple[floa
     """(parameters on one rank of the neediest pipeline stage, of them outside the blocks), tp-
     local and before FSDP sharding: tp splits all but the norms, the first stage holds the
     embeddings, the last the head and final norm."""
-    block = (parts.block - parts.block_norms) / tp + parts.block_norms
-    first, last = parts.embedding / tp, parts.head / tp + parts.final_norm
-    root = first + last if pp == 1 else max(first, last)
-    return n_layers / pp * block + root, root
+    # Every stage holds as many blocks, so the neediest is the end stage with the bigger root.
+    return max(stage_params(parts, n_layers, tp=tp, pp=pp, pp_rank=r) for r in (0, pp - 1))
 
 
 def recompute_ratio(model: ModelConfig) -> float:
