@@ -147,6 +147,9 @@ class ParallelConfig:
     tp_plan: Dict[str, str] = field(default_factory=dict)
     """`_target_` models, layout tp: module name (fnmatch patterns) → colwise or rowwise (torch's
     parallelize_module), e.g. {blocks.*.fc1: colwise, blocks.*.fc2: rowwise}; engines/byo_tp.py."""
+    pp_split: List[str] = field(default_factory=list)
+    """`_target_` models, layouts pipeline and dp_pp: module names where a pipeline stage begins,
+    e.g. [blocks.2] (2 stages: len + 1 = pp), traced by torch's pipelining; engines/byo_pipeline.py."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -92,9 +92,6 @@ def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
     from launcher.train.models.byo import build_target, counted_flops_per_token, tokens_per_sample  # lazy: as torch
     from launcher.train.models.byo_check import check_targets  # lazy: as torch
 
-    if cfg.parallel.layout not in ("ddp", "fsdp"):
-        raise ConfigError(f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
-                          f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that")  # fmt: skip
     check_targets([cfg])
     flops = counted_flops_per_token(cfg.model, cfg.batch.micro)
     with torch.device("meta"):
@@ -173,6 +170,9 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
 def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
     """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
     MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
+    if cfg.model._target_ is not None and cfg.parallel.layout not in ("ddp", "fsdp"):  # --from a sweep models any
+        raise ConfigError(f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
+                          f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that")  # fmt: skip
     work = work_of(cfg)
     if work.peak.flops is None:
         raise ConfigError(

@@ -48,7 +48,12 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
         dp = world_size // (tp * pp)
     if cfg.model._target_ is not None:
         check_byo_layout(cfg.model._target_, par)
-    elif pp > 1 or layout in PIPELINE_LAYOUTS:
+        if layout in PIPELINE_LAYOUTS:
+            _check_stage_count(par, world_size, pp)
+    elif par.pp_split:
+        raise ConfigError(f"parallel.pp_split={list(par.pp_split)} splits a `_target_` model; the built-in model "
+                          f"{cfg.model.name} splits its blocks evenly by itself: drop parallel.pp_split")  # fmt: skip
+    if pp > 1 or layout in PIPELINE_LAYOUTS:
         _check_pipeline(cfg, pp)
     if (tp > 1 or layout in TP_LAYOUTS) and cfg.model._target_ is None:
         _check_tp(cfg, tp)
@@ -74,10 +79,8 @@ def set_degrees(par: ParallelConfig) -> tuple[int, int]:
 def check_byo_layout(target: str, par: ParallelConfig) -> None:
     """A `_target_` model runs under ddp and fsdp: the launcher cannot cut an arbitrary module
     into pipeline stages or tensor-parallel pieces itself: tp takes the recipe's plan
-    (parallel.tp_plan), pipelines no split yet."""
-    if par.layout in PIPELINE_LAYOUTS:
-        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} into pipeline stages "
-                          "(stage boundaries by module name are not supported yet); use parallel=ddp or parallel=fsdp")  # fmt: skip
+    (parallel.tp_plan), pipeline and dp_pp its split (parallel.pp_split), with gpipe or 1f1b."""
+    _check_byo_split(target, par)
     if par.layout in TP_LAYOUTS and not (par.layout == "tp" and par.tp_plan):
         why = "only layout tp takes your plan" if par.tp_plan else "give a TP plan, parallel.tp_plan={fc1: colwise, fc2: rowwise}"
         raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} across tensor-parallel "
@@ -86,6 +89,47 @@ def check_byo_layout(target: str, par: ParallelConfig) -> None:
     if bad:
         name, style = next(iter(bad.items()))
         raise ConfigError(f"parallel.tp_plan.{name}={style!r} must be colwise or rowwise (torch's ColwiseParallel, RowwiseParallel)")
+
+
+BYO_PIPELINE_LAYOUTS = ("pipeline", "dp_pp")
+"""The pipeline layouts a `_target_` model's split runs under (engines/byo_pipeline.py)."""
+
+
+def _check_byo_split(target: str, par: ParallelConfig) -> None:
+    """parallel.pp_split: given exactly where a pipeline layout needs it, one stage per rank."""
+    split = list(par.pp_split)
+    if par.layout in PIPELINE_LAYOUTS and par.layout not in BYO_PIPELINE_LAYOUTS:
+        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r}: a split by module name "
+                          "(parallel.pp_split) runs under parallel=pipeline or parallel=dp_pp; or use parallel=fsdp")  # fmt: skip
+    if par.layout in PIPELINE_LAYOUTS and not split:
+        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} into pipeline stages by "
+                          "itself: give the module names where a stage begins, e.g. parallel.pp_split=[blocks.2]; "
+                          "or use parallel=ddp or parallel=fsdp")  # fmt: skip
+    if split and par.layout not in PIPELINE_LAYOUTS:
+        raise ConfigError(f"parallel.pp_split={split} cuts pipeline stages, which parallel.layout={par.layout} has none "
+                          "of; use parallel=pipeline or parallel=dp_pp, or drop parallel.pp_split")  # fmt: skip
+    if not split:
+        return
+    if len(set(split)) != len(split):
+        raise ConfigError(f"parallel.pp_split={split} names a module twice; list each stage boundary once")
+    if par.schedule == "interleaved_1f1b":
+        raise ConfigError(f"parallel.schedule=interleaved_1f1b runs {par.virtual_stages} stages per rank, but "
+                          f"parallel.pp_split={split} cuts one per rank; use parallel.schedule=1f1b or gpipe")  # fmt: skip
+
+
+def _check_stage_count(par: ParallelConfig, world_size: int, pp: int) -> None:
+    """One stage per pipeline rank: pipeline's pp is the world size, dp_pp's parallel.pp."""
+    split, stages = list(par.pp_split), len(par.pp_split) + 1
+    if pp == stages:
+        return
+    if par.layout == "pipeline":
+        runs, other = f"the world size, {world_size}", f"measure world size {stages} (sweep.world_sizes=[{stages}])"
+    else:
+        runs, other = "parallel.pp", f"set parallel.pp={stages}"
+    boundary = "boundary" if stages == 2 else "boundaries"
+    names = f"list {pp - 1} module name{'s' if pp > 2 else ''} where a stage begins" if pp > 1 else "drop the split"
+    raise ConfigError(f"parallel.pp_split={split} has {stages - 1} {boundary} = {stages} stages but parallel="
+                      f"{par.layout} runs pp={pp} ({runs}) pipeline ranks, one stage each; {names}, or {other}")  # fmt: skip
 
 
 def _product(layout: str, tp: int, pp: int) -> str:
@@ -102,7 +146,7 @@ def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
     stages = pp * v
     if v < 1:
         raise ConfigError(f"parallel.virtual_stages={v} must be a positive integer; set e.g. parallel.virtual_stages=2")
-    if model.n_layers % stages:
+    if model._target_ is None and model.n_layers % stages:  # a `_target_` model's stages: its parallel.pp_split
         raise ConfigError(
             f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
             "change model.n_layers, the world size or parallel.virtual_stages"

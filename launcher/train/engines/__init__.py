@@ -21,6 +21,10 @@ def build_engine(model: nn.Module, topo: Topology, cfg: LauncherConfig, device: 
         return DDPEngine(model, topo, cfg, device)
     if layout == "tp":
         return ByoTPEngine(model, topo, cfg, device) if is_byo(cfg.model) else TPEngine(model, topo, cfg, device)
+    if layout in PIPELINE_LAYOUTS and is_byo(cfg.model):  # pipeline and dp_pp: the recipe's parallel.pp_split
+        from launcher.train.engines.byo_pipeline import ByoPipelineEngine  # lazy: as PipelineEngine's below
+
+        return ByoPipelineEngine(model, topo, cfg, device)
     if layout in PIPELINE_LAYOUTS:  # fsdp_pp and fsdp_tp_pp among them: FSDP inside each stage
         # Lazy: importing torch.distributed.pipelining costs every rank ~0.5 s more (2 cores),
         # which only the pipeline layouts should pay.

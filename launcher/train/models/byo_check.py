@@ -10,7 +10,7 @@ import fnmatch
 import importlib
 import os
 import sys
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -29,14 +29,16 @@ def check_targets(configs: Sequence[LauncherConfig]) -> None:
     """Every distinct `_target_` model among `configs` (a sweep's combinations), checked once, and
     every `data._target_` located, found as the ranks will find them: this environment, plus the folders of a PYTHONPATH that
     cluster.env gives the ranks (locally and on Slurm)."""
-    seen: list[ModelConfig] = []
+    seen: list[tuple[ModelConfig, Any, list[str], int]] = []
     for cfg in configs:
         with ranks_path(cfg.cluster.env):
             if cfg.data.kind == "dataset" and cfg.data._target_:
                 locate(cfg.data._target_, "data._target_")  # the dataset is built in the payload: its import is checked here
-            if cfg.model._target_ is not None and cfg.model not in seen:
-                seen.append(cfg.model)
-                check_target(cfg.model, cfg.parallel.tp_plan)
+            par = cfg.parallel
+            key = (cfg.model, par.tp_plan, list(par.pp_split), max(1, cfg.batch.micro // par.microbatches) if par.pp_split else 0)
+            if cfg.model._target_ is not None and key not in seen:
+                seen.append(key)
+                check_target(cfg.model, par.tp_plan, pp_split=par.pp_split, pp_micro=key[3])
 
 
 @contextlib.contextmanager
@@ -53,7 +55,9 @@ def ranks_path(env: Sequence[str]) -> Iterator[None]:
         sys.path[:] = before
 
 
-def check_target(m: ModelConfig, tp_plan: Mapping[str, str] | None = None) -> None:
+def check_target(m: ModelConfig, tp_plan: Mapping[str, str] | None = None, *, pp_split: Sequence[str] = (),
+                 pp_micro: int = CHECK_BATCH) -> None:  # fmt: skip
+    """`pp_split` is traced with a meta microbatch of `pp_micro` samples (the pipeline's)."""
     locate(str(m._target_))
     with torch.device("meta"):
         try:
@@ -67,6 +71,34 @@ def check_target(m: ModelConfig, tp_plan: Mapping[str, str] | None = None) -> No
     check_forward(m, model)
     for pattern in tp_plan or {}:
         check_plan_entry(m, model, pattern)
+    if pp_split:
+        check_split(m, model, list(pp_split), pp_micro)
+
+
+def check_split(m: ModelConfig, model: nn.Module, split: list[str], micro: int) -> None:
+    """parallel.pp_split names modules of the model, and torch's tracer cuts its forward there
+    into len + 1 stages that pass activations between neighbours (byo_pipeline.trace_stages)."""
+    names = {n for n, _ in model.named_modules()}
+    for name in split:
+        if name in names:
+            continue
+        parent = name.rpartition(".")[0]
+        while parent not in names:  # the nearest module above the name ("" is the model's own)
+            parent = parent.rpartition(".")[0]
+        kids = [f"{parent}.{k}" if parent else k for k, _ in model.get_submodule(parent).named_children()]
+        raise ConfigError(f"parallel.pp_split names {name!r}, no module of model._target_={m._target_!r}; "
+                          f"{parent or 'the model'} holds {', '.join(kids[:8])}{', …' if len(kids) > 8 else ''}: "
+                          "name the module where a stage begins")  # fmt: skip
+    # Lazy: torch's pipelining (and the engines package) only where a split is asked for.
+    from launcher.train.engines.byo_pipeline import trace_stages
+
+    try:
+        trace_stages(model, m, split, micro)
+    except ValueError as exc:
+        raise ConfigError(f"model._target_={m._target_!r}: {_first(exc)}") from None
+    except Exception as exc:  # torch.export on the user's forward: any exception, one line
+        raise ConfigError(_raised(m, f"tracing it for parallel.pp_split={split}", exc, "torch.export must trace the "
+                                  "forward for a pipeline split; or use parallel=ddp or parallel=fsdp")) from None  # fmt: skip
 
 
 def check_plan_entry(m: ModelConfig, model: nn.Module, pattern: str) -> None:
