@@ -154,23 +154,31 @@ def test_torchrun_agent_ignores_usr1_and_its_workers_can_still_catch_it():
     assert out.stdout.split() == ["caught", "ignored"]
 
 
-# --- the dev cluster with 4 stand-in GPUs per node -------------------------------------------------
+# --- the dev cluster with its stand-in GPUs -------------------------------------------------------
+
+GPUS = 2
+"""Stand-in GPUs per node in the binding test: the dev cluster's own count."""
+
 
 @pytest.fixture(scope="module")
 def gpu_cluster():
-    """The dev cluster with 4 stand-in GPUs (and 4 CPUs) per node; its earlier count is restored after."""
+    """The dev cluster as every other test has it: 2 stand-in GPUs per node (gres), enough for two
+    ranks, each with a device of its own, on one node and on two. Reconfiguring the nodes for
+    more would restart slurmd twice (and stop running jobs) for no further check."""
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root")
-    before = (dc.current() or dc.up(nodes=4, log=lambda _: None)).gpus_per_node
-    yield dc.up(nodes=4, gpus_per_node=4, log=lambda _: None)
-    dc.up(nodes=4, gpus_per_node=before, log=lambda _: None)
+    cluster = dc.current() or dc.up(nodes=4, log=lambda _: None)
+    if cluster.gpus_per_node != GPUS:
+        cluster = dc.up(nodes=4, gpus_per_node=GPUS, log=lambda _: None)
+    return cluster
+
 
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
 def test_one_rank_per_stand_in_gpu_on_one_and_two_nodes(launch, gpu_cluster, tmp_path, capsys):
     name = f"binding-{launch}"
-    argv = ["sweep", "cluster=devcluster", "cluster.gpus_per_node=4", "cluster.device=cpu", "sweep.nodes=[1,2]",
+    argv = ["sweep", "cluster=devcluster", f"cluster.gpus_per_node={GPUS}", "cluster.device=cpu", "sweep.nodes=[1,2]",
             "sweep.steps=6", "sweep.warmup_steps=2", f"cluster.launch={launch}", f"sweep.results_dir={tmp_path}",
             f"sweep.name={name}", "--quiet"]  # fmt: skip
     rc = main(argv)
@@ -179,15 +187,15 @@ def test_one_rank_per_stand_in_gpu_on_one_and_two_nodes(launch, gpu_cluster, tmp
     assert rc == 0, out + "".join(p.read_text() for p in sorted(trials.glob("*/*.log")))
     print(out)  # the table, for the report
     records = sorted((read_json(p) for p in trials.glob("*/record.json")), key=lambda r: r["trial"]["world_size"])
-    assert [(r["status"], r["trial"]["world_size"]) for r in records] == [("completed", 4), ("completed", 8)]
+    assert [(r["status"], r["trial"]["world_size"]) for r in records] == [("completed", GPUS), ("completed", 2 * GPUS)]
     for nodes, record in zip((1, 2), records):
         tid = record["trial"]["trial_id"]
         bindings = record["rank_bindings"]
         print(tid, [(b["rank"], b["host"], b["local_rank"], b["cuda_visible_devices"], b["gpu"], b["cpu_affinity"],
                      b["threads"]) for b in bindings])  # fmt: skip
-        assert [b["rank"] for b in bindings] == list(range(4 * nodes))
+        assert [b["rank"] for b in bindings] == list(range(GPUS * nodes))
         pairs = {(b["host"], b["gpu"]) for b in bindings}
-        assert len(pairs) == 4 * nodes and None not in {gpu for _, gpu in pairs}
+        assert len(pairs) == GPUS * nodes and None not in {gpu for _, gpu in pairs}
         assert len({b["host"] for b in bindings}) == nodes
         assert all(len(b["cpu_affinity"]) >= b["threads"] >= 1 for b in bindings)
         assert all(b["device_index"] is None and b["device_name"] is None for b in bindings)  # CPU trial
