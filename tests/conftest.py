@@ -12,6 +12,28 @@ import pytest
 from launcher.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+SESSION_SWEEPS = {"default_sweep", "repeated_sweep"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """How pytest-xdist (`-n`, pyproject's addopts) shares the suite out: whole files, so that a
+    file's module fixtures (a sweep several tests read) run once; every file holding a test marked
+    `slurm` on one worker, in turn, because those tests share the one dev cluster (a test that
+    reconfigures or restarts it, or cuts a node's link, must not meet another's jobs); every file
+    reading a session sweep on one worker, so that sweep runs once. Everything else runs beside
+    them: the Slurm tests spend much of their time waiting on the cluster, the others on CPU."""
+    files: dict[str, set[str]] = {}
+    for item in items:
+        kinds = files.setdefault(item.nodeid.split("::")[0], set())
+        if item.get_closest_marker("slurm"):
+            kinds.add("slurm")
+        if SESSION_SWEEPS & set(getattr(item, "fixturenames", ())):
+            kinds.add("session_sweeps")
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        kinds = files[path]
+        group = "slurm" if "slurm" in kinds else "session_sweeps" if "session_sweeps" in kinds else path
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
