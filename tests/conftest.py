@@ -4,6 +4,7 @@ sweep runs once per session and several tests read its folder."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from pathlib import Path
 
@@ -12,28 +13,33 @@ import pytest
 from launcher.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-SESSION_SWEEPS = {"default_sweep", "repeated_sweep"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """How pytest-xdist (`-n`, pyproject's addopts) shares the suite out: whole files, so that a
-    file's module fixtures (a sweep several tests read) run once; every file holding a test marked
+def pytest_xdist_make_scheduler(config, log):
+    """How pytest-xdist (`-n`, pyproject's addopts) shares the suite out: a file at a time, so that
+    a file's module fixtures (a sweep several tests read) run once; every file with a test marked
     `slurm` on one worker, in turn, because those tests share the one dev cluster (a test that
     reconfigures or restarts it, or cuts a node's link, must not meet another's jobs); every file
     reading a session sweep on one worker, so that sweep runs once. Everything else runs beside
-    them: the Slurm tests spend much of their time waiting on the cluster, the others on CPU."""
-    files: dict[str, set[str]] = {}
-    for item in items:
-        kinds = files.setdefault(item.nodeid.split("::")[0], set())
-        if item.get_closest_marker("slurm"):
-            kinds.add("slurm")
-        if SESSION_SWEEPS & set(getattr(item, "fixturenames", ())):
-            kinds.add("session_sweeps")
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        kinds = files[path]
-        group = "slurm" if "slurm" in kinds else "session_sweeps" if "session_sweeps" in kinds else path
-        item.add_marker(pytest.mark.xdist_group(group))
+    them: the Slurm tests spend much of their time waiting on the cluster, the others on CPU.
+    (Groups by file text, not by marks: the controller collects nothing, and xdist's own
+    `xdist_group` marks do not group under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling  # lazy: only a distributed run needs it
+
+    class ByShare(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return share_of(nodeid.split("::")[0])
+
+    return ByShare(config, log)
+
+
+@functools.cache
+def share_of(path: str) -> str:
+    """The work unit of a test file: "slurm", "session_sweeps" or the file itself."""
+    text = (REPO / path).read_text()
+    if "mark.slurm" in text:
+        return "slurm"
+    return "session_sweeps" if "default_sweep" in text or "repeated_sweep" in text else path
 
 
 @pytest.fixture(scope="session")
