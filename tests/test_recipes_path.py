@@ -11,7 +11,6 @@ import pytest
 
 from launcher.cli import main
 from launcher.config.compose import PACKAGED_RECIPES, compose_config
-from launcher.config.errors import ConfigError
 
 MY_GPT = "# my model\nname: my_gpt\narch: gpt\nvocab_size: 256\nseq_len: 32\nd_model: 64\nn_layers: 2\nn_heads: 2\n"
 

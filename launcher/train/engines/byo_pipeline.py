@@ -21,6 +21,7 @@ like every pipeline layout, no checkpoints and no train.compile (config/validate
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -67,7 +68,11 @@ def trace_stages(model: nn.Module, m: ModelConfig, split: Sequence[str], micro: 
     passing activations between neighbours, or the last stage returns more than one tensor;
     torch.export's own errors as they come."""
     batch = {name: random_tensor(spec, (micro,), device="meta") for name, spec in m.inputs.items()}
-    pipe = pipeline(model, mb_args=(), mb_kwargs=batch, split_spec={name: SplitPoint.BEGINNING for name in split})
+    with warnings.catch_warnings():
+        # torch's tracer trips its own pytree deprecation (LeafSpec) on every call: noise on the
+        # user's terminal about torch, not about their model or config.
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+        pipe = pipeline(model, mb_args=(), mb_kwargs=batch, split_spec={name: SplitPoint.BEGINNING for name in split})
     if pipe.num_stages != len(split) + 1:
         raise ValueError(f"parallel.pp_split={list(split)} cut the traced forward into {pipe.num_stages} stages, not "
                          f"{len(split) + 1}: each boundary module must run once per forward")  # fmt: skip
