@@ -5,11 +5,14 @@ built-in GPT as its target equals the built-in recipe (ddp and fsdp, 1e-6)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -107,22 +110,29 @@ SWEEP = ["model=byo_net", "optim=sgd", "batch.micro=4", "sweep.world_sizes=[1,2]
          "sweep.warmup_steps=1", "parallel.fsdp_units=[Block]", "cluster.peak_flops_per_device=1e11"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def user_code(tmp_path_factory):
-    """The user's package and recipe folder, outside the repo; the package on PYTHONPATH (and on
-    this process's sys.path, where the plan-time check imports it)."""
-    root = tmp_path_factory.mktemp("user")
+@contextlib.contextmanager
+def user_package(root: Path, modules: dict[str, str], recipes: dict[str, str]) -> Iterator[Path]:
+    """`byo_pkg` with these modules and a recipe folder with these model recipes, written under
+    `root` (outside the repo); the package on PYTHONPATH (and on this process's sys.path, where
+    the plan-time check imports it), the recipes by LAUNCHER_RECIPES, all as before afterwards."""
     (root / "byo_pkg").mkdir()
     (root / "byo_pkg" / "__init__.py").write_text("")
-    (root / "byo_pkg" / "models.py").write_text(MODELS)
-    (root / "byo_pkg" / "data.py").write_text(DATA)
+    for name, text in modules.items():
+        (root / "byo_pkg" / f"{name}.py").write_text(text)
     (root / "recipes" / "model").mkdir(parents=True)
-    (root / "recipes" / "model" / "byo_net.yaml").write_text(NET)
-    (root / "recipes" / "model" / "byo_gpt.yaml").write_text(GPT)
+    for name, text in recipes.items():
+        (root / "recipes" / "model" / f"{name}.yaml").write_text(text)
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(root))
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
         mp.setenv("LAUNCHER_RECIPES", str(root / "recipes"))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def user_code(tmp_path_factory):
+    with user_package(tmp_path_factory.mktemp("user"), {"models": MODELS, "data": DATA},
+                      {"byo_net": NET, "byo_gpt": GPT}) as root:  # fmt: skip
         yield root
 
 

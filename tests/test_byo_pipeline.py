@@ -5,7 +5,6 @@ time, nothing created."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -14,7 +13,7 @@ from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.train.models.byo_check import check_target
 from tests.layout_parity import assert_same, launch, reference
-from tests.test_byo_model import MODELS, NET
+from tests.test_byo_model import MODELS, NET, user_package
 
 # Models torch's tracer cuts badly, or cannot trace.
 ODD = '''
@@ -48,18 +47,8 @@ class Branchy(Skip):
 
 @pytest.fixture(scope="module")
 def user_code(tmp_path_factory):
-    """test_byo_model's package and recipe, outside the repo, on PYTHONPATH and sys.path."""
-    root = tmp_path_factory.mktemp("user")
-    (root / "byo_pkg").mkdir()
-    (root / "byo_pkg" / "__init__.py").write_text("")
-    (root / "byo_pkg" / "models.py").write_text(MODELS)
-    (root / "byo_pkg" / "odd.py").write_text(ODD)
-    (root / "recipes" / "model").mkdir(parents=True)
-    (root / "recipes" / "model" / "byo_net.yaml").write_text(NET)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(root))
-        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-        mp.setenv("LAUNCHER_RECIPES", str(root / "recipes"))
+    """test_byo_model's package and recipe, plus the models a split cannot run."""
+    with user_package(tmp_path_factory.mktemp("user"), {"models": MODELS, "odd": ODD}, {"byo_net": NET}) as root:
         yield root
 
 

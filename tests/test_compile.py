@@ -32,26 +32,6 @@ def group():
     dist.destroy_process_group()
 
 
-def trained(compile_: bool):
-    """(compile figures, each step's loss, each step's seconds) of tiny_gpt, 1 rank."""
-    return bench.trained(compile_, STEPS, WARMUP)
-
-
-def check_parity_and_warm_up_booking() -> None:
-    """Losses agree to 1e-5 relative: inductor fuses the norms', softmax's and loss's reductions,
-    so fp32 sums may run in another order (a few ulps, ~1e-7 relative, per op); over 4 AdamW
-    steps that stays far below 1e-5, while a real difference in what is computed (a block left
-    out, stale weights) moves the loss by > 1e-3 from step 2 on. (Measured here: equal to the
-    last bit with both backends.)"""
-    eager, eager_losses, _ = trained(False)
-    figures, losses, times = trained(True)
-    assert eager == {"compile_s": None, "compile_after_warmup_s": None, "compiled_units": 0}
-    assert losses == pytest.approx(eager_losses, rel=1e-5)
-    assert figures["compiled_units"] == 2  # tiny_gpt's two blocks, each in place
-    assert figures["compile_s"] > 0 and figures["compile_after_warmup_s"] == 0  # all of it in warm-up
-    assert figures["compile_s"] <= sum(times[:WARMUP])  # booked to the warm-up steps whose time it was part of
-
-
 def test_compiled_tiny_gpt_trains_as_eager_and_compiles_within_warm_up(group, monkeypatch):
     """Dynamo's capture, AOTAutograd's forward/backward split (the backward compiled lazily, in
     the first backward) and the in-place units as a real run has them, with the aot_eager
@@ -59,7 +39,16 @@ def test_compiled_tiny_gpt_trains_as_eager_and_compiles_within_warm_up(group, mo
     (24 s in benchmarks/results/compile_inductor.md, 45-55 s when the machine is busy), past this
     suite's budget."""
     monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
-    check_parity_and_warm_up_booking()
+    # Losses to 1e-5 relative: inductor fuses the norms', softmax's and loss's reductions, so fp32
+    # sums may run in another order (a few ulps per op); a real difference in what is computed (a
+    # block left out, stale weights) moves the loss by > 1e-3 from step 2 on. (aot_eager: equal.)
+    eager, eager_losses, _ = bench.trained(False, STEPS, WARMUP)
+    figures, losses, times = bench.trained(True, STEPS, WARMUP)
+    assert eager == {"compile_s": None, "compile_after_warmup_s": None, "compiled_units": 0}
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    assert figures["compiled_units"] == 2  # tiny_gpt's two blocks, each in place
+    assert figures["compile_s"] > 0 and figures["compile_after_warmup_s"] == 0  # all of it in warm-up
+    assert figures["compile_s"] <= sum(times[:WARMUP])  # booked to the warm-up steps whose time it was part of
 
 
 def test_compiling_in_place_keeps_the_parameter_names():

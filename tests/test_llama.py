@@ -91,9 +91,9 @@ def test_checkpointing_recomputes_what_it_names_with_the_same_gradients(arch, mo
 
 # Each layout without checkpointing; checkpointing on the two layouts whose recompute runs through
 # the layout's own machinery (FSDP's unit hooks: full; DTensor's sharded attention core: selective).
-# That recomputation is bitwise on every layout is the in-process test above; the four other
-# layout × checkpointing trials it had here (ddp, pipeline, fsdp_tp, fsdp_tp_pp: 80 s of the
-# suite) added no path these do not cover. Global batch 8 everywhere, as the reference's.
+# That each mode's recompute is bitwise on the model itself is the in-process test above; ddp and
+# pipeline run the same unsharded blocks, and fsdp_tp / fsdp_tp_pp combine the two covered here
+# (the four trials they had cost 80 s of the suite). Global batch 8 everywhere, as the reference's.
 LAYOUTS = {
     "ddp": (2, ["parallel=ddp", "batch.micro=4"]),
     "fsdp": (2, ["parallel=fsdp", "batch.micro=4"]),
