@@ -53,7 +53,9 @@ def trained(compile_: bool, steps: int, warmup: int):
     renv = RankEnv(rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, sources={})
     run = loop.build(trial, cfg, renv, CPU, checkpoint_dir=None, stop=None, log=lambda *a, **k: None)
     done = loop.run_steps(run, start_step=0)
-    figures = compiling.compile_metrics(run.compile_clock, units=run.compiled_units, first_timed_step=warmup, device=CPU)
+    figures = compiling.compile_metrics(
+        run.compile_clock, units=run.compiled_units, first_timed_step=warmup, device=CPU
+    )
     return figures, [float(loss) for loss in done.step_losses], done.step_times
 
 
@@ -76,13 +78,20 @@ def main() -> int:
     timed = slice(args.warmup, None)
     result = {
         "how": f"`.venv/bin/python benchmarks/compile_inductor.py --steps {args.steps} --warmup {args.warmup}`",
-        "backend": compiling.BACKEND, "torch": torch.__version__, "python": platform.python_version(),
-        "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "inductor_cache_warm_before": warm_cache, **figures, "compiled_run_wall_s": wall,
-        "eager_losses": eager_losses, "compiled_losses": losses, "max_loss_rel_diff": worst,
+        "backend": compiling.BACKEND,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "inductor_cache_warm_before": warm_cache,
+        **figures,
+        "compiled_run_wall_s": wall,
+        "eager_losses": eager_losses,
+        "compiled_losses": losses,
+        "max_loss_rel_diff": worst,
         "eager_step_s_median": statistics.median(eager_times[timed]),
         "compiled_step_s_median": statistics.median(times[timed]),
-    }  # fmt: skip
+    }
     goals = {
         f"losses within {LOSS_RTOL:g} relative of eager at every step": worst <= LOSS_RTOL,
         "all compile time inside warm-up (compile_after_warmup_s = 0)": figures["compile_after_warmup_s"] == 0,
@@ -97,18 +106,22 @@ def main() -> int:
 
 def report(r: dict) -> str:
     lines = [
-        "# train.compile=true with inductor (tiny_gpt, 1 rank, CPU)", "",
+        "# train.compile=true with inductor (tiny_gpt, 1 rank, CPU)",
+        "",
         f"Reproduce: {r['how']} — {r['measured_at']}, torch {r['torch']}, {r['threads']} threads; "
-        f"inductor's cache {'warm' if r['inductor_cache_warm_before'] else 'cold'} at the start.", "",
-        "| goal | result |", "|---|---|",
-        *(f"| {goal} | {verdict} |" for goal, verdict in r["goals"].items()), "",
+        f"inductor's cache {'warm' if r['inductor_cache_warm_before'] else 'cold'} at the start.",
+        "",
+        "| goal | result |",
+        "|---|---|",
+        *(f"| {goal} | {verdict} |" for goal, verdict in r["goals"].items()),
+        "",
         f"- compile_s: {r['compile_s']:.1f} s over {r['compiled_units']} units "
         f"(after warm-up: {r['compile_after_warmup_s']:.1f} s)",
         f"- largest loss difference from eager: {r['max_loss_rel_diff']:.2e} relative",
         f"- median timed step: eager {r['eager_step_s_median'] * 1e3:.1f} ms, compiled "
         f"{r['compiled_step_s_median'] * 1e3:.1f} ms (a 2-layer toy on CPU: says nothing of a GPU's speed-up)",
         "",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ next to launcher/model/memory.py's estimate. Trials:
 
 Checks (a FAIL exits 1): backend nccl, auto → bf16, CUDA-event timing, a table peak, MFU in (0, 1],
 losses finite, bf16 first loss within 2% of fp32's, GPU losses within 1e-3 (first) and 5e-3 (last,
-after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate within 0.8–1.5× of the measured peak allocation. Without a GPU
+after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate within 0.8–1.5× of the
+measured peak allocation. Without a GPU
 (torch.cuda.is_available() false) it writes "NOT run: no GPU" to the same files and exits 0.
 
     .venv/bin/python benchmarks/gpu_smoke.py [--steps 30] [--warmup 10] [--micro 8]
@@ -107,22 +108,49 @@ def checks(recs: dict[str, dict[str, Any]], predicted: dict[str, float]) -> list
         ("backend is nccl", recs["main"].get("backend") == "nccl"),
         ("precision auto resolved to bf16", m.get("precision") == "bf16"),
         ("step times from CUDA events", m.get("step_timing") == "cuda_events"),
-        ("peak from the table for the detected device",
-         m.get("peak_source") not in (None, "cluster.peak_flops_per_device") and m.get("mfu") is not None),
+        (
+            "peak from the table for the detected device",
+            m.get("peak_source") not in (None, "cluster.peak_flops_per_device") and m.get("mfu") is not None,
+        ),
         ("mfu in (0, 1]", m.get("mfu") is not None and 0 < m["mfu"] <= 1),
         ("losses finite in every trial", finite),
         ("bf16 first loss within 2% of fp32's", rel(m["loss_first"], f32["loss_first"]) <= 0.02),
-        ("tiny_gpt on the GPU matches the CPU reference (first loss rel 1e-3, last rel 5e-3: TF32 matmuls)",
-         rel(g["loss_first"], c["loss_first"]) <= 1e-3 and rel(g["loss_last"], c["loss_last"]) <= 5e-3),
+        (
+            "tiny_gpt on the GPU matches the CPU reference (first loss rel 1e-3, last rel 5e-3: TF32 matmuls)",
+            rel(g["loss_first"], c["loss_first"]) <= 1e-3 and rel(g["loss_last"], c["loss_last"]) <= 5e-3,
+        ),
         ("memory estimate 0.8-1.5x of measured peak allocation (ddp, fsdp)", all(0.8 <= r <= 1.5 for r in ratios)),
-    ]  # fmt: skip
+    ]
 
 
-KEEP = ("precision", "matmul_dtype", "cuda_device_name", "mfu", "peak_flops_per_device", "peak_source", "peak_device",
-        "peak_mismatch", "tokens_per_s", "samples_per_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s",
-        "steps_measured", "step_timing", "flops_per_token", "params", "allreduce_bytes", "compute_time_s",
-        "loss_first", "loss_last", "cuda_peak_allocated_bytes", "cuda_peak_reserved_bytes", "host_peak_rss_bytes",
-        "peak_memory_bytes", "peak_memory_kind")  # fmt: skip
+KEEP = (
+    "precision",
+    "matmul_dtype",
+    "cuda_device_name",
+    "mfu",
+    "peak_flops_per_device",
+    "peak_source",
+    "peak_device",
+    "peak_mismatch",
+    "tokens_per_s",
+    "samples_per_s",
+    "step_time_median_s",
+    "step_time_p10_s",
+    "step_time_p90_s",
+    "steps_measured",
+    "step_timing",
+    "flops_per_token",
+    "params",
+    "allreduce_bytes",
+    "compute_time_s",
+    "loss_first",
+    "loss_last",
+    "cuda_peak_allocated_bytes",
+    "cuda_peak_reserved_bytes",
+    "host_peak_rss_bytes",
+    "peak_memory_bytes",
+    "peak_memory_kind",
+)
 
 
 def figures(record: dict[str, Any], predicted: float) -> dict[str, Any]:
@@ -136,30 +164,48 @@ def figures(record: dict[str, Any], predicted: float) -> dict[str, Any]:
 
 def not_run_lines(env: dict[str, Any], args: argparse.Namespace) -> list[str]:
     return [
-        "# GPU smoke test", "",
+        "# GPU smoke test",
+        "",
         "**NOT run: no GPU.** `torch.cuda.is_available()` is false on this machine "
-        f"(torch {env['torch']}, CUDA build: {env['cuda'] or 'none'}; {env['platform']}; {env['measured_at']}).", "",
-        f"Trials it runs when a GPU is there ({args.steps} steps, {args.warmup} warm-up):", "",
-        *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()], "",
-        f"Reproduce: {REPRODUCE}", "",
-    ]  # fmt: skip
+        f"(torch {env['torch']}, CUDA build: {env['cuda'] or 'none'}; {env['platform']}; {env['measured_at']}).",
+        "",
+        f"Trials it runs when a GPU is there ({args.steps} steps, {args.warmup} warm-up):",
+        "",
+        *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()],
+        "",
+        f"Reproduce: {REPRODUCE}",
+        "",
+    ]
 
 
-def ran_lines(env: dict[str, Any], args: argparse.Namespace, figs: dict[str, dict], ok: list, versions: dict) -> list[str]:
+def ran_lines(
+    env: dict[str, Any], args: argparse.Namespace, figs: dict[str, dict], ok: list, versions: dict
+) -> list[str]:
     names = list(figs)
     return [
-        "# GPU smoke test", "",
+        "# GPU smoke test",
+        "",
         f"Measured {env['measured_at']} on **{env['device_name']}** (torch {versions.get('torch')}, CUDA "
         f"{versions.get('cuda')}; {env['platform']}): one rank per trial, {args.steps} steps each, the first "
-        f"{args.warmup} excluded, through the real payload (launcher.run.local.run_local → `python -m launcher.train`).",
-        "", *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()], "",
-        "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
-        *[f"| {k} | " + " | ".join(str(figs[n].get(k)) for n in names) + " |" for k in figs[names[0]]], "",
+        f"{args.warmup} excluded, through the real payload (launcher.run.local.run_local → `python -m "
+        "launcher.train`).",
+        "",
+        *[f"- {name}: `{' '.join(o)}`" for name, o in trials(args.micro).items()],
+        "",
+        "| figure | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+        *[f"| {k} | " + " | ".join(str(figs[n].get(k)) for n in names) + " |" for k in figs[names[0]]],
+        "",
         "Memory estimate: launcher/model/memory.py's params + grads + optimizer + activations (its runtime "
-        "allowance, the CUDA context, is outside torch's allocator), against `torch.cuda.max_memory_allocated`.", "",
-        "Checks:", "", *[f"- {'PASS' if good else 'FAIL'}: {name}" for name, good in ok], "",
-        f"Reproduce: {REPRODUCE}", "",
-    ]  # fmt: skip
+        "allowance, the CUDA context, is outside torch's allocator), against `torch.cuda.max_memory_allocated`.",
+        "",
+        "Checks:",
+        "",
+        *[f"- {'PASS' if good else 'FAIL'}: {name}" for name, good in ok],
+        "",
+        f"Reproduce: {REPRODUCE}",
+        "",
+    ]
 
 
 def main() -> int:
@@ -170,8 +216,11 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     env = environment()
-    result: dict[str, Any] = {"benchmark": "gpu_smoke", "environment": env,
-                              "setup": vars(args) | {"trials": trials(args.micro), "world_size": 1}}  # fmt: skip
+    result: dict[str, Any] = {
+        "benchmark": "gpu_smoke",
+        "environment": env,
+        "setup": vars(args) | {"trials": trials(args.micro), "world_size": 1},
+    }
     if not env["cuda_available"]:
         result |= {"status": "not_run", "reason": "no GPU: torch.cuda.is_available() is false"}
         return write(result, not_run_lines(env, args), 0)
@@ -182,14 +231,28 @@ def main() -> int:
         print(f"{name}: {'completed' if failure is None else 'FAILED'}", flush=True)
         if failure is not None:
             result |= {"status": "failed", "failed_trial": name, "reason": failure, "record": record}
-            lines = ["# GPU smoke test", "", f"**FAILED** ({name}) on {env['device_name']}:", "", "```", failure, "```", ""]
+            lines = [
+                "# GPU smoke test",
+                "",
+                f"**FAILED** ({name}) on {env['device_name']}:",
+                "",
+                "```",
+                failure,
+                "```",
+                "",
+            ]
             return write(result, lines, 1)
         recs[name] = record
     ok = checks(recs, predicted)
     figs = {name: figures(r, predicted[name]) for name, r in recs.items()}
     passed = all(good for _, good in ok)
     versions = recs["main"].get("versions", {})
-    result |= {"status": "passed" if passed else "checks_failed", "figures": figs, "checks": dict(ok), "versions": versions}
+    result |= {
+        "status": "passed" if passed else "checks_failed",
+        "figures": figs,
+        "checks": dict(ok),
+        "versions": versions,
+    }
     return write(result, ran_lines(env, args, figs, ok, versions), 0 if passed else 1)
 
 

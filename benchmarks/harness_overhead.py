@@ -47,8 +47,9 @@ def launcher_trial(work: Path, ranks: int, micro: int, steps: int, warmup: int) 
 def hand_loop(ranks: int, micro: int, steps: int, warmup: int) -> float:
     port = free_port()
     argv = [sys.executable, str(HERE / "hand_ddp.py"), str(micro), str(steps), str(warmup)]
-    procs = [subprocess.Popen(argv, env=rank_env(r, ranks, port, 1), stdout=subprocess.PIPE, text=True)
-             for r in range(ranks)]  # fmt: skip
+    procs = [
+        subprocess.Popen(argv, env=rank_env(r, ranks, port, 1), stdout=subprocess.PIPE, text=True) for r in range(ranks)
+    ]
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"hand loop failed: exit codes {[p.returncode for p in procs]}")
@@ -78,8 +79,11 @@ def main() -> None:
                 else:
                     thr[who] = hand_loop(args.ranks, args.micro, args.steps, args.warmup)
             rounds.append({"order": order, **thr, "ratio": thr["launcher"] / thr["hand"]})
-            print(f"round {i + 1}: launcher {thr['launcher']:.0f} tok/s, hand {thr['hand']:.0f} tok/s, "
-                  f"ratio {rounds[-1]['ratio']:.3f}", flush=True)  # fmt: skip
+            print(
+                f"round {i + 1}: launcher {thr['launcher']:.0f} tok/s, hand {thr['hand']:.0f} tok/s, "
+                f"ratio {rounds[-1]['ratio']:.3f}",
+                flush=True,
+            )
     ratios = [r["ratio"] for r in rounds]
     result = {
         "benchmark": "harness_overhead",
@@ -99,18 +103,27 @@ def main() -> None:
     out = HERE / "results"
     atomic_write_json(out / "harness_overhead.json", result)
     lines = [
-        "# Harness overhead", "",
+        "# Harness overhead",
+        "",
         f"Launcher trial ÷ hand-written DDP loop, tokens/s: **median {result['median_ratio']:.3f}** "
         f"(min {result['min_ratio']:.3f}, max {result['max_ratio']:.3f}) over {args.rounds} rounds; "
-        f"goal ≥ {GOAL} → {'met' if result['meets_goal'] else 'NOT met'}.", "",
+        f"goal ≥ {GOAL} → {'met' if result['meets_goal'] else 'NOT met'}.",
+        "",
         f"Measured {result['measured_at']} on {os.cpu_count()} CPUs, {args.ranks} ranks (gloo, 1 thread each), "
-        f"tiny_gpt, micro-batch {args.micro}, {args.steps} steps of which {args.warmup} warm-up.", "",
-        f"Method: {result['method']}.", "",
-        "| round | order | launcher tok/s | hand tok/s | ratio |", "|---|---|---|---|---|",
-        *[f"| {i + 1} | {' → '.join(r['order'])} | {r['launcher']:.0f} | {r['hand']:.0f} | {r['ratio']:.3f} |"
-          for i, r in enumerate(rounds)],
-        "", "Reproduce: `.venv/bin/python benchmarks/harness_overhead.py`", "",
-    ]  # fmt: skip
+        f"tiny_gpt, micro-batch {args.micro}, {args.steps} steps of which {args.warmup} warm-up.",
+        "",
+        f"Method: {result['method']}.",
+        "",
+        "| round | order | launcher tok/s | hand tok/s | ratio |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {i + 1} | {' → '.join(r['order'])} | {r['launcher']:.0f} | {r['hand']:.0f} | {r['ratio']:.3f} |"
+            for i, r in enumerate(rounds)
+        ],
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/harness_overhead.py`",
+        "",
+    ]
     atomic_write_text(out / "harness_overhead.md", "\n".join(lines))
     print(f"median ratio {result['median_ratio']:.3f} (goal ≥ {GOAL}) → {out / 'harness_overhead.md'}")
 

@@ -47,16 +47,31 @@ from launcher.results.policy import recommend  # noqa: E402
 BED = ["--cpus-per-node", "0.45", "--link-rate", "200mbit"]
 THRESHOLD = 0.8
 REPEATS = 3
-SWEEP = ["cluster=devcluster", "model=tiny_gpt", "parallel=ddp", "sweep.nodes=[1,2,3,4]", "batch.global_batch=144",
-         "batch.micro=12", "sweep.steps=15", "sweep.warmup_steps=3", f"sweep.repeats={REPEATS}", f"sweep.threshold={THRESHOLD}",
-         "cluster.exclusive=true"]  # fmt: skip
+SWEEP = [
+    "cluster=devcluster",
+    "model=tiny_gpt",
+    "parallel=ddp",
+    "sweep.nodes=[1,2,3,4]",
+    "batch.global_batch=144",
+    "batch.micro=12",
+    "sweep.steps=15",
+    "sweep.warmup_steps=3",
+    f"sweep.repeats={REPEATS}",
+    f"sweep.threshold={THRESHOLD}",
+    "cluster.exclusive=true",
+]
 # exclusive: the bed is shared with other users' jobs; a trial sharing a node's CPU share measures them too
 CURVE = "tiny_gpt DDP, global batch 144 (micro 12), 1 rank/node, 0.45 CPU/node, 200 Mbit/s"
 
 
 def launcher(*args: str, capture: bool = False) -> str:
-    out = subprocess.run([sys.executable, "-m", "launcher", *args], cwd=ROOT, check=True, text=True,
-                         stdout=subprocess.PIPE if capture else None)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        cwd=ROOT,
+        check=True,
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+    )
     return out.stdout or ""
 
 
@@ -81,18 +96,33 @@ def per_size(df: pd.DataFrame) -> list[dict]:
     for nodes, g in df[df["status"] == "completed"].groupby("nodes"):
         effs = sorted(float(e) for e in g["efficiency"])
         lo, hi = g["efficiency_lo"].dropna(), g["efficiency_hi"].dropna()
-        out.append({"nodes": int(nodes), "trials": len(g), "efficiency": float(g["efficiency"].median()), "efficiencies": effs,
-                    "efficiency_lo": float(lo.iloc[0]) if len(lo) else None, "efficiency_hi": float(hi.iloc[0]) if len(hi) else None,
-                    "tokens_per_s": float(g["tokens_per_s"].median()), "device_hours": float(g["device_hours"].sum())})  # fmt: skip
+        out.append(
+            {
+                "nodes": int(nodes),
+                "trials": len(g),
+                "efficiency": float(g["efficiency"].median()),
+                "efficiencies": effs,
+                "efficiency_lo": float(lo.iloc[0]) if len(lo) else None,
+                "efficiency_hi": float(hi.iloc[0]) if len(hi) else None,
+                "tokens_per_s": float(g["tokens_per_s"].median()),
+                "device_hours": float(g["device_hours"].sum()),
+            }
+        )
     return out
 
 
 def summary(folder: Path) -> dict:
     df = pd.read_csv(folder / "results.csv")
     rec = recommend(df, THRESHOLD, unit="rank")
-    doc = {"sweep": str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder), "pick_ranks": rec.world_size,
-           "reason": rec.reason, "device_hours": float(df["device_hours"].fillna(0).sum()),
-           "trials_run": int((df["status"] != "skipped").sum()), "trials": len(df), "sizes": per_size(df)}  # fmt: skip
+    doc = {
+        "sweep": str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder),
+        "pick_ranks": rec.world_size,
+        "reason": rec.reason,
+        "device_hours": float(df["device_hours"].fillna(0).sum()),
+        "trials_run": int((df["status"] != "skipped").sum()),
+        "trials": len(df),
+        "sizes": per_size(df),
+    }
     search = folder / "search.json"
     if search.exists():
         doc["search"] = json.loads(search.read_text())
@@ -114,8 +144,14 @@ def bounds(grid: Path, curve: str = CURVE) -> list[dict]:
             models = fit_layouts(mine, cluster["intra_link"], cluster["inter_link"])
             pred = predictions(mine, models, [n for n in sizes if n not in subset])
             for _, row in pred[~pred["world_size"].isin(subset)].iterrows():
-                out.append({"curve": curve, "measured": ";".join(map(str, subset)), "world_size": int(row["world_size"]),
-                            "efficiency_high": round(float(row["efficiency_high"]), 4)})  # fmt: skip
+                out.append(
+                    {
+                        "curve": curve,
+                        "measured": ";".join(map(str, subset)),
+                        "world_size": int(row["world_size"]),
+                        "efficiency_high": round(float(row["efficiency_high"]), 4),
+                    }
+                )
     return out
 
 
@@ -125,9 +161,21 @@ def save_data(grid: Path, adaptive: Path, settings: list[str]) -> None:
     for search, folder in (("grid", grid), ("adaptive", adaptive)):
         df = pd.read_csv(folder / "results.csv")
         for _, r in df.iterrows():
-            rows.append({"curve": CURVE, "search": search, "sweep": folder.name, "trial_id": r["trial_id"], "nodes": int(r["nodes"]),
-                         "world_size": int(r["world_size"]), "repeat": int(r["repeat"]), "status": r["status"],
-                         "tokens_per_s": r["tokens_per_s"], "device_hours": r["device_hours"], "settings": note})  # fmt: skip
+            rows.append(
+                {
+                    "curve": CURVE,
+                    "search": search,
+                    "sweep": folder.name,
+                    "trial_id": r["trial_id"],
+                    "nodes": int(r["nodes"]),
+                    "world_size": int(r["world_size"]),
+                    "repeat": int(r["repeat"]),
+                    "status": r["status"],
+                    "tokens_per_s": r["tokens_per_s"],
+                    "device_hours": r["device_hours"],
+                    "settings": note,
+                }
+            )
     write_csv(HERE / "data" / "bed_curves.csv", rows)
     write_csv(HERE / "data" / "bed_bounds.csv", bounds(grid))
 
@@ -151,48 +199,80 @@ def goals(grid: dict, adaptive: dict) -> list[tuple[str, bool, str]]:
     fell = [n for n, e in effs.items() if e < THRESHOLD]
     table = ", ".join(f"{n}: {e:.2f}" for n, e in sorted(effs.items()))
     return [
-        ("the grid's efficiency crosses the threshold inside 1..4 nodes", bool(held and fell),
-         f"median efficiency by nodes {table}; threshold {THRESHOLD:.2f}"),
-        ("adaptive picks what the grid picks", adaptive["pick_ranks"] == grid["pick_ranks"],
-         f"grid {grid['pick_ranks']} ranks, adaptive {adaptive['pick_ranks']} ranks"),
-        ("adaptive spends fewer device-hours than the grid", adaptive["device_hours"] < grid["device_hours"],
-         f"adaptive {adaptive['device_hours']:.4f} vs grid {grid['device_hours']:.4f} device-hours "
-         f"({adaptive['device_hours'] / grid['device_hours']:.2f} of it)"),
-    ]  # fmt: skip
+        (
+            "the grid's efficiency crosses the threshold inside 1..4 nodes",
+            bool(held and fell),
+            f"median efficiency by nodes {table}; threshold {THRESHOLD:.2f}",
+        ),
+        (
+            "adaptive picks what the grid picks",
+            adaptive["pick_ranks"] == grid["pick_ranks"],
+            f"grid {grid['pick_ranks']} ranks, adaptive {adaptive['pick_ranks']} ranks",
+        ),
+        (
+            "adaptive spends fewer device-hours than the grid",
+            adaptive["device_hours"] < grid["device_hours"],
+            f"adaptive {adaptive['device_hours']:.4f} vs grid {grid['device_hours']:.4f} device-hours "
+            f"({adaptive['device_hours'] / grid['device_hours']:.2f} of it)",
+        ),
+    ]
 
 
 def report(doc: dict) -> list[str]:
     grid, adaptive = doc["grid"], doc["adaptive"]
     ran = {s["nodes"]: s for s in adaptive["sizes"]}
     lines = [
-        "# A real knee on the dev bed: grid vs adaptive search", "",
+        "# A real knee on the dev bed: grid vs adaptive search",
+        "",
         f"Bed: {'; '.join(doc['bed'])}. Sweep: `launcher sweep {' '.join(SWEEP)}` (grid), the same with "
         "`sweep.search=adaptive`. Strong scaling: the global batch is fixed, so per-rank compute shrinks as 1/N while "
-        "the all-reduce over the shaped links does not.", "",
-        "| nodes | grid efficiency (median) | its interval | grid trials | adaptive | grid device-h | adaptive device-h |",
+        "the all-reduce over the shaped links does not.",
+        "",
+        "| nodes | grid efficiency (median) | its interval | grid trials | adaptive | grid device-h | adaptive "
+        "device-h |",
         "|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for s in grid["sizes"]:
         a = ran.get(s["nodes"])
         interval = f"[{s['efficiency_lo']:.2f}–{s['efficiency_hi']:.2f}]" if s["efficiency_lo"] is not None else "—"
         seen = f"{a['efficiency']:.2f} ({a['trials']} trials)" if a else "skipped"
-        lines.append(f"| {s['nodes']} | {s['efficiency']:.2f} {'≥' if s['efficiency'] >= THRESHOLD else '<'} {THRESHOLD:.2f} | "
-                     f"{interval} | {', '.join(f'{e:.2f}' for e in s['efficiencies'])} | {seen} | {s['device_hours']:.4f} | "
-                     f"{a['device_hours'] if a else 0:.4f} |")  # fmt: skip
-    lines += ["", f"**Device-hours: grid {grid['device_hours']:.4f} ({grid['trials_run']} trials), adaptive "
-              f"{adaptive['device_hours']:.4f} ({adaptive['trials_run']} trials) = {adaptive['device_hours'] / grid['device_hours']:.2f} "
-              "of the grid's.**", f"Grid pick: {grid['reason']}.", f"Adaptive pick: {adaptive['reason']}."]  # fmt: skip
+        lines.append(
+            f"| {s['nodes']} | {s['efficiency']:.2f} {'≥' if s['efficiency'] >= THRESHOLD else '<'} {THRESHOLD:.2f} | "
+            f"{interval} | {', '.join(f'{e:.2f}' for e in s['efficiencies'])} | {seen} | {s['device_hours']:.4f} | "
+            f"{a['device_hours'] if a else 0:.4f} |"
+        )
+    lines += [
+        "",
+        f"**Device-hours: grid {grid['device_hours']:.4f} ({grid['trials_run']} trials), adaptive "
+        f"{adaptive['device_hours']:.4f} ({adaptive['trials_run']} trials) = "
+        f"{adaptive['device_hours'] / grid['device_hours']:.2f} "
+        "of the grid's.**",
+        f"Grid pick: {grid['reason']}.",
+        f"Adaptive pick: {adaptive['reason']}.",
+    ]
     steps = [st for st in (adaptive.get("search") or {}).get("steps") or [] if "size" in st]
     if steps:
-        lines.append("Adaptive search, step by step: " + " → ".join(
-            f"{st['size']} ranks ({st['reason']}; model bound {st['model_bound']})" for st in steps) + "; then "
-            + (((adaptive["search"].get("final") or {}).get("") or {}).get("reason") or "done") + ".")  # fmt: skip
+        lines.append(
+            "Adaptive search, step by step: "
+            + " → ".join(f"{st['size']} ranks ({st['reason']}; model bound {st['model_bound']})" for st in steps)
+            + "; then "
+            + (((adaptive["search"].get("final") or {}).get("") or {}).get("reason") or "done")
+            + "."
+        )
     lines += ["", "| goal | result | evidence |", "|---|---|---|"]
     lines += [f"| {g} | {'met' if ok else '**NOT met**'} | {why} |" for g, ok, why in doc["goals"]]
-    lines += ["", f"Sweeps: `{grid['sweep']}`, `{adaptive['sweep']}` (not committed). Trials saved to "
-              "benchmarks/data/bed_curves.csv, the model's bounds to benchmarks/data/bed_bounds.csv.",
-              "Reproduce: `.venv/bin/python benchmarks/knee.py` ("
-              + (f"{doc['wall_s']:.0f} s here, bed included)." if doc["wall_s"] else "time not measured: reported with --from)."), ""]  # fmt: skip
+    lines += [
+        "",
+        f"Sweeps: `{grid['sweep']}`, `{adaptive['sweep']}` (not committed). Trials saved to "
+        "benchmarks/data/bed_curves.csv, the model's bounds to benchmarks/data/bed_bounds.csv.",
+        "Reproduce: `.venv/bin/python benchmarks/knee.py` ("
+        + (
+            f"{doc['wall_s']:.0f} s here, bed included)."
+            if doc["wall_s"]
+            else "time not measured: reported with --from)."
+        ),
+        "",
+    ]
     return lines
 
 
@@ -229,15 +309,27 @@ def plot(doc: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from", dest="existing", nargs=2, metavar=("GRID_DIR", "ADAPTIVE_DIR"), type=Path,
-                    help="report two sweeps already run (the bed is still brought up, for its settings)")
+    ap.add_argument(
+        "--from",
+        dest="existing",
+        nargs=2,
+        metavar=("GRID_DIR", "ADAPTIVE_DIR"),
+        type=Path,
+        help="report two sweeps already run (the bed is still brought up, for its settings)",
+    )
     ap.add_argument("--runs", type=Path, default=HERE / "runs", help="where the sweeps go (git-ignored)")
     args = ap.parse_args()
     t0 = time.monotonic()
     settings = bed_settings()
     grid, adaptive = args.existing if args.existing else run_sweeps(args.runs)
     save_data(grid, adaptive, settings)
-    doc = {"bed": settings, "sweep": SWEEP, "threshold": THRESHOLD, "grid": summary(grid), "adaptive": summary(adaptive)}
+    doc = {
+        "bed": settings,
+        "sweep": SWEEP,
+        "threshold": THRESHOLD,
+        "grid": summary(grid),
+        "adaptive": summary(adaptive),
+    }
     doc["goals"] = goals(doc["grid"], doc["adaptive"])
     doc["wall_s"] = time.monotonic() - t0 if not args.existing else previous_wall(doc)
     atomic_write_json(HERE / "results" / "knee.json", doc)

@@ -49,8 +49,10 @@ SPLITS = {
     "extrapolate": (lambda nodes, accum: nodes != 4, "fit nodes {1,2,3}, predict nodes 4"),
     "accum 1→2": (lambda nodes, accum: accum == 1, "fit accumulation 1, predict accumulation 2"),
     "accum 2→1": (lambda nodes, accum: accum == 2, "fit accumulation 2, predict accumulation 1"),
-    "accum 1→2 at scale": (lambda nodes, accum: accum == 1 or nodes == 1,
-                           "fit accumulation 1 + accumulation 2 on one node, predict accumulation 2 on 2–4 nodes"),
+    "accum 1→2 at scale": (
+        lambda nodes, accum: accum == 1 or nodes == 1,
+        "fit accumulation 1 + accumulation 2 on one node, predict accumulation 2 on 2–4 nodes",
+    ),
 }
 GOAL_MAPE, STRETCH_MAPE, GOAL_COVERAGE, GOAL_BW = 10.0, 5.0, 0.80, 0.20
 BUDGET_S = 600.0
@@ -79,13 +81,24 @@ def run_rounds(base: Path, rounds: int, steps: int, warmup: int, start: float) -
     for r in range(rounds):
         began = time.time()
         if r and began - start + longest > BUDGET_S - EVALUATE_S:
-            print(f"round {r + 1} not started: {began - start:.0f} s so far + {longest:.0f} s a round > {BUDGET_S:.0f} s")
+            print(
+                f"round {r + 1} not started: {began - start:.0f} s so far + {longest:.0f} s a round > {BUDGET_S:.0f} s"
+            )
             break
         for rpn in (1, 2):
             name = f"rpn{rpn}-round{r + 1}"
-            launcher("sweep", "cluster=devcluster", f"cluster.tasks_per_node={rpn}", "sweep.nodes=[1,2,3,4]",
-                     "batch.accum=1,2", f"sweep.steps={steps}", f"sweep.warmup_steps={warmup}", f"sweep.name={name}",
-                     f"sweep.results_dir={base}", "--quiet")  # fmt: skip
+            launcher(
+                "sweep",
+                "cluster=devcluster",
+                f"cluster.tasks_per_node={rpn}",
+                "sweep.nodes=[1,2,3,4]",
+                "batch.accum=1,2",
+                f"sweep.steps={steps}",
+                f"sweep.warmup_steps={warmup}",
+                f"sweep.name={name}",
+                f"sweep.results_dir={base}",
+                "--quiet",
+            )
             sweeps.append(base / name)
         longest = max(longest, time.time() - began)
     return sweeps
@@ -114,14 +127,29 @@ def evaluate_split(measured: list[Measured], train_if) -> dict:
         pred = p.tokens_per_s(shape.global_batch, seq)
         low, high = p.tokens_per_s_interval(shape.global_batch, seq)
         median = statistics.median(map(_tokens, trials))
-        shapes.append({"nodes": key[0], "accum": key[1], "world_size": shape.world_size, "predicted_tokens_per_s": pred,
-                       "low": low, "high": high, "measured_median_tokens_per_s": median,
-                       "measured_tokens_per_s": [_tokens(m) for m in trials],
-                       "error_pct": 100 * abs(pred - median) / median})  # fmt: skip
+        shapes.append(
+            {
+                "nodes": key[0],
+                "accum": key[1],
+                "world_size": shape.world_size,
+                "predicted_tokens_per_s": pred,
+                "low": low,
+                "high": high,
+                "measured_median_tokens_per_s": median,
+                "measured_tokens_per_s": [_tokens(m) for m in trials],
+                "error_pct": 100 * abs(pred - median) / median,
+            }
+        )
     inside, total = coverage([(t, s["low"], s["high"]) for s in shapes for t in s["measured_tokens_per_s"]])
-    return {"train_trials": len(train), "mape_pct": statistics.fmean(s["error_pct"] for s in shapes),
-            "inside": inside, "held_out_trials": total, "shapes": shapes, "model": model.to_dict(),
-            "interval": interval_phrase(model)}  # fmt: skip
+    return {
+        "train_trials": len(train),
+        "mape_pct": statistics.fmean(s["error_pct"] for s in shapes),
+        "inside": inside,
+        "held_out_trials": total,
+        "shapes": shapes,
+        "model": model.to_dict(),
+        "interval": interval_phrase(model),
+    }
 
 
 def _links(trials: list[Measured]) -> tuple[str, str]:
@@ -167,39 +195,53 @@ def mape_cell(mape: float) -> str:
 
 
 def bandwidth_lines(results: dict, rate_mb_s: float) -> list[str]:
-    lines = ["| ranks per node | trials | fitted inter-node bandwidth | vs configured | latency α | source |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| ranks per node | trials | fitted inter-node bandwidth | vs configured | latency α | source |",
+        "|---|---|---|---|---|---|",
+    ]
     for rpn, r in results.items():
         inter = r["full_fit"]["inter"]
         mb = inter["bandwidth_gbps"] * 1e3
         off = mb / rate_mb_s - 1
-        lines.append(f"| {rpn} | {r['trials']} | {mb:.1f} MB/s | {off:+.0%} (±{GOAL_BW:.0%} {verdict(abs(off) <= GOAL_BW)}) | "
-                     f"{inter['latency_s'] * 1e3:.2f} ms | {r['full_fit']['sources']['inter']} |")  # fmt: skip
+        lines.append(
+            f"| {rpn} | {r['trials']} | {mb:.1f} MB/s | {off:+.0%} (±{GOAL_BW:.0%} {verdict(abs(off) <= GOAL_BW)}) | "
+            f"{inter['latency_s'] * 1e3:.2f} ms | {r['full_fit']['sources']['inter']} |"
+        )
     return lines
 
 
 def accuracy_lines(results: dict) -> list[str]:
-    lines = ["| ranks per node | split | trained on | MAPE of tokens/s | worst shape | held-out trials inside the 90% interval |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| ranks per node | split | trained on | MAPE of tokens/s | worst shape | held-out trials inside the 90% "
+        "interval |",
+        "|---|---|---|---|---|---|",
+    ]
     for rpn, r in results.items():
         for name, s in r["splits"].items():
             worst = max(x["error_pct"] for x in s["shapes"])
             share = s["inside"] / s["held_out_trials"]
-            lines.append(f"| {rpn} | {name} | {s['label']} ({s['train_trials']} trials) | {mape_cell(s['mape_pct'])} | "
-                         f"{worst:.1f}% | {s['inside']}/{s['held_out_trials']} ({share:.0%}) |")  # fmt: skip
+            lines.append(
+                f"| {rpn} | {name} | {s['label']} ({s['train_trials']} trials) | {mape_cell(s['mape_pct'])} | "
+                f"{worst:.1f}% | {s['inside']}/{s['held_out_trials']} ({share:.0%}) |"
+            )
     return lines
 
 
 def shape_lines(results: dict) -> list[str]:
-    lines = ["| ranks per node | split | nodes | accum | measured tok/s (median; trials) | predicted [90% interval] | error |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| ranks per node | split | nodes | accum | measured tok/s (median; trials) | predicted [90% interval] | "
+        "error |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for rpn, r in results.items():
         for name, s in r["splits"].items():
             for x in s["shapes"]:
                 trials = ", ".join(f"{t:,.0f}" for t in x["measured_tokens_per_s"])
-                lines.append(f"| {rpn} | {name} | {x['nodes']} | {x['accum']} | {x['measured_median_tokens_per_s']:,.0f} "
-                             f"({trials}) | {x['predicted_tokens_per_s']:,.0f} [{x['low']:,.0f}–{x['high']:,.0f}] | "
-                             f"{x['error_pct']:.1f}% |")  # fmt: skip
+                lines.append(
+                    f"| {rpn} | {name} | {x['nodes']} | {x['accum']} | {x['measured_median_tokens_per_s']:,.0f} "
+                    f"({trials}) | {x['predicted_tokens_per_s']:,.0f} [{x['low']:,.0f}–{x['high']:,.0f}] | "
+                    f"{x['error_pct']:.1f}% |"
+                )
     return lines
 
 
@@ -207,9 +249,13 @@ def totals(results: dict) -> dict:
     splits = [s for r in results.values() for s in r["splits"].values()]
     inside = sum(s["inside"] for s in splits)
     held = sum(s["held_out_trials"] for s in splits)
-    return {"inside": inside, "held_out_trials": held, "coverage": inside / held,
-            "mape_pct": statistics.fmean(s["mape_pct"] for s in splits),
-            "worst_mape_pct": max(s["mape_pct"] for s in splits)}  # fmt: skip
+    return {
+        "inside": inside,
+        "held_out_trials": held,
+        "coverage": inside / held,
+        "mape_pct": statistics.fmean(s["mape_pct"] for s in splits),
+        "worst_mape_pct": max(s["mape_pct"] for s in splits),
+    }
 
 
 METHOD = (
@@ -230,49 +276,90 @@ def compute_line(results: dict) -> str:
         spread = max(c.values()) / min(c.values()) - 1
         per = ", ".join(f"{n} node(s) {v * 1e3:.0f} ms" for n, v in c.items())
         parts.append(f"{rpn} rank(s)/node: {per} (largest {spread:.0%} above smallest)")
-    return "Single-rank compute per micro-batch (record's compute_time_s ÷ accumulation, median): " + "; ".join(parts) + "."
+    return (
+        "Single-rank compute per micro-batch (record's compute_time_s ÷ accumulation, median): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def overhead_line(results: dict) -> str:
     o = ", ".join(f"{rpn} rank(s)/node {r['full_fit']['overhead_s'] * 1e3:.0f} ms" for rpn, r in results.items())
-    return (f"The accumulation splits 1→2 and 2→1 train on one accumulation, where every trial has the same work "
-            f"per rank, so compute and the fixed per-step overhead cannot be told apart: the fit holds the overhead "
-            f"at 0 and lets compute absorb it, which misses by about overhead ÷ step at the other accumulation. Fitted "
-            f"on every trial, the overhead is {o}. Measuring the other accumulation on one node pins it: "
-            f"\"accum 1→2 at scale\".")
+    return (
+        f"The accumulation splits 1→2 and 2→1 train on one accumulation, where every trial has the same work "
+        f"per rank, so compute and the fixed per-step overhead cannot be told apart: the fit holds the overhead "
+        f"at 0 and lets compute absorb it, which misses by about overhead ÷ step at the other accumulation. Fitted "
+        f"on every trial, the overhead is {o}. Measuring the other accumulation on one node pins it: "
+        f'"accum 1→2 at scale".'
+    )
 
 
 def contention_line(results: dict) -> str:
     levels = sorted({c for r in results.values() for c in r["contention"]})
     gamma = {r["full_fit"]["sources"]["contention_exponent"] for r in results.values()}
     exps = {r["full_fit"]["contention_exponent"] for r in results.values()}
-    return (f"Contention recorded by the trials: {', '.join(f'{c:g}' for c in levels)}; contention exponent "
-            f"{', '.join(f'{g:g}' for g in sorted(exps))}: {'; '.join(sorted(gamma))}.")
+    return (
+        f"Contention recorded by the trials: {', '.join(f'{c:g}' for c in levels)}; contention exponent "
+        f"{', '.join(f'{g:g}' for g in sorted(exps))}: {'; '.join(sorted(gamma))}."
+    )
 
 
 def markdown(doc: dict) -> str:
     results, t = doc["results"], doc["totals"]
     rate = doc["bed"]["link_rate_mb_s"]
     lines = [
-        "# Performance-model accuracy on the bed (held-out trials, real dev-cluster sweeps)", "",
-        f"Bed: `launcher cluster up --cpus-per-node {doc['bed']['cpus_per_node']} --link-rate {doc['bed']['link_rate']}` "
+        "# Performance-model accuracy on the bed (held-out trials, real dev-cluster sweeps)",
+        "",
+        f"Bed: `launcher cluster up --cpus-per-node {doc['bed']['cpus_per_node']} --link-rate "
+        f"{doc['bed']['link_rate']}` "
         f"({rate:g} MB/s between nodes, loopback inside one), applied by the benchmark itself. Sweeps: DDP tiny_gpt, "
-        f"nodes 1–4 × accumulation 1, 2 × ranks per node 1, 2; {doc.get('rounds_run', doc['rounds'])} interleaved round(s) of "
+        f"nodes 1–4 × accumulation 1, 2 × ranks per node 1, 2; {doc.get('rounds_run', doc['rounds'])} interleaved "
+        "round(s) of "
         f"{doc['rounds']} asked (a round that would pass {BUDGET_S:.0f} s is not started), {doc['steps']} steps "
-        f"({doc['warmup_steps']} warm-up). Sweeps in `{doc['sweeps_dir']}` (a temporary folder).", "",
+        f"({doc['warmup_steps']} warm-up). Sweeps in `{doc['sweeps_dir']}` (a temporary folder).",
+        "",
         f"Over every split: MAPE {t['mape_pct']:.1f}% on average, worst split {mape_cell(t['worst_mape_pct'])}; "
         f"coverage of held-out trials by the nominal 90% interval {t['inside']}/{t['held_out_trials']} = "
-        f"{t['coverage']:.0%} (goal ≥ {GOAL_COVERAGE:.0%} {verdict(t['coverage'] >= GOAL_COVERAGE)}).", "",
-        "## Inter-node bandwidth (fit on every trial of that ranks-per-node)", "",
-        *bandwidth_lines(results, rate), "", contention_line(results), "", compute_line(results), "",
-        "## Held-out accuracy", "", *accuracy_lines(results), "", overhead_line(results), "",
-        "Intervals: " + "; ".join(f"{rpn} rank(s)/node {name}: {s['interval']}" for rpn, r in results.items()
-                                  for name, s in r["splits"].items()) + ".", "",
-        METHOD, "", "## Per held-out shape", "", *shape_lines(results), "",
-        "## Bed as `launcher cluster status` showed it", "", "```", doc["bed"]["status"].strip(), "```", "",
+        f"{t['coverage']:.0%} (goal ≥ {GOAL_COVERAGE:.0%} {verdict(t['coverage'] >= GOAL_COVERAGE)}).",
+        "",
+        "## Inter-node bandwidth (fit on every trial of that ranks-per-node)",
+        "",
+        *bandwidth_lines(results, rate),
+        "",
+        contention_line(results),
+        "",
+        compute_line(results),
+        "",
+        "## Held-out accuracy",
+        "",
+        *accuracy_lines(results),
+        "",
+        overhead_line(results),
+        "",
+        "Intervals: "
+        + "; ".join(
+            f"{rpn} rank(s)/node {name}: {s['interval']}"
+            for rpn, r in results.items()
+            for name, s in r["splits"].items()
+        )
+        + ".",
+        "",
+        METHOD,
+        "",
+        "## Per held-out shape",
+        "",
+        *shape_lines(results),
+        "",
+        "## Bed as `launcher cluster status` showed it",
+        "",
+        "```",
+        doc["bed"]["status"].strip(),
+        "```",
+        "",
         f"Reproduce: `{doc['command']}` ({doc['wall_s']:.0f} s wall on {doc['cpus']} cores, goal ≤ {BUDGET_S:.0f} s "
-        f"{verdict(doc['wall_s'] <= BUDGET_S)}).", "",
-    ]  # fmt: skip
+        f"{verdict(doc['wall_s'] <= BUDGET_S)}).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -292,11 +379,19 @@ def main() -> None:
         # The settings the sweeps ran with, as the run that made them recorded.
         run = json.loads((sweeps[0].parent / "bed.json").read_text())
     else:
-        run = {"command": "flock /tmp/bed.lock " + shlex.join([".venv/bin/python", "benchmarks/model_accuracy.py", *sys.argv[1:]]),
-               "rounds": args.rounds, "steps": args.steps, "warmup_steps": args.warmup_steps,
-               "bed": {"cpus_per_node": args.cpus_per_node, "link_rate": args.link_rate,
-                       "link_rate_mb_s": parse_rate(args.link_rate) / 8e6,
-                       "status": bring_up_bed(args.cpus_per_node, args.link_rate)}}  # fmt: skip
+        run = {
+            "command": "flock /tmp/bed.lock "
+            + shlex.join([".venv/bin/python", "benchmarks/model_accuracy.py", *sys.argv[1:]]),
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "warmup_steps": args.warmup_steps,
+            "bed": {
+                "cpus_per_node": args.cpus_per_node,
+                "link_rate": args.link_rate,
+                "link_rate_mb_s": parse_rate(args.link_rate) / 8e6,
+                "status": bring_up_bed(args.cpus_per_node, args.link_rate),
+            },
+        }
         base = Path(tempfile.mkdtemp(prefix="model-accuracy-"))
         run["sweeps_dir"] = str(base)
         atomic_write_json(base / "bed.json", run)
@@ -308,10 +403,20 @@ def main() -> None:
     results = evaluate(sweeps)
     # Bring-up and sweeps as the run measured them, plus this evaluation: the whole benchmark.
     wall = run.get("sweep_wall_s", 0.0) + time.time() - evaluating
-    doc = {**run, "machine": platform.platform(), "cpus": os.cpu_count(), "wall_s": wall,
-           "goals": {"mape_pct": GOAL_MAPE, "stretch_mape_pct": STRETCH_MAPE, "coverage": GOAL_COVERAGE,
-                     "bandwidth_rel": GOAL_BW},
-           "results": results, "totals": totals(results)}  # fmt: skip
+    doc = {
+        **run,
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "wall_s": wall,
+        "goals": {
+            "mape_pct": GOAL_MAPE,
+            "stretch_mape_pct": STRETCH_MAPE,
+            "coverage": GOAL_COVERAGE,
+            "bandwidth_rel": GOAL_BW,
+        },
+        "results": results,
+        "totals": totals(results),
+    }
     atomic_write_json(HERE / "results" / "model_accuracy.json", doc)
     text = markdown(doc)
     atomic_write_text(HERE / "results" / "model_accuracy.md", text)

@@ -37,8 +37,16 @@ CASE_FIELDS = ("step_time_s", "bubble_measured", "bubble_measured_per_rank")
 
 
 def run_case(work: Path, schedule: str, v: int, m: int, micro: int, steps: int, warmup: int) -> dict:
-    cfg = compose_config(MODEL + [f"batch.micro={micro}", "parallel=pipeline", f"parallel.schedule={schedule}",
-                                  f"parallel.microbatches={m}", f"parallel.virtual_stages={v}"])  # fmt: skip
+    cfg = compose_config(
+        MODEL
+        + [
+            f"batch.micro={micro}",
+            "parallel=pipeline",
+            f"parallel.schedule={schedule}",
+            f"parallel.microbatches={m}",
+            f"parallel.virtual_stages={v}",
+        ]
+    )
     trial = make_trial(cfg, index=0, world_size=RANKS, steps=steps, warmup_steps=warmup)
     tdir = Path(tempfile.mkdtemp(dir=work))
     atomic_write_json(tdir / "trial.json", trial_document(trial, cfg))
@@ -61,8 +69,12 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--budget-s", type=float, default=330.0,
-                    help="start no further round once the elapsed time plus one round would exceed this")  # fmt: skip
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=330.0,
+        help="start no further round once the elapsed time plus one round would exceed this",
+    )
     args = ap.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
 
@@ -82,8 +94,11 @@ def main() -> None:
                     break
                 r = run_case(Path(work), s, v, m, args.micro, args.steps, args.warmup)
                 runs.append({"round": i + 1, "schedule": s, "v": v, "m": m, **r})
-                print(f"round {i + 1} {s:>16} m={m:<2} step {r['step_time_s'] * 1e3:7.1f} ms  bubble "
-                      f"{r['bubble_measured']:.3f} (theory {r['bubble_theory']:.3f})", flush=True)  # fmt: skip
+                print(
+                    f"round {i + 1} {s:>16} m={m:<2} step {r['step_time_s'] * 1e3:7.1f} ms  bubble "
+                    f"{r['bubble_measured']:.3f} (theory {r['bubble_theory']:.3f})",
+                    flush=True,
+                )
             if stopped:
                 print(stopped)
                 break
@@ -95,15 +110,19 @@ def main() -> None:
         per_round = [r for r in runs if (r["schedule"], r["m"]) == (s, m)]
         if not per_round:  # the budget ran out before this case's first trial
             continue
-        table.append({
-            "schedule": s, "v": v, "m": m,
-            "bubble_theory": per_round[0]["bubble_theory"],
-            "rounds": len(per_round),
-            "bubble_measured_median": statistics.median(r["bubble_measured"] for r in per_round),
-            "bubble_measured_rounds": [r["bubble_measured"] for r in per_round],
-            "step_time_median_s": statistics.median(r["step_time_s"] for r in per_round),
-            "step_time_rounds_s": [r["step_time_s"] for r in per_round],
-        })  # fmt: skip
+        table.append(
+            {
+                "schedule": s,
+                "v": v,
+                "m": m,
+                "bubble_theory": per_round[0]["bubble_theory"],
+                "rounds": len(per_round),
+                "bubble_measured_median": statistics.median(r["bubble_measured"] for r in per_round),
+                "bubble_measured_rounds": [r["bubble_measured"] for r in per_round],
+                "step_time_median_s": statistics.median(r["step_time_s"] for r in per_round),
+                "step_time_rounds_s": [r["step_time_s"] for r in per_round],
+            }
+        )
     rounds_run = max(r["round"] for r in runs)
 
     method = (
@@ -122,9 +141,18 @@ def main() -> None:
         "benchmark": "pipeline_bubble",
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "setup": vars(args) | {"ranks": RANKS, "layout": "pipeline", "model": MODEL, "backend": "gloo",
-                               "threads_per_rank": 1, "rounds_run": rounds_run, "wall_s": wall,
-                               "loadavg_1min_before": load_before, "loadavg_1min_after": load_after},  # fmt: skip
+        "setup": vars(args)
+        | {
+            "ranks": RANKS,
+            "layout": "pipeline",
+            "model": MODEL,
+            "backend": "gloo",
+            "threads_per_rank": 1,
+            "rounds_run": rounds_run,
+            "wall_s": wall,
+            "loadavg_1min_before": load_before,
+            "loadavg_1min_after": load_after,
+        },
         "method": method,
         "table": table,
         "runs": runs,
@@ -137,21 +165,32 @@ def main() -> None:
 
     ratios = [{**r, "ratio": r["bubble_measured_median"] / r["bubble_theory"]} for r in table]
     lo, hi = min(ratios, key=lambda r: r["ratio"]), max(ratios, key=lambda r: r["ratio"])
-    best = {m: min((r for r in table if r["m"] == m), key=lambda r: r["step_time_median_s"])
-            for m in MICROBATCHES if any(r["m"] == m for r in table)}  # fmt: skip
+    best = {
+        m: min((r for r in table if r["m"] == m), key=lambda r: r["step_time_median_s"])
+        for m in MICROBATCHES
+        if any(r["m"] == m for r in table)
+    }
 
     lines = [
-        "# Pipeline bubble", "",
+        "# Pipeline bubble",
+        "",
         f"Measured {result['measured_at']} on {os.cpu_count()} CPUs: {RANKS} ranks (gloo, 1 thread each), layout "
         f"`pipeline`, tiny_gpt with 4 layers (d_model 128, seq 64), micro-batch {args.micro}, "
         f"{rounds_run} rounds in {wall:.0f} s (1-min load average {load_before:.1f} before, {load_after:.1f} after: "
-        "the machine is shared).", "",
+        "the machine is shared).",
+        "",
         "| schedule | v | m | theory | measured (median) | measured per round | step ms (median) | step ms per round |",
         "|---|---|---|---|---|---|---|---|",
-        *[f"| {r['schedule']} | {r['v']} | {r['m']} | {r['bubble_theory']:.3f} | **{r['bubble_measured_median']:.3f}** | "
-          f"{', '.join(f'{b:.3f}' for b in r['bubble_measured_rounds'])} | {ms(r['step_time_median_s'])} | "
-          f"{', '.join(ms(t) for t in r['step_time_rounds_s'])} |" for r in table],
-        "", f"Method: {method}.", "",
+        *[
+            f"| {r['schedule']} | {r['v']} | {r['m']} | {r['bubble_theory']:.3f} | "
+            f"**{r['bubble_measured_median']:.3f}** | "
+            f"{', '.join(f'{b:.3f}' for b in r['bubble_measured_rounds'])} | {ms(r['step_time_median_s'])} | "
+            f"{', '.join(ms(t) for t in r['step_time_rounds_s'])} |"
+            for r in table
+        ],
+        "",
+        f"Method: {method}.",
+        "",
         f"Measured ÷ theory: from {lo['ratio']:.1f}× ({lo['schedule']}, m={lo['m']}) to {hi['ratio']:.1f}× "
         f"({hi['schedule']}, m={hi['m']}). Theory counts only the fill/drain idle of equal-cost stages. The "
         "measured figure also counts each microbatch's send/recv waits, schedule bookkeeping and Python overhead "
@@ -160,9 +199,11 @@ def main() -> None:
         "and the loss, the first the embeddings. Fastest step per m: "
         + "; ".join(f"m={m}: {best[m]['schedule']} {ms(best[m]['step_time_median_s'])} ms" for m in best)
         + ". Step times vary 10–30% run to run on this machine (more while other work runs): compare within "
-        "this table, not across benchmarks.", "",
-        "Reproduce: `.venv/bin/python benchmarks/pipeline_bubble.py`", "",
-    ]  # fmt: skip
+        "this table, not across benchmarks.",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/pipeline_bubble.py`",
+        "",
+    ]
     atomic_write_text(out / "pipeline_bubble.md", "\n".join(lines))
     print(f"→ {out / 'pipeline_bubble.md'} ({wall:.0f} s)")
 

@@ -40,12 +40,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+from replay_mapping import Mapped, Unexpressible, map_row, num, series_key  # noqa: E402
+
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.config.errors import ConfigError  # noqa: E402
 from launcher.config.schema import LauncherConfig  # noqa: E402
 from launcher.model import preset_fit  # noqa: E402
 from launcher.model.plan_table import from_presets_forecast, work_of  # noqa: E402
-from replay_mapping import Mapped, Unexpressible, map_row, num, series_key  # noqa: E402
 
 CORPUS = HERE / "data" / "published_scaling.csv"
 GRID = np.array([0.9, 0.7, 0.55, 0.45, 0.35, 0.25, 0.15])
@@ -167,14 +168,19 @@ def predict_all(done: list[Case]) -> tuple[dict, dict[str, dict]]:
             folds[source] = {"per_key": k, "pooled": p}
     for c in done:
         fold = folds.get(c.source)
-        for tag, mfu in (("in", mfu_of(c, per_key, pooled)),
-                         ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan)):  # fmt: skip
+        for tag, mfu in (
+            ("in", mfu_of(c, per_key, pooled)),
+            ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan),
+        ):
             if math.isnan(mfu):
                 c.out |= {f"{k}_{tag}": math.nan for k in ("mfu_assumed", "predicted", "predicted_mfu")}
                 continue
             r = plan_row(c.cfg, c.mapped.gpus, mfu)
-            c.out |= {f"mfu_assumed_{tag}": mfu, f"predicted_{tag}": r["tokens_per_s_per_device"],
-                      f"predicted_mfu_{tag}": r["mfu"]}  # fmt: skip
+            c.out |= {
+                f"mfu_assumed_{tag}": mfu,
+                f"predicted_{tag}": r["tokens_per_s_per_device"],
+                f"predicted_mfu_{tag}": r["mfu"],
+            }
     return {"per_key": per_key, "pooled": pooled, "rows_by_key": dict(Counter(c.key for c in done))}, folds
 
 
@@ -210,8 +216,11 @@ def cross_micro(cases: list[Case]) -> dict:
             if c is b or c.skip is not None or c.row.get("micro_batch") == b.row.get("micro_batch") or unit != b_unit:
                 continue
             errors.append(c.out["predicted_loso"] / b.out["predicted_loso"] - value / b_value)
-    return {"rows": len(errors), "within": sum(abs(e) <= GOAL_EFF for e in errors),
-            "median_abs": float(np.median(np.abs(errors))) if errors else math.nan}  # fmt: skip
+    return {
+        "rows": len(errors),
+        "within": sum(abs(e) <= GOAL_EFF for e in errors),
+        "median_abs": float(np.median(np.abs(errors))) if errors else math.nan,
+    }
 
 
 def efficiencies(cases: list[Case]) -> None:
@@ -252,19 +261,29 @@ def summary(done: list[Case]) -> dict:
     for tag in ("in", "loso"):
         held = [c for c in done if not math.isnan(c.out[f"predicted_{tag}"])]
         err = [c.out[f"predicted_{tag}"] / c.published - 1 for c in held]
-        eff = [c.out[f"predicted_eff_{tag}"] - c.out["published_eff"] for c in held
-               if "published_eff" in c.out and f"predicted_eff_{tag}" in c.out]  # fmt: skip
+        eff = [
+            c.out[f"predicted_eff_{tag}"] - c.out["published_eff"]
+            for c in held
+            if "published_eff" in c.out and f"predicted_eff_{tag}" in c.out
+        ]
         out[tag] = {
-            "rows": len(err), "thr_within": sum(abs(e) <= GOAL_THR for e in err),
+            "rows": len(err),
+            "thr_within": sum(abs(e) <= GOAL_THR for e in err),
             "thr_median_abs": float(np.median(np.abs(err))) if err else math.nan,
-            "eff_rows": len(eff), "eff_within": sum(abs(e) <= GOAL_EFF for e in eff),
+            "eff_rows": len(eff),
+            "eff_within": sum(abs(e) <= GOAL_EFF for e in eff),
             "eff_median_abs": float(np.median(np.abs(eff))) if eff else math.nan,
-        }  # fmt: skip
+        }
     tag = "loso" if out["loso"]["rows"] else "in"
     held = [c for c in done if not math.isnan(c.out[f"predicted_{tag}"])]
     logs = [abs(math.log(c.out[f"predicted_{tag}"] / c.published)) for c in held]
     q = weighted_quantile(logs, [c.source for c in held], QUANTILE)
-    out |= {"interval_log": q, "interval_from": tag, "interval_covers": sum(v <= q for v in logs), "interval_rows": len(logs)}
+    out |= {
+        "interval_log": q,
+        "interval_from": tag,
+        "interval_covers": sum(v <= q for v in logs),
+        "interval_rows": len(logs),
+    }
     return out
 
 
@@ -273,8 +292,12 @@ def made_by(argv: list[str]) -> str:
     import subprocess  # lazy: only to name the commit the replay ran on
 
     try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or "unknown"  # fmt: skip
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     command = " ".join([".venv/bin/python benchmarks/published_replay.py", *argv])
@@ -289,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-figure", action="store_true", help="skip the matplotlib scatter")
     args = ap.parse_args(argv)
     if not args.corpus.is_file():
-        print(f"published_replay: --corpus {str(args.corpus)!r} is not a file; pass the published rows CSV "
-              f"(default {CORPUS.relative_to(ROOT)})", file=sys.stderr)  # fmt: skip
+        print(
+            f"published_replay: --corpus {str(args.corpus)!r} is not a file; pass the published rows CSV "
+            f"(default {CORPUS.relative_to(ROOT)})",
+            file=sys.stderr,
+        )
         return 2
     started = time.monotonic()
     cases = [prepare(i, r) for i, r in enumerate(read_corpus(args.corpus))]
@@ -303,15 +329,28 @@ def main(argv: list[str] | None = None) -> int:
     stats = summary(done) | {"cross_micro": cross_micro(cases)}
     who = made_by(sys.argv[1:] if argv is None else argv)
     fit = preset_fit.PresetFit(
-        mfu=constants["per_key"], mfu_any_device=constants["pooled"], interval_log=stats["interval_log"],
-        quantile=QUANTILE, rows=len(done), sources=len({c.source for c in done}), made_by=who,
+        mfu=constants["per_key"],
+        mfu_any_device=constants["pooled"],
+        interval_log=stats["interval_log"],
+        quantile=QUANTILE,
+        rows=len(done),
+        sources=len({c.source for c in done}),
+        made_by=who,
         rows_by_key=constants["rows_by_key"],
-    )  # fmt: skip
+    )
     preset_fit.save(fit, args.fit_out)
     from replay_report import write_results  # lazy: the report (and matplotlib) only once there is something to say
 
-    write_results(args.out, cases=cases, constants=constants, folds=folds, stats=stats, made_by=who,
-                  seconds=time.monotonic() - started, figure=not args.no_figure)  # fmt: skip
+    write_results(
+        args.out,
+        cases=cases,
+        constants=constants,
+        folds=folds,
+        stats=stats,
+        made_by=who,
+        seconds=time.monotonic() - started,
+        figure=not args.no_figure,
+    )
     return 0
 
 

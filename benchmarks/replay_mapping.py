@@ -76,8 +76,10 @@ def technique(row: dict) -> str:
     return found.group(1) if found else ""
 
 
-ONE_EXPERIMENT = {"torchtitan_h100_2024": "Tables 1 and 3 are Llama 3.1 8B at 8 and 128 GPUs of one setup "
-                                           "(the corpus README reads them as one series)"}  # fmt: skip
+ONE_EXPERIMENT = {
+    "torchtitan_h100_2024": "Tables 1 and 3 are Llama 3.1 8B at 8 and 128 GPUs of one setup "
+    "(the corpus README reads them as one series)"
+}
 """Sources whose tables split one scaling experiment: their series ignore the table."""
 
 
@@ -91,7 +93,18 @@ def series_key(row: dict, *, same_micro: bool = True) -> tuple:
     table = str(row.get("citation"))
     if row["source"] in ONE_EXPERIMENT:
         table = re.sub(r",? Tables? \d+", "", table)
-    cols = ("source", "model", "layout", "tp", "pp", "cp", "precision", "activation_checkpointing", "hardware", "seq_len")
+    cols = (
+        "source",
+        "model",
+        "layout",
+        "tp",
+        "pp",
+        "cp",
+        "precision",
+        "activation_checkpointing",
+        "hardware",
+        "seq_len",
+    )
     micro = (str(row.get("micro_batch")),) if same_micro else ()
     return (table, *(str(row.get(c)) for c in cols), technique(row), *micro)
 
@@ -181,7 +194,13 @@ def map_row(row: dict) -> Mapped:
     link, nics, note = _network(row)
     if note:
         assumed.append(note)
-    out += ["cluster=example_gpu_site", f"cluster.device_name={row['hardware']}", "cluster.peak_flops_per_device=null",
-            f"cluster.gpus_per_node={int(num(row['gpus_per_node']))}", "cluster.intra_link=nvlink",
-            f"cluster.inter_link={link}", f"cluster.nics_per_node={nics}"]  # fmt: skip
+    out += [
+        "cluster=example_gpu_site",
+        f"cluster.device_name={row['hardware']}",
+        "cluster.peak_flops_per_device=null",
+        f"cluster.gpus_per_node={int(num(row['gpus_per_node']))}",
+        "cluster.intra_link=nvlink",
+        f"cluster.inter_link={link}",
+        f"cluster.nics_per_node={nics}",
+    ]
     return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed)

@@ -9,34 +9,77 @@ import io
 import math
 from pathlib import Path
 
-from launcher.io import atomic_write_json, atomic_write_text
 from published_replay import GOAL_EFF, GOAL_EFF_SHARE, GOAL_THR, GOAL_THR_SHARE, QUANTILE, Case
 from replay_mapping import DEFAULT_NETWORK, INTERCONNECTS, LAYOUTS, NOT_EXPRESSIBLE, ONE_EXPERIMENT
 
+from launcher.io import atomic_write_json, atomic_write_text
+
 COLUMNS = (
-    "row", "source", "model", "hardware", "precision", "activation_checkpointing", "layout", "launcher_layout", "gpus",
-    "status", "reason", "assumed", "published_per_gpu", "published_from", "fit_key", "mfu_assumed_in", "predicted_in",
-    "error_in_pct", "mfu_assumed_loso", "predicted_loso", "error_loso_pct",
-    "baseline_gpus", "published_eff", "predicted_eff_in", "predicted_eff_loso", "eff_error_in_pts",
-    "eff_error_loso_pts", "published_mfu", "predicted_mfu_loso", "overrides",
-)  # fmt: skip
+    "row",
+    "source",
+    "model",
+    "hardware",
+    "precision",
+    "activation_checkpointing",
+    "layout",
+    "launcher_layout",
+    "gpus",
+    "status",
+    "reason",
+    "assumed",
+    "published_per_gpu",
+    "published_from",
+    "fit_key",
+    "mfu_assumed_in",
+    "predicted_in",
+    "error_in_pct",
+    "mfu_assumed_loso",
+    "predicted_loso",
+    "error_loso_pct",
+    "baseline_gpus",
+    "published_eff",
+    "predicted_eff_in",
+    "predicted_eff_loso",
+    "eff_error_in_pts",
+    "eff_error_loso_pts",
+    "published_mfu",
+    "predicted_mfu_loso",
+    "overrides",
+)
 
 
 def line(c: Case) -> dict:
     """The CSV line of one corpus row: published figures always, predictions where replayed."""
     r, o = c.row, c.out
-    out = {k: r.get(k, "") for k in ("source", "model", "hardware", "precision", "activation_checkpointing", "layout", "gpus")}
-    out |= {"row": c.index, "status": "skipped" if c.skip else "replayed", "reason": c.skip or "",
-            "published_mfu": r.get("mfu", ""), "baseline_gpus": o.get("baseline_gpus", ""),
-            "published_eff": o.get("published_eff", "")}  # fmt: skip
+    out = {
+        k: r.get(k, "")
+        for k in ("source", "model", "hardware", "precision", "activation_checkpointing", "layout", "gpus")
+    }
+    out |= {
+        "row": c.index,
+        "status": "skipped" if c.skip else "replayed",
+        "reason": c.skip or "",
+        "published_mfu": r.get("mfu", ""),
+        "baseline_gpus": o.get("baseline_gpus", ""),
+        "published_eff": o.get("published_eff", ""),
+    }
     if c.skip:
         return out
-    out |= {"launcher_layout": c.mapped.layout, "assumed": "; ".join(c.mapped.assumed), "fit_key": c.key,
-            "published_per_gpu": c.published, "published_from": c.published_from,
-            "overrides": " ".join(c.mapped.overrides), "predicted_mfu_loso": o["predicted_mfu_loso"]}  # fmt: skip
+    out |= {
+        "launcher_layout": c.mapped.layout,
+        "assumed": "; ".join(c.mapped.assumed),
+        "fit_key": c.key,
+        "published_per_gpu": c.published,
+        "published_from": c.published_from,
+        "overrides": " ".join(c.mapped.overrides),
+        "predicted_mfu_loso": o["predicted_mfu_loso"],
+    }
     for tag in ("in", "loso"):
-        out |= {f"mfu_assumed_{tag}": o[f"mfu_assumed_{tag}"], f"predicted_{tag}": o[f"predicted_{tag}"],
-                f"error_{tag}_pct": 100 * (o[f"predicted_{tag}"] / c.published - 1)}  # fmt: skip
+        out |= {
+            f"mfu_assumed_{tag}": o[f"mfu_assumed_{tag}"],
+            f"predicted_{tag}": o[f"predicted_{tag}"],
+            f"error_{tag}_pct": 100 * (o[f"predicted_{tag}"] / c.published - 1),
+        }
         if f"predicted_eff_{tag}" in o:
             out[f"predicted_eff_{tag}"] = o[f"predicted_eff_{tag}"]
             if "published_eff" in o:
@@ -60,38 +103,51 @@ def goal_lines(stats: dict) -> list[str]:
         f"of replayed rows (goal ≥ {GOAL_THR_SHARE:.0%}: {_verdict(lo['thr_within'], lo['rows'], GOAL_THR_SHARE)}); "
         f"median |error| {lo['thr_median_abs']:.1%}.",
         f"- Efficiency within {GOAL_EFF * 100:.0f} points of the published: {_share(lo['eff_within'], lo['eff_rows'])} "
-        f"of the rows with a baseline (goal ≥ {GOAL_EFF_SHARE:.0%}: {_verdict(lo['eff_within'], lo['eff_rows'], GOAL_EFF_SHARE)}); "
+        f"of the rows with a baseline (goal ≥ {GOAL_EFF_SHARE:.0%}: "
+        f"{_verdict(lo['eff_within'], lo['eff_rows'], GOAL_EFF_SHARE)}); "
         f"median |error| {lo['eff_median_abs'] * 100:.1f} points.",
         f"- Outside that goal, shown for what it is: rows whose series' smallest GPU count ran another micro batch "
-        f"(not one recipe) are within {GOAL_EFF * 100:.0f} points in {_share(stats['cross_micro']['within'], stats['cross_micro']['rows'])} "
+        f"(not one recipe) are within {GOAL_EFF * 100:.0f} points in "
+        f"{_share(stats['cross_micro']['within'], stats['cross_micro']['rows'])} "
         f"of the pairs (median |error| {stats['cross_micro']['median_abs'] * 100:.1f} points): the model holds a "
         "recipe's per-GPU rate fixed, and MPT's smaller-micro baselines read efficiencies above 1.",
         f"- Preset interval: the {QUANTILE:.0%} quantile (source-weighted) of |ln(predicted/published)| over these "
         f"rows is {stats['interval_log']:.3f}, i.e. × / ÷ {q:.2f}; written to launcher/model/preset_fit.json. "
-        f"Predicted × / ÷ {q:.2f} holds {_share(stats['interval_covers'], stats['interval_rows'])} of the published figures "
+        f"Predicted × / ÷ {q:.2f} holds {_share(stats['interval_covers'], stats['interval_rows'])} of the published "
+        "figures "
         "(unweighted).",
     ]
     i = stats["in"]
-    out.append(f"- In-sample, for comparison: throughput within {GOAL_THR:.0%} {_share(i['thr_within'], i['rows'])} "
-               f"(median {i['thr_median_abs']:.1%}); efficiency within {GOAL_EFF * 100:.0f} points "
-               f"{_share(i['eff_within'], i['eff_rows'])}.")  # fmt: skip
+    out.append(
+        f"- In-sample, for comparison: throughput within {GOAL_THR:.0%} {_share(i['thr_within'], i['rows'])} "
+        f"(median {i['thr_median_abs']:.1%}); efficiency within {GOAL_EFF * 100:.0f} points "
+        f"{_share(i['eff_within'], i['eff_rows'])}."
+    )
     return out
 
 
 def constant_lines(constants: dict, folds: dict) -> list[str]:
-    out = ["| device/precision | rows | MFU fitted on every source | fitted without each source (range) |", "|---|---|---|---|"]
+    out = [
+        "| device/precision | rows | MFU fitted on every source | fitted without each source (range) |",
+        "|---|---|---|---|",
+    ]
     for key, value in sorted(constants["per_key"].items()):
         loso = [f["per_key"][key] for f in folds.values() if key in f["per_key"]]
         out.append(f"| {key} | {constants['rows_by_key'][key]} | {value:.3f} | {min(loso):.3f}–{max(loso):.3f} |")
     pooled = [f["pooled"] for f in folds.values()]
-    out.append(f"| every device | {sum(constants['rows_by_key'].values())} | {constants['pooled']:.3f} | "
-               f"{min(pooled):.3f}–{max(pooled):.3f} |")  # fmt: skip
+    out.append(
+        f"| every device | {sum(constants['rows_by_key'].values())} | {constants['pooled']:.3f} | "
+        f"{min(pooled):.3f}–{max(pooled):.3f} |"
+    )
     return out
 
 
 def source_lines(cases: list[Case]) -> list[str]:
-    out = ["| source | rows | replayed | LOSO MFU used | throughput within 25% (LOSO) | median error (LOSO) | "
-           "efficiency within 10 pts (LOSO) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| source | rows | replayed | LOSO MFU used | throughput within 25% (LOSO) | median error (LOSO) | "
+        "efficiency within 10 pts (LOSO) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for source in sorted({c.source for c in cases}):
         mine = [c for c in cases if c.source == source]
         done = [c for c in mine if not c.skip]
@@ -99,12 +155,17 @@ def source_lines(cases: list[Case]) -> list[str]:
             out.append(f"| {source} | {len(mine)} | 0 | — | — | — | — |")
             continue
         err = sorted(c.out["predicted_loso"] / c.published - 1 for c in done)
-        eff = [c.out["predicted_eff_loso"] - c.out["published_eff"] for c in done
-               if "predicted_eff_loso" in c.out and "published_eff" in c.out]  # fmt: skip
+        eff = [
+            c.out["predicted_eff_loso"] - c.out["published_eff"]
+            for c in done
+            if "predicted_eff_loso" in c.out and "published_eff" in c.out
+        ]
         used = sorted({round(c.out["mfu_assumed_loso"], 3) for c in done})
-        out.append(f"| {source} | {len(mine)} | {len(done)} | {', '.join(f'{u:.3f}' for u in used)} | "
-                   f"{_share(sum(abs(e) <= GOAL_THR for e in err), len(err))} | {err[len(err) // 2]:+.0%} | "
-                   f"{_share(sum(abs(e) <= GOAL_EFF for e in eff), len(eff))} |")  # fmt: skip
+        out.append(
+            f"| {source} | {len(mine)} | {len(done)} | {', '.join(f'{u:.3f}' for u in used)} | "
+            f"{_share(sum(abs(e) <= GOAL_THR for e in err), len(err))} | {err[len(err) // 2]:+.0%} | "
+            f"{_share(sum(abs(e) <= GOAL_EFF for e in eff), len(eff))} |"
+        )
     return out
 
 
@@ -114,7 +175,10 @@ def mapping_lines() -> list[str]:
     out += [f"| {s} | skipped | — | {why} |" for s, why in NOT_EXPRESSIBLE.items()]
     out += ["", "| interconnect text (pattern) | cluster.inter_link | NICs per node | note |", "|---|---|---|---|"]
     out += [f"| `{pat}` | {link} | {nics or 'one per GPU'} | {note} |" for pat, link, nics, note in INTERCONNECTS]
-    out += [f"| not stated, {gpu} | {link} | {nics} | {ref} reference node |" for gpu, (link, nics, ref) in DEFAULT_NETWORK.items()]
+    out += [
+        f"| not stated, {gpu} | {link} | {nics} | {ref} reference node |"
+        for gpu, (link, nics, ref) in DEFAULT_NETWORK.items()
+    ]
     return out
 
 
@@ -123,16 +187,19 @@ def _fmt(v, spec: str) -> str:
 
 
 def row_lines(lines: list[dict]) -> list[str]:
-    out = ["| row | source | model | hardware | layout | GPUs | published tok/s/GPU | LOSO predicted | error | "
-           "baseline GPUs | published eff | predicted eff (LOSO) | points |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| row | source | model | hardware | layout | GPUs | published tok/s/GPU | LOSO predicted | error | "
+        "baseline GPUs | published eff | predicted eff (LOSO) | points |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in lines:
         if x["status"] != "replayed":
             continue
         out.append(
             f"| {x['row']} | {x['source']} | {x['model']} | {x['hardware']} | {x['layout']} → {x['launcher_layout']} | "
             f"{x['gpus']} | {_fmt(x['published_per_gpu'], '{:,.0f}')} ({x['published_from']}) | "
-            f"{_fmt(x['predicted_loso'], '{:,.0f}')} | {_fmt(x['error_loso_pct'], '{:+.0f}%')} | {x['baseline_gpus']} | "
+            f"{_fmt(x['predicted_loso'], '{:,.0f}')} | {_fmt(x['error_loso_pct'], '{:+.0f}%')} | "
+            f"{x['baseline_gpus']} | "
             f"{_fmt(x.get('published_eff'), '{:.2f}')} | {_fmt(x.get('predicted_eff_loso'), '{:.2f}')} | "
             f"{_fmt(x.get('eff_error_loso_pts'), '{:+.1f}')} |"
         )
@@ -142,21 +209,33 @@ def row_lines(lines: list[dict]) -> list[str]:
 def miss_lines(cases: list[Case]) -> list[str]:
     """The rows whose LOSO efficiency misses by more than the goal, with the micro batch at the row
     and at its baseline: a model whose per-GPU compute rate does not depend on it cannot follow it."""
-    out = ["| row | model | hardware | GPUs (micro batch) | baseline GPUs (micro batch) | published eff | predicted | points |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| row | model | hardware | GPUs (micro batch) | baseline GPUs (micro batch) | published eff | predicted | "
+        "points |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         o = c.out
-        if "predicted_eff_loso" in o and "published_eff" in o and abs(o["predicted_eff_loso"] - o["published_eff"]) > GOAL_EFF:
-            out.append(f"| {c.index} | {c.row['model']} | {c.row['hardware']} | {c.row['gpus']} ({c.row['micro_batch']}) | "
-                       f"{o['baseline_gpus']} ({o['baseline_micro']}) | {o['published_eff']:.2f} | "
-                       f"{o['predicted_eff_loso']:.2f} | {100 * (o['predicted_eff_loso'] - o['published_eff']):+.1f} |")  # fmt: skip
+        if (
+            "predicted_eff_loso" in o
+            and "published_eff" in o
+            and abs(o["predicted_eff_loso"] - o["published_eff"]) > GOAL_EFF
+        ):
+            out.append(
+                f"| {c.index} | {c.row['model']} | {c.row['hardware']} | {c.row['gpus']} ({c.row['micro_batch']}) | "
+                f"{o['baseline_gpus']} ({o['baseline_micro']}) | {o['published_eff']:.2f} | "
+                f"{o['predicted_eff_loso']:.2f} | {100 * (o['predicted_eff_loso'] - o['published_eff']):+.1f} |"
+            )
     return out
 
 
 def skipped_lines(lines: list[dict]) -> list[str]:
     out = ["| row | source | model | GPUs | why |", "|---|---|---|---|---|"]
-    out += [f"| {x['row']} | {x['source']} | {x['model']} | {x['gpus']} | {x['reason']} |"
-            for x in lines if x["status"] == "skipped"]  # fmt: skip
+    out += [
+        f"| {x['row']} | {x['source']} | {x['model']} | {x['gpus']} | {x['reason']} |"
+        for x in lines
+        if x["status"] == "skipped"
+    ]
     return out
 
 
@@ -176,62 +255,110 @@ def draw_figure(path: Path, cases: list[Case]) -> None:
     lim = [min(c.published for c in done) / 2, max(c.published for c in done) * 2]
     for k, style in ((1, "-"), (1 + GOAL_THR, ":"), (1 - GOAL_THR, ":")):
         a.plot(lim, [k * x for x in lim], "k" + style, lw=0.8)
-    a.set(xscale="log", yscale="log", xlabel="published tokens/s per GPU", ylabel="predicted (leave-one-source-out)",
-          title=f"per-GPU throughput (dotted: ±{GOAL_THR:.0%})")  # fmt: skip
+    a.set(
+        xscale="log",
+        yscale="log",
+        xlabel="published tokens/s per GPU",
+        ylabel="predicted (leave-one-source-out)",
+        title=f"per-GPU throughput (dotted: ±{GOAL_THR:.0%})",
+    )
     a.legend(fontsize=7)
-    shown = [v for c in done for v in (c.out.get("published_eff"), c.out.get("predicted_eff_loso"))
-             if v is not None and not math.isnan(v)]  # fmt: skip
+    shown = [
+        v
+        for c in done
+        for v in (c.out.get("published_eff"), c.out.get("predicted_eff_loso"))
+        if v is not None and not math.isnan(v)
+    ]
     e = [min([0.5, *shown]) - 0.05, max([1.2, *shown]) + 0.05]
     for d, style in ((0, "-"), (GOAL_EFF, ":"), (-GOAL_EFF, ":")):
         b.plot(e, [x + d for x in e], "k" + style, lw=0.8)
-    b.set(xlabel="published efficiency", ylabel="predicted (leave-one-source-out)",
-          title=f"efficiency vs the series' smallest size (dotted: ±{GOAL_EFF * 100:.0f} points)")  # fmt: skip
+    b.set(
+        xlabel="published efficiency",
+        ylabel="predicted (leave-one-source-out)",
+        title=f"efficiency vs the series' smallest size (dotted: ±{GOAL_EFF * 100:.0f} points)",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def write_results(out: Path, *, cases: list[Case], constants: dict, folds: dict, stats: dict, made_by: str,
-                  seconds: float, figure: bool = True) -> None:  # fmt: skip
+def write_results(
+    out: Path,
+    *,
+    cases: list[Case],
+    constants: dict,
+    folds: dict,
+    stats: dict,
+    made_by: str,
+    seconds: float,
+    figure: bool = True,
+) -> None:
     lines = [line(c) for c in cases]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     w.writeheader()
     w.writerows(lines)
     atomic_write_text(out / "published_replay.csv", buf.getvalue())
-    atomic_write_json(out / "published_replay.json", {"made_by": made_by, "seconds": seconds, "summary": stats,
-                                                      "constants": constants, "folds": folds})  # fmt: skip
+    atomic_write_json(
+        out / "published_replay.json",
+        {"made_by": made_by, "seconds": seconds, "summary": stats, "constants": constants, "folds": folds},
+    )
     if figure:
         draw_figure(out / "published_replay.png", cases)
     done = sum(1 for c in cases if not c.skip)
     md = [
-        "# Published training runs replayed through `launcher plan`", "",
+        "# Published training runs replayed through `launcher plan`",
+        "",
         f"Run: {made_by}; {seconds:.0f} s, nothing trained. Corpus: benchmarks/data/published_scaling.csv, "
         f"{len(cases)} rows from {len({c.source for c in cases})} sources: {done} replayed, {len(cases) - done} "
         "skipped (listed at the end with the reason). How each row becomes a plan, and what is fitted: the "
-        "docstrings of benchmarks/published_replay.py and benchmarks/replay_mapping.py.", "",
-        "## Goals (leave-one-source-out: each source predicted with constants fitted on the others)", "",
-        *goal_lines(stats), "",
+        "docstrings of benchmarks/published_replay.py and benchmarks/replay_mapping.py.",
+        "",
+        "## Goals (leave-one-source-out: each source predicted with constants fitted on the others)",
+        "",
+        *goal_lines(stats),
+        "",
         "Published efficiency: a row's published per-GPU figure ÷ that of its series' smallest GPU count, the "
         "ratio of the published figures in their own unit (tokens/s per GPU, else MFU, else HFU). A series: one "
         "source table, model, layout and degrees, precision, checkpointing, hardware, sequence length, technique "
-        f"(torchtitan's notes) and micro batch: one recipe, differing only in size and the global batch that follows it, "
+        "(torchtitan's notes) and micro batch: one recipe, differing only in size and the global batch that follows "
+        "it, "
         f"as a launcher sweep scales one recipe (this definition was fixed after a first run that also joined micro "
         f"batches; those pairs are reported on their own above); {'; '.join(ONE_EXPERIMENT.values())}. Rows of a "
         "series with at least two GPU counts, other than its smallest, have a baseline (column `baseline GPUs`); "
         "the others have no efficiency. Predicted efficiency: the same ratio of the two rows' predictions, both "
         "with the same constants. Throughput error: predicted ÷ published per-GPU tokens/s − 1. Shares count rows; "
-        "the fit and the interval weigh each source alike.", "",
-        "## Fitted constant: the share of peak the compute achieves (`--assume-mfu` default)", "",
-        *constant_lines(constants, folds), "", "## Per source", "", *source_lines(cases), "",
-        "## Layout mapping", "", *mapping_lines(), "",
+        "the fit and the interval weigh each source alike.",
+        "",
+        "## Fitted constant: the share of peak the compute achieves (`--assume-mfu` default)",
+        "",
+        *constant_lines(constants, folds),
+        "",
+        "## Per source",
+        "",
+        *source_lines(cases),
+        "",
+        "## Layout mapping",
+        "",
+        *mapping_lines(),
+        "",
         *(["![predicted vs published](published_replay.png)", ""] if figure else []),
-        "## Efficiency misses (leave-one-source-out)", "",
+        "## Efficiency misses (leave-one-source-out)",
+        "",
         "Rows whose predicted efficiency is more than the goal away from the published one, with the micro batch "
         "(per data-parallel rank, as published) at the row and at its baseline: the plan's compute rate per GPU "
         "does not depend on the micro batch, so a baseline that ran a smaller one reads as super-linear scaling "
-        "in the published figures only.", "", *miss_lines(cases), "",
-        "## Replayed rows (leave-one-source-out)", "", *row_lines(lines), "", "## Skipped rows", "", *skipped_lines(lines), "",
-    ]  # fmt: skip
+        "in the published figures only.",
+        "",
+        *miss_lines(cases),
+        "",
+        "## Replayed rows (leave-one-source-out)",
+        "",
+        *row_lines(lines),
+        "",
+        "## Skipped rows",
+        "",
+        *skipped_lines(lines),
+        "",
+    ]
     atomic_write_text(out / "published_replay.md", "\n".join(md))
-

@@ -33,9 +33,24 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from search_replay import (
+    Curve,
+    Noise,
+    draw_bed,
+    draw_published,
+    is_monotone,
+    knee_inside,
+    load_bed,  # noqa: E402
+    load_published,
+    oracle_pick,
+    replay,
+    seed_of,
+    spread,
+    summarise,
+    weak_scaling_hours,
+)
+
 from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from search_replay import (Curve, Noise, draw_bed, draw_published, is_monotone, knee_inside, load_bed,  # noqa: E402
-                           load_published, oracle_pick, replay, seed_of, spread, summarise, weak_scaling_hours)  # fmt: skip
 
 DATA = HERE / "data"
 THRESHOLDS = (0.7, 0.8, 0.9)
@@ -52,8 +67,12 @@ def cells(curves: list[Curve], seeds: int):
     then costs the size's median measured device-hours)."""
     for curve in curves:
         bed = curve.family == "bed"
-        for threshold, noise, k, bound in itertools.product(THRESHOLDS, (BED_NOISE, *NOISES) if bed else NOISES, REPEATS,
-                                                            (True, False) if bed and curve.bounds else (False,)):  # fmt: skip
+        for threshold, noise, k, bound in itertools.product(
+            THRESHOLDS,
+            (BED_NOISE, *NOISES) if bed else NOISES,
+            REPEATS,
+            (True, False) if bed and curve.bounds else (False,),
+        ):
             if bound and noise is not BED_NOISE:
                 continue  # the bound was fitted on the bed's own trials: under other noise the model would widen it
             rng = np.random.default_rng(seed_of(curve.family, curve.name, threshold, noise.label, k, bound))
@@ -97,20 +116,40 @@ def run(seeds: int) -> dict:
     curves += load_bed(bed_file, DATA / "bed_bounds.csv") if bed_file.exists() else []
     rows = []
     for curve, threshold, noise, k, bound, oracle, replays in cells(curves, seeds):
-        rows.append({"family": curve.family, "curve": curve.name, "sizes": curve.sizes, "threshold": threshold,
-                     "noise": noise.label, "repeats": k, "model_bound": bound, "oracle": oracle,
-                     "knee_inside": knee_inside(curve, threshold), **summarise(replays), "_replays": replays})  # fmt: skip
+        rows.append(
+            {
+                "family": curve.family,
+                "curve": curve.name,
+                "sizes": curve.sizes,
+                "threshold": threshold,
+                "noise": noise.label,
+                "repeats": k,
+                "model_bound": bound,
+                "oracle": oracle,
+                "knee_inside": knee_inside(curve, threshold),
+                **summarise(replays),
+                "_replays": replays,
+            }
+        )
     groups = {}
     for noise in (BED_NOISE, *NOISES):
         for k in REPEATS:
-            for scope, keep in (("published, all curves", lambda r: r["family"] != "bed"),
-                                ("published, truth crosses the threshold inside the grid",
-                                 lambda r: r["family"] != "bed" and r["knee_inside"]),
-                                ("bed, model bound on", lambda r: r["family"] == "bed" and r["model_bound"]),
-                                ("bed, no model bound", lambda r: r["family"] == "bed" and not r["model_bound"]),
-                                ("bed at threshold 0.8, model bound on",
-                                 lambda r: r["family"] == "bed" and r["model_bound"] and r["threshold"] == 0.8)):  # fmt: skip
-                got = rollup(rows, lambda r, n=noise, kk=k, f=keep: r["noise"] == n.label and r["repeats"] == kk and f(r))
+            for scope, keep in (
+                ("published, all curves", lambda r: r["family"] != "bed"),
+                (
+                    "published, truth crosses the threshold inside the grid",
+                    lambda r: r["family"] != "bed" and r["knee_inside"],
+                ),
+                ("bed, model bound on", lambda r: r["family"] == "bed" and r["model_bound"]),
+                ("bed, no model bound", lambda r: r["family"] == "bed" and not r["model_bound"]),
+                (
+                    "bed at threshold 0.8, model bound on",
+                    lambda r: r["family"] == "bed" and r["model_bound"] and r["threshold"] == 0.8,
+                ),
+            ):
+                got = rollup(
+                    rows, lambda r, n=noise, kk=k, f=keep: r["noise"] == n.label and r["repeats"] == kk and f(r)
+                )
                 if got:
                     groups[f"{scope} | noise {noise.label} | repeats {k}"] = got
     return {"curves": curves, "rows": rows, "groups": groups}
@@ -119,9 +158,13 @@ def run(seeds: int) -> dict:
 def curve_facts(curves: list[Curve]) -> dict:
     published = [c for c in curves if c.family != "bed"]
     bed = [c for c in curves if c.family == "bed"]
-    facts = {"published_curves": len(published), "sources": sorted({c.family for c in published}),
-             "non_monotone": sum(not is_monotone(c) for c in published),
-             "sizes_per_curve": sorted({len(c.sizes) for c in published}), "bed_curves": len(bed)}  # fmt: skip
+    facts = {
+        "published_curves": len(published),
+        "sources": sorted({c.family for c in published}),
+        "non_monotone": sum(not is_monotone(c) for c in published),
+        "sizes_per_curve": sorted({len(c.sizes) for c in published}),
+        "bed_curves": len(bed),
+    }
     if bed:
         facts["bed_spread"] = {c.name: {n: round(spread([r for r, _ in c.trials[n]]), 3) for n in c.sizes} for c in bed}
     return facts
@@ -130,35 +173,52 @@ def curve_facts(curves: list[Curve]) -> dict:
 def report(result: dict, seeds: int, wall_s: float) -> list[str]:
     facts = curve_facts(result["curves"])
     lines = [
-        "# Adaptive search vs the exhaustive grid (published and measured curves)", "",
+        "# Adaptive search vs the exhaustive grid (published and measured curves)",
+        "",
         f"Truth: {facts['published_curves']} published curves from {len(facts['sources'])} sources "
         f"({', '.join(s.split(':', 1)[1] for s in facts['sources'])}; {facts['non_monotone']} of them non-monotone in "
         f"efficiency; {min(facts['sizes_per_curve'])}–{max(facts['sizes_per_curve'])} sizes each), and "
         f"{facts['bed_curves']} measured dev-bed curve(s). None comes from launcher.model.",
-        f"Each cell (curve × threshold {', '.join(map(str, THRESHOLDS))} × noise × repeats) is replayed {seeds} times; the "
+        f"Each cell (curve × threshold {', '.join(map(str, THRESHOLDS))} × noise × repeats) is replayed {seeds} "
+        "times; the "
         "grid measures every size, the adaptive search (launcher.run.next_size.run_search) those it asks for, on the "
-        "same draws: on published curves without the calibrated model's bound (their tables carry no all-reduce timings "
+        "same draws: on published curves without the calibrated model's bound (their tables carry no all-reduce "
+        "timings "
         "to fit it on), on bed curves also with the bound benchmarks/knee.py fitted on the bed's trials (only when "
-        "replaying those same trials). *within 5%*: the adaptive pick's true throughput is within ±5% of the grid pick's; "
+        "replaying those same trials). *within 5%*: the adaptive pick's true throughput is within ±5% of the grid "
+        "pick's; "
         "*right*: the pick equals the noise-free curve's pick.",
-        "Goals: device-hours ÷ grid < 1 (mean) and within 5% in ≥ 90% of replays.", "",
-        "| scope | noise | repeats | cells | within 5% | same size | GPU-h ÷ grid mean (median, max) | grid right | search right | goals |",
+        "Goals: device-hours ÷ grid < 1 (mean) and within 5% in ≥ 90% of replays.",
+        "",
+        "| scope | noise | repeats | cells | within 5% | same size | GPU-h ÷ grid mean (median, max) | grid right | "
+        "search right | goals |",
         "|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for key, g in result["groups"].items():
         scope, noise, k = (p.strip() for p in key.split("|"))
         missed = [name for name, ok in (("GPU-h", g["goal_hours"]), ("within 5%", g["goal_pick"])) if not ok]
         verdict = "met" if not missed else f"**NOT met** ({', '.join(missed)})"
-        lines.append(f"| {scope} | {noise.removeprefix('noise ')} | {k.removeprefix('repeats ')} | {g['cells']} | "
-                     f"{g['within_5pct']:.1%} | {g['same_pick']:.1%} | {g['hours_ratio_mean']:.2f} "
-                     f"({g['hours_ratio_median']:.2f}, {g['hours_ratio_max']:.2f}) | {g['grid_right']:.1%} | "
-                     f"{g['search_right']:.1%} | {verdict} |")  # fmt: skip
+        lines.append(
+            f"| {scope} | {noise.removeprefix('noise ')} | {k.removeprefix('repeats ')} | {g['cells']} | "
+            f"{g['within_5pct']:.1%} | {g['same_pick']:.1%} | {g['hours_ratio_mean']:.2f} "
+            f"({g['hours_ratio_median']:.2f}, {g['hours_ratio_max']:.2f}) | {g['grid_right']:.1%} | "
+            f"{g['search_right']:.1%} | {verdict} |"
+        )
     lines += why_missed(result["groups"]) + worst_cells(result["rows"]) + [""]
     if "bed_spread" in facts:
-        lines += ["Bed: spread of repeats (σ of log tokens/s) per node count: " + "; ".join(
-            f"{name}: " + ", ".join(f"{n}: {s}" for n, s in per.items()) for name, per in facts["bed_spread"].items()), ""]
-    lines += [f"Reproduce: `.venv/bin/python benchmarks/search_cost.py --seeds {seeds}` ({wall_s:.0f} s here). Data and "
-              "citations: benchmarks/data/README.md.", ""]  # fmt: skip
+        lines += [
+            "Bed: spread of repeats (σ of log tokens/s) per node count: "
+            + "; ".join(
+                f"{name}: " + ", ".join(f"{n}: {s}" for n, s in per.items())
+                for name, per in facts["bed_spread"].items()
+            ),
+            "",
+        ]
+    lines += [
+        f"Reproduce: `.venv/bin/python benchmarks/search_cost.py --seeds {seeds}` ({wall_s:.0f} s here). Data and "
+        "citations: benchmarks/data/README.md.",
+        "",
+    ]
     return lines
 
 
@@ -169,22 +229,32 @@ def why_missed(groups: dict) -> list[str]:
         return []
     missed = sum(1 - g["same_pick"] for g in pub)
     smaller = sum(g["search_smaller"] for g in pub)
-    return ["", f"When the picks differ on published curves, the adaptive pick is the smaller one in "
-            f"{smaller / missed:.0%} of cases: it stops at the first size measured below the threshold, and noise "
-            "(or a slow stretch) pushes some size below it by chance on curves that stay above it, while the grid "
-            "measures past the dip and picks a larger size. The search assumes efficiency falls with size; measured "
-            "curves do not always oblige."]  # fmt: skip
+    return [
+        "",
+        f"When the picks differ on published curves, the adaptive pick is the smaller one in "
+        f"{smaller / missed:.0%} of cases: it stops at the first size measured below the threshold, and noise "
+        "(or a slow stretch) pushes some size below it by chance on curves that stay above it, while the grid "
+        "measures past the dip and picks a larger size. The search assumes efficiency falls with size; measured "
+        "curves do not always oblige.",
+    ]
 
 
 def worst_cells(rows: list[dict]) -> list[str]:
     """The cells where the adaptive pick most often strays: where the search's shortcut costs."""
     worst = sorted(rows, key=lambda r: (r["within_5pct"], -r["threshold"]))[:12]
-    out = ["", "Worst cells (lowest within-5% share):", "",
-           "| curve | threshold | noise | repeats | true pick | within 5% | GPU-h ÷ grid |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "",
+        "Worst cells (lowest within-5% share):",
+        "",
+        "| curve | threshold | noise | repeats | true pick | within 5% | GPU-h ÷ grid |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in worst:
-        out.append(f"| {r['family'].removeprefix('published:')}: {r['curve']} ({', '.join(map(str, r['sizes']))}) | "
-                   f"{r['threshold']} | {r['noise']} | {r['repeats']} | {r['oracle']} | {r['within_5pct']:.0%} | "
-                   f"{r['hours_ratio_mean']:.2f} |")  # fmt: skip
+        out.append(
+            f"| {r['family'].removeprefix('published:')}: {r['curve']} ({', '.join(map(str, r['sizes']))}) | "
+            f"{r['threshold']} | {r['noise']} | {r['repeats']} | {r['oracle']} | {r['within_5pct']:.0%} | "
+            f"{r['hours_ratio_mean']:.2f} |"
+        )
     return out
 
 
@@ -207,10 +277,17 @@ def main() -> None:
     t0 = time.monotonic()
     result = run(args.seeds)
     wall_s = time.monotonic() - t0
-    doc = {"seeds": args.seeds, "thresholds": THRESHOLDS, "noise": [n.__dict__ for n in (*NOISES, BED_NOISE)],
-           "repeats": REPEATS, "trial_model": {"run_s": RUN_S, "startup_s": STARTUP_S},
-           "facts": curve_facts(result["curves"]), "groups": result["groups"], "curves": compact(result["rows"]),
-           "wall_s": wall_s}  # fmt: skip
+    doc = {
+        "seeds": args.seeds,
+        "thresholds": THRESHOLDS,
+        "noise": [n.__dict__ for n in (*NOISES, BED_NOISE)],
+        "repeats": REPEATS,
+        "trial_model": {"run_s": RUN_S, "startup_s": STARTUP_S},
+        "facts": curve_facts(result["curves"]),
+        "groups": result["groups"],
+        "curves": compact(result["rows"]),
+        "wall_s": wall_s,
+    }
     atomic_write_json(HERE / "results" / "search_cost.json", doc)
     lines = report(result, args.seeds, wall_s)
     atomic_write_text(HERE / "results" / "search_cost.md", "\n".join(lines))

@@ -14,9 +14,9 @@ import csv
 import hashlib
 import math
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -98,17 +98,29 @@ def load_bed(path: Path, bounds_path: Path | None = None) -> list[Curve]:
             if row["status"] != "completed":
                 continue
             n = int(row["world_size"])
-            grouped.setdefault(row["curve"], {}).setdefault(n, []).append((float(row["tokens_per_s"]) / n, float(row["device_hours"])))
+            grouped.setdefault(row["curve"], {}).setdefault(n, []).append(
+                (float(row["tokens_per_s"]) / n, float(row["device_hours"]))
+            )
             notes[row["curve"]] = row["settings"]
     bounds: dict[str, dict[frozenset[int], dict[int, float]]] = {}
     if bounds_path is not None and bounds_path.exists():
         with open(bounds_path, newline="") as f:
             for row in csv.DictReader(f):
                 measured = frozenset(int(x) for x in row["measured"].split(";"))
-                bounds.setdefault(row["curve"], {}).setdefault(measured, {})[int(row["world_size"])] = float(row["efficiency_high"])
-    return [Curve(family="bed", name=k, rate={n: statistics.median(r for r, _ in t) for n, t in v.items()},
-                  trials={n: tuple(t) for n, t in v.items()}, citation=notes[k], bounds=bounds.get(k))
-            for k, v in grouped.items()]  # fmt: skip
+                bounds.setdefault(row["curve"], {}).setdefault(measured, {})[int(row["world_size"])] = float(
+                    row["efficiency_high"]
+                )
+    return [
+        Curve(
+            family="bed",
+            name=k,
+            rate={n: statistics.median(r for r, _ in t) for n, t in v.items()},
+            trials={n: tuple(t) for n, t in v.items()},
+            citation=notes[k],
+            bounds=bounds.get(k),
+        )
+        for k, v in grouped.items()
+    ]
 
 
 def draw_published(curve: Curve, noise: Noise, repeats: int, rng: np.random.Generator) -> dict[int, list[float]]:
@@ -178,8 +190,9 @@ def model_bound(curve: Curve) -> Callable[[Mapping[int, float | None]], Callable
     return upper_from
 
 
-def replay(curve: Curve, measured: dict[int, list[float]], hours: Callable[[int], float], threshold: float,
-           bound: bool = False) -> Replay:  # fmt: skip
+def replay(
+    curve: Curve, measured: dict[int, list[float]], hours: Callable[[int], float], threshold: float, bound: bool = False
+) -> Replay:
     """Both searches on one drawn table. `hours(n)`: what measuring size n (all its repeats) cost;
     `bound`: the adaptive search uses the model's bound (bed curves, which have one)."""
     eff = size_efficiency(measured)
@@ -189,8 +202,13 @@ def replay(curve: Curve, measured: dict[int, list[float]], hours: Callable[[int]
     spent = sum(hours(n) for n in seen)
     grid = sum(hours(n) for n in curve.sizes)
     t_grid, t_search = curve.throughput(grid_pick), curve.throughput(search_pick)
-    return Replay(grid_pick=grid_pick, search_pick=search_pick, sizes_run=tuple(sorted(seen)), hours_ratio=spent / grid,
-                  within_5pct=abs(t_search / t_grid - 1) <= 0.05)  # fmt: skip
+    return Replay(
+        grid_pick=grid_pick,
+        search_pick=search_pick,
+        sizes_run=tuple(sorted(seen)),
+        hours_ratio=spent / grid,
+        within_5pct=abs(t_search / t_grid - 1) <= 0.05,
+    )
 
 
 def weak_scaling_hours(curve: Curve, repeats: int, run_s: float, startup_s: float) -> Callable[[int], float]:

@@ -77,7 +77,7 @@ def _relative(path: str, mount_root: str) -> str | None:
     if mount_root == "/":
         return path
     if path == mount_root or path.startswith(mount_root.rstrip("/") + "/"):
-        return path[len(mount_root.rstrip("/")):] or "/"
+        return path[len(mount_root.rstrip("/")) :] or "/"
     return None
 
 
@@ -115,7 +115,10 @@ def read_or_empty(path: Path) -> str:
 def level_quota(folder: Path, version: int) -> float | None:
     """CPUs the quota of this one cgroup folder allows (None: unlimited, or unreadable)."""
     if version == 1:
-        quota, period = read_or_empty(folder / "cpu.cfs_quota_us").strip(), read_or_empty(folder / "cpu.cfs_period_us").strip()
+        quota, period = (
+            read_or_empty(folder / "cpu.cfs_quota_us").strip(),
+            read_or_empty(folder / "cpu.cfs_period_us").strip(),
+        )
         if not quota or not period or int(quota) < 0 or int(period) <= 0:
             return None
         return int(quota) / int(period)
@@ -141,5 +144,7 @@ def quota_of(h: CpuHierarchy, root: Path = Path("/")) -> CpuQuota:
 
 def own_cpu_quota(root: Path = Path("/"), proc: Path = Path("/proc/self")) -> CpuQuota:
     """This process's CPU quota (NO_QUOTA where no cgroup sets one, or none can be read)."""
-    h = cpu_hierarchy(read_or_empty(_under(root, proc) / "cgroup"), read_or_empty(_under(root, proc) / "mountinfo"), root)
+    h = cpu_hierarchy(
+        read_or_empty(_under(root, proc) / "cgroup"), read_or_empty(_under(root, proc) / "mountinfo"), root
+    )
     return NO_QUOTA if h is None else quota_of(h, root)

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from launcher import __version__
 from launcher.config import show
@@ -53,8 +53,11 @@ overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=
 def _recipe_arguments(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("overrides", nargs="*", help=help_)
     p.add_argument("--recipes", help="your recipes folder (default: $LAUNCHER_RECIPES or the bundled recipes/)")
-    p.add_argument("--cfg", action="store_true",
-                   help="print the composed, resolved config (one per swept combination) and exit; nothing runs")  # fmt: skip
+    p.add_argument(
+        "--cfg",
+        action="store_true",
+        help="print the composed, resolved config (one per swept combination) and exit; nothing runs",
+    )
     p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
 
 
@@ -68,8 +71,11 @@ def _sweep_and_run(add) -> None:
     _recipe_arguments(rp, "Hydra overrides, e.g. model=mlp batch.micro=16")
     rp.add_argument("--quiet", action="store_true", help="no progress display")
     rp.add_argument("--dry-run", action="store_true", help="print (and write) what would run; start nothing")
-    rp.add_argument("--requeue", action="store_true",
-                    help="Slurm: on the USR1 warning checkpoint, requeue, and resume (sets run.requeue=true)")  # fmt: skip
+    rp.add_argument(
+        "--requeue",
+        action="store_true",
+        help="Slurm: on the USR1 warning checkpoint, requeue, and resume (sets run.requeue=true)",
+    )
 
 
 def _plan_and_analyze(add) -> None:
@@ -77,9 +83,12 @@ def _plan_and_analyze(add) -> None:
     _recipe_arguments(pl, "Hydra overrides (the recipe and cluster to plan)")
     pl.add_argument("--gpus", default="8..1024", help="sizes: 8..16384 (doubling), 8,16,24, or 64 (default 8..1024)")
     pl.add_argument("--from", dest="from_sweep", metavar="SWEEP_DIR", help="calibrate on this measured sweep")
-    pl.add_argument("--assume-mfu", type=float,
-                    help="presets: share of peak FLOP/s the compute achieves (default: fitted on published runs "
-                         "for the device and precision, launcher/model/preset_fit.json)")  # fmt: skip
+    pl.add_argument(
+        "--assume-mfu",
+        type=float,
+        help="presets: share of peak FLOP/s the compute achieves (default: fitted on published runs "
+        "for the device and precision, launcher/model/preset_fit.json)",
+    )
     pl.add_argument("--output", metavar="PATH", help="also write the predicted table to PATH (.csv or .parquet)")
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
     an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
@@ -97,8 +106,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launcher",
         description="Measure distributed training at several world sizes and recommend the efficient one.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"launcher {__version__}")
     p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
     p.add_argument("--recipes", help="with --info: your recipes folder (default: $LAUNCHER_RECIPES)")
@@ -109,10 +119,12 @@ def parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     _sweep_and_run(add)
-    for name, help_ in (("status", "where each trial of a sweep stands, and the source"),
-                        ("collect", "ask the scheduler, rebuild and print a sweep's table"),
-                        ("cancel", "Slurm: scancel a sweep's queued and running jobs; their trials read cancelled"),
-                        ("report", "rebuild a sweep's table, report.md and report.html (with plots) from its folder")):  # fmt: skip
+    for name, help_ in (
+        ("status", "where each trial of a sweep stands, and the source"),
+        ("collect", "ask the scheduler, rebuild and print a sweep's table"),
+        ("cancel", "Slurm: scancel a sweep's queued and running jobs; their trials read cancelled"),
+        ("report", "rebuild a sweep's table, report.md and report.html (with plots) from its folder"),
+    ):
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
     _plan_and_analyze(add)
     cluster.add_arguments(add("cluster", "a real Slurm dev cluster on this machine (needs root)"))

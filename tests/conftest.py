@@ -65,6 +65,19 @@ def repeated_sweep(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("results")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        assert main(["sweep", "sweep.repeats=3", "sweep.world_sizes=[1,2]", "sweep.steps=6", "sweep.warmup_steps=2",
-                     f"sweep.results_dir={out}", "sweep.name=rep", "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "sweep",
+                    "sweep.repeats=3",
+                    "sweep.world_sizes=[1,2]",
+                    "sweep.steps=6",
+                    "sweep.warmup_steps=2",
+                    f"sweep.results_dir={out}",
+                    "sweep.name=rep",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     return out / "rep", printed.getvalue()

@@ -13,9 +13,9 @@ import torch
 from launcher.config.compose import compose_config
 from launcher.io import read_json
 from launcher.run.local import run_local
+from launcher.train.models import build_model
 from launcher.trials.folder import write_trial
 from launcher.trials.spec import make_trial
-from launcher.train.models import build_model
 
 STEPS = 5
 GLOBAL_BATCH = 8
@@ -25,8 +25,9 @@ GLOBAL_BATCH = 8
 BASE = ["optim=sgd", "optim.lr=0.05", "seed=11", "model.n_layers=4", "model.n_heads=8", "batch.micro=8"]
 
 
-def run_trial(tmp: Path, name: str, world_size: int, overrides: list[str], *, steps: int = STEPS,
-              save_params: bool = True) -> dict[str, Any]:  # fmt: skip
+def run_trial(
+    tmp: Path, name: str, world_size: int, overrides: list[str], *, steps: int = STEPS, save_params: bool = True
+) -> dict[str, Any]:
     """Launch BASE + `overrides` on the local executor in `tmp/name`; returns its completed record."""
     cfg = compose_config(BASE + overrides)
     tdir = tmp / name

@@ -6,39 +6,56 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.compose import compose_config
-from launcher.trials.spec import sweep_trials
 from launcher.slurm.render import JobRequest
 from launcher.slurm.submit import job_requests
+from launcher.trials.spec import sweep_trials
 
 SWEEP_DIR = Path("/scratch/results/golden-sweep")
 PY = "cluster.python=/opt/venv/bin/python"
 SITE_SETUP = ["cluster.setup=['module load cuda/12.4','source /opt/venvs/train/bin/activate']"]
-SITE_ENV = (r"cluster.env=['PATH=/opt/x/bin:\${PATH}','LD_LIBRARY_PATH=/opt/x/lib:\${LD_LIBRARY_PATH}',"
-            r"'NOTE=$HOME `id` $(id) *']")
+SITE_ENV = (
+    r"cluster.env=['PATH=/opt/x/bin:\${PATH}','LD_LIBRARY_PATH=/opt/x/lib:\${LD_LIBRARY_PATH}',"
+    r"'NOTE=$HOME `id` $(id) *']"
+)
 
 CASES: dict[str, list[str]] = {
     "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
     "gpu_torchrun_all_options": [
-        "cluster=example_gpu_site", "cluster.partition=debug", "cluster.account=dev", "cluster.qos=normal",
-        "cluster.time_limit=00:20:00", "cluster.gpus_per_node=2", "cluster.cpus_per_task=1", "cluster.threads_per_rank=1",
+        "cluster=example_gpu_site",
+        "cluster.partition=debug",
+        "cluster.account=dev",
+        "cluster.qos=normal",
+        "cluster.time_limit=00:20:00",
+        "cluster.gpus_per_node=2",
+        "cluster.cpus_per_task=1",
+        "cluster.threads_per_rank=1",
         "cluster.mem=1G",
-        "cluster.constraint=dev", "cluster.exclusive=true", "cluster.launch=torchrun",
+        "cluster.constraint=dev",
+        "cluster.exclusive=true",
+        "cluster.launch=torchrun",
         "cluster.sbatch_extra=['--mail-type=END','--comment=scaling']",
         "cluster.setup=['source $(conda info --base)/etc/profile.d/conda.sh','conda activate train']",
-        "sweep.nodes=[2]", PY,
+        "sweep.nodes=[2]",
+        PY,
     ],
     # Repeats run round by round: one plain job per repeat, not an array (see test_array_and_pack_shapes).
     "repeats_three_rounds": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
     "pack_1_2_4": ["cluster=devcluster", "sweep.nodes=[1,2,4]", "sweep.pack=true", PY],
     "quoted_payload_args": ["cluster=devcluster", "sweep.nodes=[1]", PY],
     # `launcher run --requeue` with checkpoints and an environment variable
-    "run_requeue_env": ["cluster=devcluster", "cluster.nodes=2", "run.requeue=true", "run.checkpoint_every=50",
-                        "cluster.env=['NCCL_DEBUG=WARN','NOTE=two words; $(not run)']", PY],
+    "run_requeue_env": [
+        "cluster=devcluster",
+        "cluster.nodes=2",
+        "run.requeue=true",
+        "run.checkpoint_every=50",
+        "cluster.env=['NCCL_DEBUG=WARN','NOTE=two words; $(not run)']",
+        PY,
+    ],
     # A site's setup lines and no cluster.python: the job runs `python` from PATH after them;
     # `${NAME}` in cluster.env expands when the job runs (written `\${NAME}` for OmegaConf).
     "site_setup_srun": ["cluster=devcluster", "sweep.nodes=[1]", *SITE_SETUP, SITE_ENV],
     "site_setup_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *SITE_SETUP, SITE_ENV],
-}  # fmt: skip
+}
 RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 
 PAYLOAD_ARGS = {"quoted_payload_args": ("--save-params", "/scratch/it's here/$(params).pt")}

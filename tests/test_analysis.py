@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from launcher.results.analyze import analyze
 from launcher.results.cost import Pricing, add_cost
 from launcher.results.policy import Policy, recommend
 from launcher.results.scaling import add_scaling
-from launcher.results.analyze import analyze
 
 
 def table(rows):
@@ -82,8 +82,10 @@ def test_min_cost_picks_the_best_throughput_per_device():
     df = priced([(1, "completed", 100.0), (8, "completed", 700.0), (64, "completed", 4000.0)], usd_per_device_hour=3.6)
     rec = recommend(df, Policy(name="min_cost"))
     assert rec.world_size == 1
-    assert rec.reason == ("1 rank: lowest cost per unit of work ($10 per 1M tokens); the next cheapest, 8 ranks, "
-                          "costs 1.14× as much for the same work")  # fmt: skip
+    assert rec.reason == (
+        "1 rank: lowest cost per unit of work ($10 per 1M tokens); the next cheapest, 8 ranks, "
+        "costs 1.14× as much for the same work"
+    )
 
 
 def test_fastest_within_budget_in_device_hours_and_dollars():
@@ -97,7 +99,9 @@ def test_fastest_within_budget_in_device_hours_and_dollars():
     assert rec.reason == ("8 ranks: fastest size within $24,000 (1,428.6 h, $22,857); 64 ranks would need $32,000")
     none = recommend(df, Policy(name="fastest_within_budget", budget_device_hours=5000))
     assert none.world_size is None
-    assert none.reason == "no size fits the budget of 5,000 device-hours; the cheapest, 1 rank, needs 10,000 device-hours"
+    assert (
+        none.reason == "no size fits the budget of 5,000 device-hours; the cheapest, 1 rank, needs 10,000 device-hours"
+    )
 
 
 def test_analyze_a_time_to_train_table_72h_to_68h():
@@ -119,13 +123,22 @@ def test_analyze_a_throughput_table_from_elsewhere():
     assert result.recommendation.world_size == 8 and result.metric == "samples_per_s"
 
 
-@pytest.mark.parametrize("frame, message", [
-    ({"n": [1]}, "the table has no device-count column (one of gpus, world_size, devices, ranks, nodes); it has: n"),
-    ({"gpus": [1]}, "the table has no throughput (tokens_per_s, samples_per_s, throughput) or time-to-train "
-                    "(hours, time_h, time_s, seconds, days) column; it has: gpus"),
-    ({"gpus": [0], "hours": [1]}, "column 'gpus' holds 0; device counts must be positive integers"),
-    ({"gpus": [1], "hours": [-1]}, "column 'hours' holds a value ≤ 0; throughputs and times must be positive"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (
+            {"n": [1]},
+            "the table has no device-count column (one of gpus, world_size, devices, ranks, nodes); it has: n",
+        ),
+        (
+            {"gpus": [1]},
+            "the table has no throughput (tokens_per_s, samples_per_s, throughput) or time-to-train "
+            "(hours, time_h, time_s, seconds, days) column; it has: gpus",
+        ),
+        ({"gpus": [0], "hours": [1]}, "column 'gpus' holds 0; device counts must be positive integers"),
+        ({"gpus": [1], "hours": [-1]}, "column 'hours' holds a value ≤ 0; throughputs and times must be positive"),
+    ],
+)
 def test_analyze_refuses_tables_it_cannot_judge(frame, message):
     from launcher.config.errors import ConfigError
 
@@ -136,15 +149,26 @@ def test_analyze_refuses_tables_it_cannot_judge(frame, message):
 
 def test_repeats_are_judged_by_their_median():
     # size 1: 100, 110, 90 → median 100; size 2: 150, 190, 170 → median 170 → 0.85
-    df = table([(1, "completed", 100.0), (1, "completed", 110.0), (1, "completed", 90.0),
-                (2, "completed", 150.0), (2, "completed", 190.0), (2, "completed", 170.0), (2, "failed", None)])
+    df = table(
+        [
+            (1, "completed", 100.0),
+            (1, "completed", 110.0),
+            (1, "completed", 90.0),
+            (2, "completed", 150.0),
+            (2, "completed", 190.0),
+            (2, "completed", 170.0),
+            (2, "failed", None),
+        ]
+    )
     assert df["efficiency"].tolist()[3:6] == pytest.approx([0.75, 0.95, 0.85])
     rec = recommend(df, 0.8)
     assert rec.world_size == 2
     # Three repeats a size: the median with its 90% bootstrap interval, and a verdict on the noise.
     assert "(0.85 [0.68–1.06], 1.70× the throughput of 1 rank)" in rec.reason
-    assert rec.confidence == ("low — 2 ranks: 0.85 [0.68–1.06] — within noise of the 0.80 threshold "
-                              "(90% bootstrap intervals of the median, 3 repeats per size)")  # fmt: skip
+    assert rec.confidence == (
+        "low — 2 ranks: 0.85 [0.68–1.06] — within noise of the 0.80 threshold "
+        "(90% bootstrap intervals of the median, 3 repeats per size)"
+    )
 
 
 def test_out_of_memory_sizes_are_infeasible_not_slow():

@@ -9,10 +9,10 @@ import ast
 import importlib
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from launcher import cli
 
@@ -56,7 +56,7 @@ def _cycle() -> list[str] | None:
         state[n] = 1
         for t in sorted(graph[n]):
             if state.get(t) == 1:
-                return [*stack[stack.index(t):], t] if t in stack else [n, t]
+                return [*stack[stack.index(t) :], t] if t in stack else [n, t]
             if t not in state and (found := visit(t, [*stack, t])):
                 return found
         state[n] = 2
@@ -81,9 +81,11 @@ def test_function_level_imports_say_why_they_are_lazy():
         for node in _imports(name, path):
             if node.col_offset == 0:
                 continue
-            above = " ".join(lines[max(0, node.lineno - 4): node.lineno]).lower()
+            above = " ".join(lines[max(0, node.lineno - 4) : node.lineno]).lower()
             if "lazy" not in above and "type_checking" not in above:
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: import inside a block with no comment saying why")
+                offenders.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno}: import inside a block with no comment saying why"
+                )
     assert not offenders, "\n".join(offenders)
 
 

@@ -17,97 +17,285 @@ CASES = [
     (["batch.micro=abc"], "batch.micro=abc must be an integer; e.g. batch.micro=8"),
     (["batch.micro=2.5"], "batch.micro=2.5 must be an integer; e.g. batch.micro=8"),
     (["batch.accum=-1"], "batch.accum=-1 must be a positive integer; set e.g. batch.accum=1"),
-    (["foo=1"], "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train"),
-    (["+foo=1"], "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train"),
+    (
+        ["foo=1"],
+        "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train",
+    ),
+    (
+        ["+foo=1"],
+        "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train",
+    ),
     (["batch.foo=2"], "unknown config key 'batch.foo' (from 'batch.foo=2'); batch has: accum, global_batch, micro"),
     (["batch.global=64"], "batch.global was renamed batch.global_batch; use batch.global_batch=64"),
     (["+batch.global=64"], "batch.global was renamed batch.global_batch; use batch.global_batch=64"),
     (["~batch.micro"], "batch.micro cannot be deleted (the schema has it); set a value instead, e.g. batch.micro=8"),
     (["cluster.setup={a:1}"], "cluster.setup={{a:1}} must be a list of strings; e.g. cluster.setup=['a','b']"),
-    (["cluster.sbatch_extra=[[--x]]"], "cluster.sbatch_extra=[['--x']] must be a list of strings; e.g. cluster.sbatch_extra=['a','b']"),
+    (
+        ["cluster.sbatch_extra=[[--x]]"],
+        "cluster.sbatch_extra=[['--x']] must be a list of strings; e.g. cluster.sbatch_extra=['a','b']",
+    ),
     (["sweep.world_sizes=4"], "sweep.world_sizes=4 must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
     (["model.arch=null"], "model.arch=null must be one of gpt, mlp, llama; e.g. model.arch=gpt"),
-    (["parallel.schedule=2f2b"], "parallel.schedule='2f2b' is not one of gpipe, 1f1b, interleaved_1f1b; set e.g. parallel.schedule=gpipe"),
+    (
+        ["parallel.schedule=2f2b"],
+        "parallel.schedule='2f2b' is not one of gpipe, 1f1b, interleaved_1f1b; set e.g. parallel.schedule=gpipe",
+    ),
     # Your own model (`_target_`): checked at plan time, before anything is created.
-    (["model=target", "model._target_=nopkg.build", "model.inputs={x:{shape:[4]}}"], "model._target_='nopkg.build' does not import: No module named 'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)"),
-    (["data=dataset", "data._target_=nopkg.data.make"], "data._target_='nopkg.data.make' does not import: No module named 'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)"),
-    (["model=target", "model._target_=collections.OrderedDict", "model.inputs={x:{shape:[4]}}"], "model._target_='collections.OrderedDict' returned OrderedDict, not a torch.nn.Module; point model._target_ at a callable that builds the model"),
-    (["model=target", "model._target_=torch.nn.Linear", "model.kwargs={in_features:8,out_features:2}", "model.inputs={input:{shape:[4]}}"], "model._target_='torch.nn.Linear': a forward on model.inputs (input[2, 4] float32) raised RuntimeError: a and b must have same reduction dim, but got [2, 4] X [8, 2].; fix the inputs' shapes or dtypes"),
-    (["model=target", "model._target_=torch.nn.Linear", "model.inputs={input:{shape:[8]}}", "parallel=pipeline"], "parallel.layout=pipeline cannot split model._target_='torch.nn.Linear' into pipeline stages by itself: give the module names where a stage begins, e.g. parallel.pp_split=[blocks.2]; or use parallel=ddp or parallel=fsdp"),
-    (["model=target", "model._target_=torch.nn.Linear", "model.inputs={input:{shape:[8]}}", "model.loss=cross_entropy"], "model.loss=cross_entropy compares the output with model.target, which is not set; set e.g. model.target={{shape:[],dtype:int64,high:1000}}"),
+    (
+        ["model=target", "model._target_=nopkg.build", "model.inputs={x:{shape:[4]}}"],
+        "model._target_='nopkg.build' does not import: No module named 'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)",
+    ),
+    (
+        ["data=dataset", "data._target_=nopkg.data.make"],
+        "data._target_='nopkg.data.make' does not import: No module named 'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)",
+    ),
+    (
+        ["model=target", "model._target_=collections.OrderedDict", "model.inputs={x:{shape:[4]}}"],
+        "model._target_='collections.OrderedDict' returned OrderedDict, not a torch.nn.Module; point model._target_ at a callable that builds the model",
+    ),
+    (
+        [
+            "model=target",
+            "model._target_=torch.nn.Linear",
+            "model.kwargs={in_features:8,out_features:2}",
+            "model.inputs={input:{shape:[4]}}",
+        ],
+        "model._target_='torch.nn.Linear': a forward on model.inputs (input[2, 4] float32) raised RuntimeError: a and b must have same reduction dim, but got [2, 4] X [8, 2].; fix the inputs' shapes or dtypes",
+    ),
+    (
+        ["model=target", "model._target_=torch.nn.Linear", "model.inputs={input:{shape:[8]}}", "parallel=pipeline"],
+        "parallel.layout=pipeline cannot split model._target_='torch.nn.Linear' into pipeline stages by itself: give the module names where a stage begins, e.g. parallel.pp_split=[blocks.2]; or use parallel=ddp or parallel=fsdp",
+    ),
+    (
+        [
+            "model=target",
+            "model._target_=torch.nn.Linear",
+            "model.inputs={input:{shape:[8]}}",
+            "model.loss=cross_entropy",
+        ],
+        "model.loss=cross_entropy compares the output with model.target, which is not set; set e.g. model.target={{shape:[],dtype:int64,high:1000}}",
+    ),
     (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16; set e.g. precision=auto"),
-    (["model=nope"], "model=nope is not a recipe in {recipes}/model; available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt, tiny_llama"),
-    (["batch.micro=["], "cannot parse override 'batch.micro=['; write key=value, lists as key=[a,b], and quote values with special characters"),
+    (
+        ["model=nope"],
+        "model=nope is not a recipe in {recipes}/model; available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt, tiny_llama",
+    ),
+    (
+        ["batch.micro=["],
+        "cannot parse override 'batch.micro=['; write key=value, lists as key=[a,b], and quote values with special characters",
+    ),
     (["sweep.world_sizes=[1,x]"], "sweep.world_sizes=[1,x] must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
     (["sweep.world_sizes=abc"], "sweep.world_sizes=abc must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
-    (["sweep.world_sizes=[]"], "sweep.world_sizes=[] is empty; list the sizes to measure, e.g. sweep.world_sizes=[1,2]"),
-    (["sweep.world_sizes=[0,2]"], "sweep.world_sizes=[0, 2] holds 0; every size must be a positive integer, e.g. sweep.world_sizes=[1,2]"),
-    (["sweep.world_sizes=[2,2]"], "sweep.world_sizes=[2, 2] repeats a size; list each once, e.g. sweep.world_sizes=[2]"),
+    (
+        ["sweep.world_sizes=[]"],
+        "sweep.world_sizes=[] is empty; list the sizes to measure, e.g. sweep.world_sizes=[1,2]",
+    ),
+    (
+        ["sweep.world_sizes=[0,2]"],
+        "sweep.world_sizes=[0, 2] holds 0; every size must be a positive integer, e.g. sweep.world_sizes=[1,2]",
+    ),
+    (
+        ["sweep.world_sizes=[2,2]"],
+        "sweep.world_sizes=[2, 2] repeats a size; list each once, e.g. sweep.world_sizes=[2]",
+    ),
     (["sweep.threshold=abc"], "sweep.threshold=abc must be a number; e.g. sweep.threshold=0.8"),
     (["sweep.threshold=1.5"], "sweep.threshold=1.5 must be in (0, 1]; set e.g. sweep.threshold=0.8"),
-    (["sweep.warmup_steps=30"], "sweep.warmup_steps=30 leaves no measured step of sweep.steps=30; set sweep.steps above 30, e.g. sweep.steps=50"),
+    (
+        ["sweep.warmup_steps=30"],
+        "sweep.warmup_steps=30 leaves no measured step of sweep.steps=30; set sweep.steps above 30, e.g. sweep.steps=50",
+    ),
     (["sweep.steps=0"], "sweep.steps=0 must be a positive integer; set e.g. sweep.steps=30"),
-    (["sweep.name=a b"], "sweep.name='a b' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1"),
-    (["sweep.name=../x"], "sweep.name='../x' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1"),
-    (["model.n_heads=5"], "model.d_model=128 is not divisible by model.n_heads=5; pick heads that divide the width, e.g. model.n_heads=4"),
-    (["model=tiny_llama", "model.n_kv_heads=3"], "model.n_heads=8 is not a multiple of model.n_kv_heads=3; each kv head serves a whole group of query heads: pick n_kv_heads dividing n_heads, e.g. model.n_kv_heads=2"),
-    (["model=tiny_llama", "model.d_model=120", "model.n_heads=8"], "model.d_model=120 ÷ model.n_heads=8 = 15, an odd head width; RoPE rotates pairs of dimensions: pick a width and head count giving an even head width"),
-    (["model.n_kv_heads=2"], "model.n_kv_heads=2 applies to arch=llama only (grouped-query attention); remove it, or set model.arch=llama"),
-    (["model=tiny_llama", "model.ffn_hidden=0"], "model.ffn_hidden=0 must be a positive integer; set e.g. model.ffn_hidden=8"),
+    (
+        ["sweep.name=a b"],
+        "sweep.name='a b' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1",
+    ),
+    (
+        ["sweep.name=../x"],
+        "sweep.name='../x' must be letters, digits, '.', '_' or '-' (≤100, not starting with '.' or '-'); set e.g. sweep.name=gpt-ddp-1",
+    ),
+    (
+        ["model.n_heads=5"],
+        "model.d_model=128 is not divisible by model.n_heads=5; pick heads that divide the width, e.g. model.n_heads=4",
+    ),
+    (
+        ["model=tiny_llama", "model.n_kv_heads=3"],
+        "model.n_heads=8 is not a multiple of model.n_kv_heads=3; each kv head serves a whole group of query heads: pick n_kv_heads dividing n_heads, e.g. model.n_kv_heads=2",
+    ),
+    (
+        ["model=tiny_llama", "model.d_model=120", "model.n_heads=8"],
+        "model.d_model=120 ÷ model.n_heads=8 = 15, an odd head width; RoPE rotates pairs of dimensions: pick a width and head count giving an even head width",
+    ),
+    (
+        ["model.n_kv_heads=2"],
+        "model.n_kv_heads=2 applies to arch=llama only (grouped-query attention); remove it, or set model.arch=llama",
+    ),
+    (
+        ["model=tiny_llama", "model.ffn_hidden=0"],
+        "model.ffn_hidden=0 must be a positive integer; set e.g. model.ffn_hidden=8",
+    ),
     (["model.arch=cnn"], "model.arch='cnn' is not one of gpt, mlp, llama; set e.g. model.arch=gpt"),
     (["model.seq_len=1.5"], "model.seq_len=1.5 must be an integer; e.g. model.seq_len=64"),
     (["model.vocab_size=1"], "model.vocab_size=1 must be at least 2; set e.g. model.vocab_size=256"),
     (["optim.lr=-1"], "optim.lr=-1.0 must be a positive number; set e.g. optim.lr=0.001"),
-    (["optim.lr_scaling=cubic"], "optim.lr_scaling='cubic' is not one of none, linear, sqrt; set e.g. optim.lr_scaling=none"),
+    (
+        ["optim.lr_scaling=cubic"],
+        "optim.lr_scaling='cubic' is not one of none, linear, sqrt; set e.g. optim.lr_scaling=none",
+    ),
     (["optim.beta2=1.0"], "optim.beta2=1.0 must be in [0, 1); set e.g. optim.beta2=0.9"),
     (["parallel=ddp,ddp"], "'parallel=ddp,ddp' lists a value twice; list each value once"),
-    (["parallel=pipeline,tp", "sweep.world_sizes=[3]"], "no combination can run: pipeline at world size 3: model.n_layers=2 is not divisible by pipeline stages pp(3) × v(1) = 3; change model.n_layers, the world size or parallel.virtual_stages (and 1 more)"),
-    (["parallel.layout=zero9"], "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set e.g. parallel.layout=ddp"),
+    (
+        ["parallel=pipeline,tp", "sweep.world_sizes=[3]"],
+        "no combination can run: pipeline at world size 3: model.n_layers=2 is not divisible by pipeline stages pp(3) × v(1) = 3; change model.n_layers, the world size or parallel.virtual_stages (and 1 more)",
+    ),
+    (
+        ["parallel.layout=zero9"],
+        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set e.g. parallel.layout=ddp",
+    ),
     (["cluster.device_name=[1]"], "cluster.device_name=[1] must be a string; e.g. cluster.device_name=cpu"),
-    (["cluster.peak_flops_per_device=0"], "cluster.peak_flops_per_device=0.0 must be a positive number; set e.g. cluster.peak_flops_per_device=312000000000000.0"),
+    (
+        ["cluster.peak_flops_per_device=0"],
+        "cluster.peak_flops_per_device=0.0 must be a positive number; set e.g. cluster.peak_flops_per_device=312000000000000.0",
+    ),
     (["data=file"], "data.kind=file needs data.path; set data.path=/path/to/tokens.bin"),
-    (["data=file", "data.path=/nonexistent/tokens.bin"], "data.path='/nonexistent/tokens.bin' is not a readable file; point it at a token file"),
-    (["data.path=/x.bin"], "data.path is set but data=synthetic ignores it; add data=file (data=file data.path=/x.bin)"),
-    (["sweep.world_sizes=1,2"], "sweep.world_sizes=1,2 sweeps sweep.world_sizes over single values, but sweep.world_sizes is a list; write 'sweep.world_sizes=[1,2]' (quoted: zsh rejects the bare form)"),
-    (["cluster.setup=a,b"], "cluster.setup=a,b sweeps cluster.setup over single values, but cluster.setup is a list; write 'cluster.setup=[a,b]' (quoted: zsh rejects the bare form)"),
+    (
+        ["data=file", "data.path=/nonexistent/tokens.bin"],
+        "data.path='/nonexistent/tokens.bin' is not a readable file; point it at a token file",
+    ),
+    (
+        ["data.path=/x.bin"],
+        "data.path is set but data=synthetic ignores it; add data=file (data=file data.path=/x.bin)",
+    ),
+    (
+        ["sweep.world_sizes=1,2"],
+        "sweep.world_sizes=1,2 sweeps sweep.world_sizes over single values, but sweep.world_sizes is a list; write 'sweep.world_sizes=[1,2]' (quoted: zsh rejects the bare form)",
+    ),
+    (
+        ["cluster.setup=a,b"],
+        "cluster.setup=a,b sweeps cluster.setup over single values, but cluster.setup is a list; write 'cluster.setup=[a,b]' (quoted: zsh rejects the bare form)",
+    ),
     (["batch=[1]"], "batch=[1]: a config group takes one option name, e.g. batch=default; options: default"),
-    (["parallel={a:1}"], "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp"),
-    (["batch.global_batch=24"], "world size 2: batch.global_batch=24 is not divisible by batch.micro(8) × dp(2) = 16; choose a multiple of 16 or another batch.micro"),
-    (["batch.global_batch=16", "batch.accum=4", "sweep.world_sizes=[1]"], "world size 1: batch.global_batch=16 ≠ batch.micro(8) × batch.accum(4) × dp(1) = 32; set batch.accum=2 or leave it at 1 to derive it"),
-    (["parallel=pipeline", "parallel.schedule=interleaved_1f1b", "model.n_layers=4", "parallel.microbatches=5", "batch.micro=10", "sweep.world_sizes=[2]"], "world size 2: parallel.microbatches=5 is not a multiple of its 2 rounds of pp=2 that interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches=4"),
-    (["parallel=tp", "sweep.world_sizes=[3]"], "world size 3: model.n_heads=4 is not divisible by tp=3; tensor parallel splits it across ranks: choose a tp that divides 4"),
-    (["parallel=fsdp_tp", "sweep.world_sizes=[2,3]"], "world size 3: world size 3 is not a multiple of parallel.tp=2; dp × tp × pp must equal the world size: pick sizes that are multiples of 2"),
-    (["parallel=pipeline", "sweep.world_sizes=[2]", "parallel.microbatches=1"], "world size 2: parallel.microbatches=1 < pp=2 pipeline ranks: a schedule needs at least one microbatch per rank; set parallel.microbatches=2 or more"),
-    (["parallel=pipeline", "sweep.world_sizes=[2]", "batch.micro=6"], "world size 2: batch.micro=6 is not divisible by parallel.microbatches=4; each micro-batch is split into that many pipeline microbatches"),
+    (
+        ["parallel={a:1}"],
+        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
+    ),
+    (
+        ["batch.global_batch=24"],
+        "world size 2: batch.global_batch=24 is not divisible by batch.micro(8) × dp(2) = 16; choose a multiple of 16 or another batch.micro",
+    ),
+    (
+        ["batch.global_batch=16", "batch.accum=4", "sweep.world_sizes=[1]"],
+        "world size 1: batch.global_batch=16 ≠ batch.micro(8) × batch.accum(4) × dp(1) = 32; set batch.accum=2 or leave it at 1 to derive it",
+    ),
+    (
+        [
+            "parallel=pipeline",
+            "parallel.schedule=interleaved_1f1b",
+            "model.n_layers=4",
+            "parallel.microbatches=5",
+            "batch.micro=10",
+            "sweep.world_sizes=[2]",
+        ],
+        "world size 2: parallel.microbatches=5 is not a multiple of its 2 rounds of pp=2 that interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches=4",
+    ),
+    (
+        ["parallel=tp", "sweep.world_sizes=[3]"],
+        "world size 3: model.n_heads=4 is not divisible by tp=3; tensor parallel splits it across ranks: choose a tp that divides 4",
+    ),
+    (
+        ["parallel=fsdp_tp", "sweep.world_sizes=[2,3]"],
+        "world size 3: world size 3 is not a multiple of parallel.tp=2; dp × tp × pp must equal the world size: pick sizes that are multiples of 2",
+    ),
+    (
+        ["parallel=pipeline", "sweep.world_sizes=[2]", "parallel.microbatches=1"],
+        "world size 2: parallel.microbatches=1 < pp=2 pipeline ranks: a schedule needs at least one microbatch per rank; set parallel.microbatches=2 or more",
+    ),
+    (
+        ["parallel=pipeline", "sweep.world_sizes=[2]", "batch.micro=6"],
+        "world size 2: batch.micro=6 is not divisible by parallel.microbatches=4; each micro-batch is split into that many pipeline microbatches",
+    ),
     (["run.world_size=0"], "run.world_size=0 must be a positive integer; set e.g. run.world_size=1"),
     (["sweep.search=binary"], "sweep.search='binary' is not one of grid, adaptive; set e.g. sweep.search=grid"),
-    (["sweep.policy=cheapest"], "sweep.policy='cheapest' is not one of max_efficient, min_cost, fastest_within_budget; set e.g. sweep.policy=max_efficient"),
-    (["sweep.policy=fastest_within_budget"], "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. sweep.token_budget=2e11"),
-    (["sweep.policy=fastest_within_budget", "sweep.token_budget=1e9"], "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000"),
-    (["sweep.budget_usd=100"], "sweep.budget_usd=100 needs a price; set e.g. cluster.usd_per_device_hour=2.5 (or budget in sweep.budget_device_hours)"),
+    (
+        ["sweep.policy=cheapest"],
+        "sweep.policy='cheapest' is not one of max_efficient, min_cost, fastest_within_budget; set e.g. sweep.policy=max_efficient",
+    ),
+    (
+        ["sweep.policy=fastest_within_budget"],
+        "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. sweep.token_budget=2e11",
+    ),
+    (
+        ["sweep.policy=fastest_within_budget", "sweep.token_budget=1e9"],
+        "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000",
+    ),
+    (
+        ["sweep.budget_usd=100"],
+        "sweep.budget_usd=100 needs a price; set e.g. cluster.usd_per_device_hour=2.5 (or budget in sweep.budget_device_hours)",
+    ),
     (["sweep.token_budget=-5"], "sweep.token_budget=-5.0 must be a positive number; set e.g. sweep.token_budget=2e11"),
     (["cluster.spot_discount=1"], "cluster.spot_discount=1.0 must be in [0, 1); set e.g. cluster.spot_discount=0.6"),
-    (["cluster.inter_link=carrier_pigeon"], "cluster.inter_link='carrier_pigeon' is not one of nvlink, pcie, ib400, ib200, eth100, eth10; set e.g. cluster.inter_link=nvlink"),
-    (["cluster=devcluster", "sweep.search=adaptive", "sweep.pack=true"], "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the last one's result; use one of them"),
+    (
+        ["cluster.inter_link=carrier_pigeon"],
+        "cluster.inter_link='carrier_pigeon' is not one of nvlink, pcie, ib400, ib200, eth100, eth10; set e.g. cluster.inter_link=nvlink",
+    ),
+    (
+        ["cluster=devcluster", "sweep.search=adaptive", "sweep.pack=true"],
+        "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the last one's result; use one of them",
+    ),
 ]
 
 # Other commands: (argv, message); each exits 2 with the one line and writes nothing.
 COMMAND_CASES = [
-    (["plan", "--gpus", "8..4"], "--gpus '8..4' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24"),
-    (["plan", "--gpus", "a,b"], "--gpus 'a,b' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24"),
-    (["plan", "--gpus", "1..1180591620717411303424"], "--gpus '1..1180591620717411303424' names 71 sizes; at most 64, e.g. a doubling range 8..16384"),
-    (["plan", "model=mlp"], "launcher plan without a measured sweep needs the device's peak: cluster.device_name='cpu' is not in the peak table, so set cluster.peak_flops_per_device (e.g. cluster=example_gpu_site), or pass --from results/<sweep-id>"),
-    (["plan", "cluster=example_gpu_site", "--output", "plan.xlsx"], "--output 'plan.xlsx' must end in .csv or .parquet (the format follows the suffix); e.g. --output plan.csv"),
-    (["plan", "cluster=example_gpu_site", "--assume-mfu", "2"], "--assume-mfu 2.0 must be in (0, 1]; e.g. --assume-mfu 0.4"),
-    (["plan", "--from", "/nonexistent"], "--from '/nonexistent' is not a sweep folder (no sweep.json); pass results/<sweep-id>"),
-    (["plan", "--from", "/nonexistent", "model=mlp"], "--from plans the measured recipe on the measured hardware, so 'model=mlp' cannot apply; only sweep.* (policy, threshold, budgets) and cluster.usd_per_device_hour / cluster.spot_discount can"),
+    (
+        ["plan", "--gpus", "8..4"],
+        "--gpus '8..4' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24",
+    ),
+    (
+        ["plan", "--gpus", "a,b"],
+        "--gpus 'a,b' is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24",
+    ),
+    (
+        ["plan", "--gpus", "1..1180591620717411303424"],
+        "--gpus '1..1180591620717411303424' names 71 sizes; at most 64, e.g. a doubling range 8..16384",
+    ),
+    (
+        ["plan", "model=mlp"],
+        "launcher plan without a measured sweep needs the device's peak: cluster.device_name='cpu' is not in the peak table, so set cluster.peak_flops_per_device (e.g. cluster=example_gpu_site), or pass --from results/<sweep-id>",
+    ),
+    (
+        ["plan", "cluster=example_gpu_site", "--output", "plan.xlsx"],
+        "--output 'plan.xlsx' must end in .csv or .parquet (the format follows the suffix); e.g. --output plan.csv",
+    ),
+    (
+        ["plan", "cluster=example_gpu_site", "--assume-mfu", "2"],
+        "--assume-mfu 2.0 must be in (0, 1]; e.g. --assume-mfu 0.4",
+    ),
+    (
+        ["plan", "--from", "/nonexistent"],
+        "--from '/nonexistent' is not a sweep folder (no sweep.json); pass results/<sweep-id>",
+    ),
+    (
+        ["plan", "--from", "/nonexistent", "model=mlp"],
+        "--from plans the measured recipe on the measured hardware, so 'model=mlp' cannot apply; only sweep.* (policy, threshold, budgets) and cluster.usd_per_device_hour / cluster.spot_discount can",
+    ),
     (["analyze", "/nonexistent.csv"], "table '/nonexistent.csv' is not a file; pass a .csv or .parquet results table"),
     (["analyze", "{table}", "--threshold", "0"], "--threshold 0.0 must be in (0, 1]; e.g. --threshold 0.8"),
-    (["analyze", "{table}", "--policy", "fastest_within_budget"], "--policy fastest_within_budget needs --budget-gpu-hours and/or --budget-usd"),
-    (["analyze", "{table}", "--budget-usd", "5", "--policy", "fastest_within_budget"], "--budget-usd 5 needs a price; add --usd-per-gpu-hour, e.g. 2.5"),
+    (
+        ["analyze", "{table}", "--policy", "fastest_within_budget"],
+        "--policy fastest_within_budget needs --budget-gpu-hours and/or --budget-usd",
+    ),
+    (
+        ["analyze", "{table}", "--budget-usd", "5", "--policy", "fastest_within_budget"],
+        "--budget-usd 5 needs a price; add --usd-per-gpu-hour, e.g. 2.5",
+    ),
     (["analyze", "{table}", "--usd-per-gpu-hour", "-2"], "--usd-per-gpu-hour -2 must be a positive number"),
-    (["analyze", "{table}", "--spot-discount", "1.5"], "--spot-discount 1.5 must be in [0, 1); e.g. --spot-discount 0.6"),
-    (["analyze", "{garbage}"], "the table has no device-count column (one of gpus, world_size, devices, ranks, nodes); it has: hello"),
+    (
+        ["analyze", "{table}", "--spot-discount", "1.5"],
+        "--spot-discount 1.5 must be in [0, 1); e.g. --spot-discount 0.6",
+    ),
+    (
+        ["analyze", "{garbage}"],
+        "the table has no device-count column (one of gpus, world_size, devices, ranks, nodes); it has: hello",
+    ),
     (["report", "/nonexistent"], "'/nonexistent' is not a sweep folder (no sweep.json); pass results/<sweep-id>"),
 ]
 
@@ -138,10 +326,18 @@ def test_bad_input_one_line_exit_2_nothing_created(overrides, message, tmp_path,
 def test_launcher_run_checks_a_target_model_before_any_job(tmp_path, capsys):
     """`launcher run` prepares its one trial as a sweep does: the same one line, exit 2, no folder."""
     results = tmp_path / "results"
-    argv = ["run", "model=target", "model._target_=nopkg.build", "model.inputs={x:{shape:[4]}}", f"sweep.results_dir={results}"]
+    argv = [
+        "run",
+        "model=target",
+        "model._target_=nopkg.build",
+        "model.inputs={x:{shape:[4]}}",
+        f"sweep.results_dir={results}",
+    ]
     assert main(argv) == 2
-    assert capsys.readouterr().err == ("launcher: error: model._target_='nopkg.build' does not import: No module named "
-                                       "'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)\n")
+    assert capsys.readouterr().err == (
+        "launcher: error: model._target_='nopkg.build' does not import: No module named "
+        "'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)\n"
+    )
     assert not results.exists()
 
 
@@ -159,7 +355,9 @@ def test_bad_input_through_the_console_script(tmp_path):
         text=True,
     )
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == ["launcher: error: batch.micro=0 must be a positive integer; set e.g. batch.micro=8"]
+    assert proc.stderr.splitlines() == [
+        "launcher: error: batch.micro=0 must be a positive integer; set e.g. batch.micro=8"
+    ]
     assert proc.stdout == ""
     assert not (tmp_path / "r").exists()
 

@@ -35,9 +35,30 @@ def test_global_batch_is_micro_times_accum_times_dp(micro, accum, global_, dp, w
 @pytest.mark.parametrize(
     "micro, accum, global_, dp, message",
     [
-        (8, 1, 100, 4, "batch.global_batch=100 is not divisible by batch.micro(8) × dp(4) = 32; choose a multiple of 32 or another batch.micro"),
-        (8, 1, 32, 8, "batch.global_batch=32 is not divisible by batch.micro(8) × dp(8) = 64; choose a multiple of 64 or another batch.micro"),
-        (8, 2, 64, 2, "batch.global_batch=64 ≠ batch.micro(8) × batch.accum(2) × dp(2) = 32; set batch.accum=4 or leave it at 1 to derive it"),
+        (
+            8,
+            1,
+            100,
+            4,
+            "batch.global_batch=100 is not divisible by batch.micro(8) × dp(4) = 32; choose a multiple of 32 or "
+            "another batch.micro",
+        ),
+        (
+            8,
+            1,
+            32,
+            8,
+            "batch.global_batch=32 is not divisible by batch.micro(8) × dp(8) = 64; choose a multiple of 64 or "
+            "another batch.micro",
+        ),
+        (
+            8,
+            2,
+            64,
+            2,
+            "batch.global_batch=64 ≠ batch.micro(8) × batch.accum(2) × dp(2) = 32; set batch.accum=4 or leave it at "
+            "1 to derive it",
+        ),
     ],
 )
 def test_impossible_batches_carry_the_numbers(micro, accum, global_, dp, message):

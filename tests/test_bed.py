@@ -26,8 +26,9 @@ from launcher.train.measure import cpu_contention
 # ---------------------------------------------------------------- limits: the CPU share
 
 
-@pytest.mark.parametrize("text, cpus", [("0.45", 0.45), ("1", 1.0), ("0", 0.0), ("none", 0.0), ("OFF", 0.0),
-                                        ("0.123456", 0.1235)])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, cpus", [("0.45", 0.45), ("1", 1.0), ("0", 0.0), ("none", 0.0), ("OFF", 0.0), ("0.123456", 0.1235)]
+)
 def test_parse_cpus(text, cpus):
     assert limits.parse_cpus(text) == cpus
 
@@ -36,8 +37,9 @@ def test_parse_cpus(text, cpus):
 def test_parse_cpus_refuses_with_the_value_and_the_fix(bad):
     with pytest.raises(ValueError) as exc:
         limits.parse_cpus(bad)
-    assert str(exc.value) == (f"--cpus-per-node {bad}: a node's CPU share must be a number ≥ 0.01 (e.g. 0.45), "
-                              "or 0 to remove the quota")  # fmt: skip
+    assert str(exc.value) == (
+        f"--cpus-per-node {bad}: a node's CPU share must be a number ≥ 0.01 (e.g. 0.45), or 0 to remove the quota"
+    )
 
 
 def test_cpus_must_leave_the_reserve():
@@ -76,45 +78,92 @@ def test_describe_cpus():
 # ---------------------------------------------------------------- limits: the link
 
 
-@pytest.mark.parametrize("text, bits", [
-    ("200mbit", 200_000_000), ("1gbit", 10**9), ("1.5Gbit", 1_500_000_000), ("1500kbit", 1_500_000),
-    ("25mbps", 200_000_000), ("200 mbit", 200_000_000), ("none", 0), ("0", 0), ("off", 0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, bits",
+    [
+        ("200mbit", 200_000_000),
+        ("1gbit", 10**9),
+        ("1.5Gbit", 1_500_000_000),
+        ("1500kbit", 1_500_000),
+        ("25mbps", 200_000_000),
+        ("200 mbit", 200_000_000),
+        ("none", 0),
+        ("0", 0),
+        ("off", 0),
+    ],
+)
 def test_parse_rate_in_tc_units(text, bits):
     assert limits.parse_rate(text) == bits
 
 
-@pytest.mark.parametrize("bad, why", [
-    ("200", "not a rate"), ("200mb", "not a rate"), ("25MB/s", "not a rate"), ("fast", "not a rate"),
-    ("999kbit", "the bed shapes links from 1mbit to 100gbit"),
-    ("101gbit", "the bed shapes links from 1mbit to 100gbit"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("200", "not a rate"),
+        ("200mb", "not a rate"),
+        ("25MB/s", "not a rate"),
+        ("fast", "not a rate"),
+        ("999kbit", "the bed shapes links from 1mbit to 100gbit"),
+        ("101gbit", "the bed shapes links from 1mbit to 100gbit"),
+    ],
+)
 def test_parse_rate_refuses_with_the_units_it_takes(bad, why):
     with pytest.raises(ValueError) as exc:
         limits.parse_rate(bad)
-    assert str(exc.value) == (f"--link-rate {bad}: {why}; use tc's units: 200mbit, 1gbit, 1500kbit (bits/s) "
-                              "or 25mbps (bytes/s), or none to remove the shaping")  # fmt: skip
+    assert str(exc.value) == (
+        f"--link-rate {bad}: {why}; use tc's units: 200mbit, 1gbit, 1500kbit (bits/s) "
+        "or 25mbps (bytes/s), or none to remove the shaping"
+    )
 
 
 def test_rate_text_and_tc_arguments():
     assert [limits.rate_text(b) for b in (200_000_000, 10**9, 1_500_000_000, 1_500_000, 1_000_008)] == [
-        "200mbit", "1gbit", "1500mbit", "1500kbit", "1000008bit"]  # fmt: skip
+        "200mbit",
+        "1gbit",
+        "1500mbit",
+        "1500kbit",
+        "1000008bit",
+    ]
     assert limits.tbf_args(200_000_000) == ["tbf", "rate", "200000000bit", "burst", "65536", "latency", "10ms"]
     assert limits.tbf_burst(10 * 10**9) == 1_250_000  # rate × 1 ms once that passes 64 KiB
     assert limits.tc_argv("tc", "lnch-vn1", 200_000_000) == [
-        "tc", "qdisc", "replace", "dev", "lnch-vn1", "root", "tbf", "rate", "200000000bit", "burst", "65536",
-        "latency", "10ms"]  # fmt: skip
-    assert limits.tc_argv("tc", "eth0", 10**9, "lnch-n2")[:7] == ["tc", "-n", "lnch-n2", "qdisc", "replace", "dev", "eth0"]
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        "lnch-vn1",
+        "root",
+        "tbf",
+        "rate",
+        "200000000bit",
+        "burst",
+        "65536",
+        "latency",
+        "10ms",
+    ]
+    assert limits.tc_argv("tc", "eth0", 10**9, "lnch-n2")[:7] == [
+        "tc",
+        "-n",
+        "lnch-n2",
+        "qdisc",
+        "replace",
+        "dev",
+        "eth0",
+    ]
     assert limits.tc_argv("tc", "eth0", 0, "lnch-n2") == ["tc", "-n", "lnch-n2", "qdisc", "del", "dev", "eth0", "root"]
 
 
 def test_shaped_rate_read_back_from_tc_json():
-    tbf = [{"kind": "tbf", "handle": "8006:", "root": True, "options": {"rate": 25000000, "burst": 65525, "lat": 10000}}]
+    tbf = [
+        {"kind": "tbf", "handle": "8006:", "root": True, "options": {"rate": 25000000, "burst": 65525, "lat": 10000}}
+    ]
     assert limits.shaped_at(tbf) == 200_000_000
     assert limits.shaped_at([{"kind": "noqueue", "handle": "0:", "root": True, "options": {}}]) == 0
     assert limits.shaped_at([]) == 0
     assert limits.describe_link(200_000_000) == (
-        "link: 200mbit (25 MB/s) tbf on each node's veth, both directions; ranks on one node talk over loopback, unshaped")
+        "link: 200mbit (25 MB/s) tbf on each node's veth, both directions; ranks on one node talk over loopback, "
+        "unshaped"
+    )
     assert limits.describe_link(0).startswith("link: unshaped")
 
 
@@ -130,15 +179,25 @@ def test_exclusive_partition_and_the_state_record():
 
 def test_enter_argv_joins_the_cgroup_then_execs():
     argv = bed.enter_argv(Path("/sys/fs/cgroup/cpu/launcher-devcluster"), "n2", ["slurmd", "-D"])
-    assert argv == ["sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh",
-                    "/sys/fs/cgroup/cpu/launcher-devcluster/n2/cgroup.procs", "slurmd", "-D"]  # fmt: skip
+    assert argv == [
+        "sh",
+        "-c",
+        'echo $$ > "$1" && shift && exec "$@"',
+        "sh",
+        "/sys/fs/cgroup/cpu/launcher-devcluster/n2/cgroup.procs",
+        "slurmd",
+        "-D",
+    ]
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--cpus-per-node", "-1"], "launcher: error: --cpus-per-node -1: a node's CPU share must be a number ≥ 0.01"),
-    (["--link-rate", "25MB/s"], "launcher: error: --link-rate 25MB/s: not a rate; use tc's units"),
-    (["--cpus-per-node", "0.6"], "launcher: error: --cpus-per-node 0.6 × 4 nodes = 2.40 CPUs leaves"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--cpus-per-node", "-1"], "launcher: error: --cpus-per-node -1: a node's CPU share must be a number ≥ 0.01"),
+        (["--link-rate", "25MB/s"], "launcher: error: --link-rate 25MB/s: not a rate; use tc's units"),
+        (["--cpus-per-node", "0.6"], "launcher: error: --cpus-per-node 0.6 × 4 nodes = 2.40 CPUs leaves"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line_and_create_nothing(args, said, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(bed, "cores", lambda: 2)
@@ -178,46 +237,64 @@ def _files(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_v1_quota_of_a_node_cgroup(tmp_path):
-    root = _files(tmp_path, {
-        "proc/self/cgroup": CGROUP_V1, "proc/self/mountinfo": MOUNTINFO_V1,
-        "sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_quota_us": "-1\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_period_us": "100000\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_quota_us": "2250\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_period_us": "5000\n",
-    })  # fmt: skip
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": CGROUP_V1,
+            "proc/self/mountinfo": MOUNTINFO_V1,
+            "sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
+            "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_quota_us": "-1\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_period_us": "100000\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_quota_us": "2250\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_period_us": "5000\n",
+        },
+    )
     h = cgroup.cpu_hierarchy(CGROUP_V1, MOUNTINFO_V1, root)
     assert h == cgroup.CpuHierarchy(version=1, mount=Path("/sys/fs/cgroup/cpu"), path="/launcher-devcluster/n1")
     assert cgroup.own_cpu_quota(root) == cgroup.CpuQuota(cpus=0.45, group="v1:/launcher-devcluster/n1")
 
 
 def test_v1_tightest_ancestor_sets_the_group(tmp_path):
-    root = _files(tmp_path, {
-        "proc/self/cgroup": CGROUP_V1, "proc/self/mountinfo": MOUNTINFO_V1,
-        "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_quota_us": "30000\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_period_us": "100000\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_quota_us": "-1\n",
-        "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_period_us": "100000\n",
-    })  # fmt: skip
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": CGROUP_V1,
+            "proc/self/mountinfo": MOUNTINFO_V1,
+            "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_quota_us": "30000\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/cpu.cfs_period_us": "100000\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_quota_us": "-1\n",
+            "sys/fs/cgroup/cpu/launcher-devcluster/n1/cpu.cfs_period_us": "100000\n",
+        },
+    )
     assert cgroup.own_cpu_quota(root) == cgroup.CpuQuota(cpus=0.3, group="v1:/launcher-devcluster")
 
 
 def test_no_quota_anywhere(tmp_path):
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "1:cpu:/\n0::/\n", "proc/self/mountinfo": MOUNTINFO_V1,
-        "sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
-    })  # fmt: skip
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "1:cpu:/\n0::/\n",
+            "proc/self/mountinfo": MOUNTINFO_V1,
+            "sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
+            "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
+        },
+    )
     assert cgroup.own_cpu_quota(root) == cgroup.NO_QUOTA
     assert cgroup.own_cpu_quota(tmp_path / "nothing") == cgroup.NO_QUOTA  # no /proc at all
 
 
 def test_v2_quota_and_a_container_mount_root(tmp_path):
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "0::/launcher-devcluster/n3\n", "proc/self/mountinfo": MOUNTINFO_V2,
-        "sys/fs/cgroup/cgroup.controllers": "cpuset cpu io memory pids\n",
-        "sys/fs/cgroup/launcher-devcluster/cpu.max": "max 100000\n",
-        "sys/fs/cgroup/launcher-devcluster/n3/cpu.max": "45000 100000\n",
-    })  # fmt: skip
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/launcher-devcluster/n3\n",
+            "proc/self/mountinfo": MOUNTINFO_V2,
+            "sys/fs/cgroup/cgroup.controllers": "cpuset cpu io memory pids\n",
+            "sys/fs/cgroup/launcher-devcluster/cpu.max": "max 100000\n",
+            "sys/fs/cgroup/launcher-devcluster/n3/cpu.max": "45000 100000\n",
+        },
+    )
     assert cgroup.own_cpu_quota(root) == cgroup.CpuQuota(cpus=0.45, group="v2:/launcher-devcluster/n3")
     # A v2 hierarchy without the cpu controller offers no quota.
     (root / "sys/fs/cgroup/cgroup.controllers").write_text("memory pids\n")
@@ -254,7 +331,12 @@ def test_contention_with_a_quota_per_node_is_one():
     assert cpu_contention(two_per_node) == 1.0  # two ranks share a group: still 0.45 per group
     assert cpu_contention([_rank("m", threads=2, quota=1.5, group=f"v1:/g{i}") for i in range(2)]) == 1.5
     # A group's ranks demand their threads up to its quota; ranks without one their threads.
-    mixed = [_rank("m", quota=0.5, group="v2:/a"), _rank("m", threads=2, quota=1.5, group="v2:/b"), _rank("m"), _rank("m")]
+    mixed = [
+        _rank("m", quota=0.5, group="v2:/a"),
+        _rank("m", threads=2, quota=1.5, group="v2:/b"),
+        _rank("m"),
+        _rank("m"),
+    ]
     assert cpu_contention(mixed) == pytest.approx((0.5 + 1.5 + 2) / 2)
 
 
@@ -281,6 +363,7 @@ c.close()
 
 def transfer_bytes_per_s(src: str, dst: str, nbytes: int, port: int = 17_001) -> float:
     """Bytes/s a bulk TCP transfer from node `src` to node `dst` delivers (payload, after headers)."""
+
     def inside(node: str, code: str, *args: str) -> list[str]:
         return ["nsenter", f"--net=/run/netns/{conf.netns_name(node)}", sys.executable, "-c", code, *args]
 
@@ -315,9 +398,23 @@ def test_bed_in_place_then_a_2_node_x_2_task_sweep_on_it(devcluster, tmp_path):
         assert f"cpu per node: 0.45 (cgroup v{st.cgroup_version} " in text and f"in {base}/n*" in text
         assert "link: 200mbit (25 MB/s) tbf on each node's veth, both directions" in text
 
-        assert main(["sweep", "cluster=devcluster", "model=tiny_gpt", "sweep.nodes=[2]", "cluster.tasks_per_node=2",
-                     "sweep.steps=4", "sweep.warmup_steps=1", f"sweep.results_dir={tmp_path}", "sweep.name=bed",
-                     "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "sweep",
+                    "cluster=devcluster",
+                    "model=tiny_gpt",
+                    "sweep.nodes=[2]",
+                    "cluster.tasks_per_node=2",
+                    "sweep.steps=4",
+                    "sweep.warmup_steps=1",
+                    f"sweep.results_dir={tmp_path}",
+                    "sweep.name=bed",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         (record,) = [json.loads(p.read_text()) for p in (tmp_path / "bed" / "trials").glob("*/record.json")]
         assert record["status"] == "completed" and record["world_size"] == 4
         hosts = record["hosts"]
@@ -331,8 +428,13 @@ def test_bed_in_place_then_a_2_node_x_2_task_sweep_on_it(devcluster, tmp_path):
         print(f"bed link: n1→n2 {between / 1e6:.2f} MB/s (rate 25 MB/s), loopback in n1 {within / 1e6:.0f} MB/s")
         assert between <= 25e6 * 1.02 and within > 4 * 25e6
     finally:
-        dc.up(nodes=4, root=devcluster.root, log=lambda _: None, cpus_per_node=before.limits.cpus_per_node,
-              link_rate_bit=before.limits.link_rate_bit)  # fmt: skip
+        dc.up(
+            nodes=4,
+            root=devcluster.root,
+            log=lambda _: None,
+            cpus_per_node=before.limits.cpus_per_node,
+            link_rate_bit=before.limits.link_rate_bit,
+        )
     after = State.from_json(json.loads((devcluster.root / "cluster.json").read_text()))
     assert after.limits == before.limits and after.procs == st_before.procs
     if not before.limits.cpus_per_node:

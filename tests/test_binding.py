@@ -45,15 +45,26 @@ def _srun_words(script: str) -> list[str]:
 
 # --- CPUs: named on the step, and enough for the threads ------------------------------------------
 
+
 def test_srun_step_names_each_ranks_cpus():
-    words = _srun_words(_script(["sweep.nodes=[2]", "cluster.tasks_per_node=2", "cluster.cpus_per_task=3",
-                                 "cluster.threads_per_rank=3"]))  # fmt: skip
+    words = _srun_words(
+        _script(
+            ["sweep.nodes=[2]", "cluster.tasks_per_node=2", "cluster.cpus_per_task=3", "cluster.threads_per_rank=3"]
+        )
+    )
     assert "--cpus-per-task=3" in words and "--ntasks-per-node=2" in words
 
 
 def test_torchrun_task_holds_the_cpus_of_every_rank_it_spawns():
-    script = _script(["sweep.nodes=[2]", "cluster.launch=torchrun", "cluster.gpus_per_node=4", "cluster.cpus_per_task=2",
-                      "cluster.threads_per_rank=2"])  # fmt: skip
+    script = _script(
+        [
+            "sweep.nodes=[2]",
+            "cluster.launch=torchrun",
+            "cluster.gpus_per_node=4",
+            "cluster.cpus_per_task=2",
+            "cluster.threads_per_rank=2",
+        ]
+    )
     words = _srun_words(script)
     assert "--ntasks-per-node=1" in words and "--cpus-per-task=8" in words  # 4 ranks × 2 CPUs
     assert "--nproc-per-node=4" in words
@@ -63,12 +74,19 @@ def test_torchrun_task_holds_the_cpus_of_every_rank_it_spawns():
 
 @pytest.mark.parametrize("kind", ["sweep", "run"])
 def test_more_threads_than_cpus_is_refused_on_slurm(kind, tmp_path, capsys):
-    argv = [kind, "cluster=devcluster", "cluster.threads_per_rank=4", "cluster.cpus_per_task=2",
-            f"sweep.results_dir={tmp_path}"]  # fmt: skip
+    argv = [
+        kind,
+        "cluster=devcluster",
+        "cluster.threads_per_rank=4",
+        "cluster.cpus_per_task=2",
+        f"sweep.results_dir={tmp_path}",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err == ("launcher: error: cluster.threads_per_rank=4 is more than cluster.cpus_per_task=2, so each rank's "
-                   "threads would share its CPUs; set cluster.cpus_per_task=4 (or cluster.threads_per_rank=2)\n")
+    assert err == (
+        "launcher: error: cluster.threads_per_rank=4 is more than cluster.cpus_per_task=2, so each rank's "
+        "threads would share its CPUs; set cluster.cpus_per_task=4 (or cluster.threads_per_rank=2)\n"
+    )
     assert not list(tmp_path.iterdir())
 
 
@@ -78,14 +96,18 @@ def test_threads_per_rank_stays_free_locally():
 
 
 def test_cuda_ranks_beyond_the_nodes_gpus_are_refused():
-    with pytest.raises(ConfigError, match=r"^cluster.tasks_per_node=4 ranks would share cluster.gpus_per_node=2 GPUs: "
-                                          r"one rank per GPU; set cluster.tasks_per_node=2 \(or null: one per GPU\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^cluster.tasks_per_node=4 ranks would share cluster.gpus_per_node=2 GPUs: "
+        r"one rank per GPU; set cluster.tasks_per_node=2 \(or null: one per GPU\)$",
+    ):
         compose_config(["cluster=slurm", "cluster.device=cuda", "cluster.gpus_per_node=2", "cluster.tasks_per_node=4"])
     # CPU trials on stand-in GPUs (the dev cluster) may place ranks as they like.
     compose_config(["cluster=devcluster", "cluster.gpus_per_node=2", "cluster.tasks_per_node=4"])
 
 
 # --- one GPU per rank ---------------------------------------------------------------------------
+
 
 def test_ranks_sharing_a_device_list_take_the_local_ranks_device():
     torchrun = {"RANK": "5", "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
@@ -101,8 +123,11 @@ def test_a_task_slurm_bound_to_its_own_gpu_uses_it():
 
 def test_a_rank_without_a_device_of_its_own_is_refused_not_stacked():
     env = {"RANK": "2", "LOCAL_RANK": "2", "CUDA_VISIBLE_DEVICES": "0,1"}
-    with pytest.raises(ValueError, match=r"^local rank 2 has no CUDA device of its own: this process sees 2 "
-                                         r"\(CUDA_VISIBLE_DEVICES=0,1\) and ranks never share one; run at most 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"^local rank 2 has no CUDA device of its own: this process sees 2 "
+        r"\(CUDA_VISIBLE_DEVICES=0,1\) and ranks never share one; run at most 2",
+    ):
         device_slot(env, 2, 2)
     assert bound_gpu(env, 2) is None  # a CPU trial records no GPU rather than failing
     assert bound_gpu({"RANK": "0", "LOCAL_RANK": "0"}, 0) is None
@@ -110,12 +135,16 @@ def test_a_rank_without_a_device_of_its_own_is_refused_not_stacked():
 
 def test_local_executor_refuses_more_ranks_than_gpus_before_starting_any(tmp_path, monkeypatch):
     cfg = compose_config(["cluster.device=cuda"])
-    atomic_write_json(tmp_path / "trial.json", trial_document(make_trial(cfg, index=0, world_size=3, steps=2,
-                                                                         warmup_steps=1), cfg))  # fmt: skip
+    atomic_write_json(
+        tmp_path / "trial.json", trial_document(make_trial(cfg, index=0, world_size=3, steps=2, warmup_steps=1), cfg)
+    )
     monkeypatch.setattr(local, "cuda_devices", lambda device: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    with pytest.raises(ConfigError, match=r"^3 ranks on this machine's 2 CUDA device\(s\) \(CUDA_VISIBLE_DEVICES=0,1\): "
-                                          r"one rank per GPU, never shared"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^3 ranks on this machine's 2 CUDA device\(s\) \(CUDA_VISIBLE_DEVICES=0,1\): "
+        r"one rank per GPU, never shared",
+    ):
         local.run_local(tmp_path, world_size=3, threads=1, timeout_s=60)
     assert not list(tmp_path.glob("rank*.log"))  # refused before any rank started
 
@@ -127,7 +156,8 @@ def test_a_local_sweep_too_big_for_the_gpus_is_refused_whole_before_anything_run
     assert code == 2
     assert capsys.readouterr().err.strip() == (
         "launcher: error: 2 ranks on this machine's 1 CUDA device(s): one rank per GPU, never shared; measure at "
-        "most 1 rank(s) here (sweep.world_sizes / run.world_size), or set cluster.device=cpu")
+        "most 1 rank(s) here (sweep.world_sizes / run.world_size), or set cluster.device=cpu"
+    )
     assert not list(tmp_path.iterdir())  # no sweep folder: the 1-rank trial never ran
 
 
@@ -139,18 +169,23 @@ def test_cpu_trials_need_no_gpu_count():
 
 # --- USR1 under torchrun --------------------------------------------------------------------------
 
+
 def test_torchrun_agent_ignores_usr1_and_its_workers_can_still_catch_it():
     """The script starts the agent through `bash -c 'trap "" USR1; exec "$@"'`: the agent ignores
     USR1 (Slurm signals every process of the step: the agent must survive it while its workers,
     which install their own handler, checkpoint)."""
     words = _srun_words(_script(["sweep.nodes=[2]", "cluster.launch=torchrun"]))
     at = words.index("bash")
-    wrapper = words[at:at + 4]
+    wrapper = words[at : at + 4]
     assert wrapper == ["bash", "-c", 'trap "" USR1; exec "$@"', "torchrun"]
-    probe = ("import os, signal; ignored = signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN; "
-             "signal.signal(signal.SIGUSR1, lambda *a: print('caught')); os.kill(os.getpid(), signal.SIGUSR1); "
-             "print('ignored' if ignored else 'default')")  # fmt: skip
-    out = subprocess.run([*wrapper, sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30)
+    probe = (
+        "import os, signal; ignored = signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN; "
+        "signal.signal(signal.SIGUSR1, lambda *a: print('caught')); os.kill(os.getpid(), signal.SIGUSR1); "
+        "print('ignored' if ignored else 'default')"
+    )
+    out = subprocess.run(
+        [*wrapper, sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30
+    )
     assert out.stdout.split() == ["caught", "ignored"]
 
 
@@ -173,14 +208,23 @@ def gpu_cluster():
     return cluster
 
 
-
 @pytest.mark.slurm
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
 def test_one_rank_per_stand_in_gpu_on_one_and_two_nodes(launch, gpu_cluster, tmp_path, capsys):
     name = f"binding-{launch}"
-    argv = ["sweep", "cluster=devcluster", f"cluster.gpus_per_node={GPUS}", "cluster.device=cpu", "sweep.nodes=[1,2]",
-            "sweep.steps=6", "sweep.warmup_steps=2", f"cluster.launch={launch}", f"sweep.results_dir={tmp_path}",
-            f"sweep.name={name}", "--quiet"]  # fmt: skip
+    argv = [
+        "sweep",
+        "cluster=devcluster",
+        f"cluster.gpus_per_node={GPUS}",
+        "cluster.device=cpu",
+        "sweep.nodes=[1,2]",
+        "sweep.steps=6",
+        "sweep.warmup_steps=2",
+        f"cluster.launch={launch}",
+        f"sweep.results_dir={tmp_path}",
+        f"sweep.name={name}",
+        "--quiet",
+    ]
     rc = main(argv)
     out = capsys.readouterr().out
     trials = tmp_path / name / "trials"
@@ -191,8 +235,21 @@ def test_one_rank_per_stand_in_gpu_on_one_and_two_nodes(launch, gpu_cluster, tmp
     for nodes, record in zip((1, 2), records):
         tid = record["trial"]["trial_id"]
         bindings = record["rank_bindings"]
-        print(tid, [(b["rank"], b["host"], b["local_rank"], b["cuda_visible_devices"], b["gpu"], b["cpu_affinity"],
-                     b["threads"]) for b in bindings])  # fmt: skip
+        print(
+            tid,
+            [
+                (
+                    b["rank"],
+                    b["host"],
+                    b["local_rank"],
+                    b["cuda_visible_devices"],
+                    b["gpu"],
+                    b["cpu_affinity"],
+                    b["threads"],
+                )
+                for b in bindings
+            ],
+        )
         assert [b["rank"] for b in bindings] == list(range(GPUS * nodes))
         pairs = {(b["host"], b["gpu"]) for b in bindings}
         assert len(pairs) == GPUS * nodes and None not in {gpu for _, gpu in pairs}

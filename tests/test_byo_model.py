@@ -11,8 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -106,8 +106,16 @@ target: {shape: [64], dtype: int64, high: 256}
 loss: cross_entropy
 """
 
-SWEEP = ["model=byo_net", "optim=sgd", "batch.micro=4", "sweep.world_sizes=[1,2]", "sweep.steps=4",
-         "sweep.warmup_steps=1", "parallel.fsdp_units=[Block]", "cluster.peak_flops_per_device=1e11"]  # fmt: skip
+SWEEP = [
+    "model=byo_net",
+    "optim=sgd",
+    "batch.micro=4",
+    "sweep.world_sizes=[1,2]",
+    "sweep.steps=4",
+    "sweep.warmup_steps=1",
+    "parallel.fsdp_units=[Block]",
+    "cluster.peak_flops_per_device=1e11",
+]
 
 
 @contextlib.contextmanager
@@ -131,8 +139,9 @@ def user_package(root: Path, modules: dict[str, str], recipes: dict[str, str]) -
 
 @pytest.fixture(scope="module")
 def user_code(tmp_path_factory):
-    with user_package(tmp_path_factory.mktemp("user"), {"models": MODELS, "data": DATA},
-                      {"byo_net": NET, "byo_gpt": GPT}) as root:  # fmt: skip
+    with user_package(
+        tmp_path_factory.mktemp("user"), {"models": MODELS, "data": DATA}, {"byo_net": NET, "byo_gpt": GPT}
+    ) as root:
         yield root
 
 
@@ -163,8 +172,9 @@ def test_initial_values_follow_the_seed_not_the_build(user_code):
 
 
 def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
-    assert main(["sweep", *SWEEP, "parallel=ddp,fsdp", f"sweep.results_dir={tmp_path}", "sweep.name=byo",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(["sweep", *SWEEP, "parallel=ddp,fsdp", f"sweep.results_dir={tmp_path}", "sweep.name=byo", "--quiet"]) == 0
+    )
     df = pd.read_csv(tmp_path / "byo" / "results.csv")
     assert (df["status"] == "completed").all() and sorted(df["world_size"]) == [1, 1, 2, 2]
     assert (df["samples_per_s"] > 0).all()
@@ -173,8 +183,10 @@ def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
     assert df["efficiency"].notna().all()
     fpt = counted_flops_per_token(compose_config(SWEEP).model, 4)
     np.testing.assert_allclose(df["mfu"], df["tokens_per_s"] * fpt / (1e11 * df["world_size"]), rtol=1e-9)
-    records = {(r["trial"]["layout"], r["trial"]["world_size"]): r["metrics"]
-               for r in (read_json(p) for p in (tmp_path / "byo" / "trials").glob("*/record.json"))}  # fmt: skip
+    records = {
+        (r["trial"]["layout"], r["trial"]["world_size"]): r["metrics"]
+        for r in (read_json(p) for p in (tmp_path / "byo" / "trials").glob("*/record.json"))
+    }
     assert {m["flops_per_token"] for m in records.values()} == {fpt}
     for n in (1, 2):  # the same model, data and initial values whatever the layout
         np.testing.assert_allclose(records[("fsdp", n)]["losses"], records[("ddp", n)]["losses"], rtol=1e-6)
@@ -187,14 +199,27 @@ def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
 
 
 @pytest.mark.slurm
-def test_sweep_on_the_dev_cluster_finds_the_package_through_cluster_env(user_code, devcluster, tmp_path,
-                                                                        monkeypatch):  # fmt: skip
+def test_sweep_on_the_dev_cluster_finds_the_package_through_cluster_env(user_code, devcluster, tmp_path, monkeypatch):
     """On Slurm the ranks find the package through cluster.env's PYTHONPATH (not this shell's)."""
     monkeypatch.delenv("PYTHONPATH")
     name = f"byo-{os.getpid()}-{int(time.time())}"
-    assert main(["sweep", *SWEEP, "cluster=devcluster", "sweep.world_sizes=[1,2]", "parallel=ddp,fsdp", "sweep.pack=true",
-                 f"cluster.env=['PYTHONPATH={user_code}']", f"sweep.results_dir={tmp_path}", f"sweep.name={name}",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *SWEEP,
+                "cluster=devcluster",
+                "sweep.world_sizes=[1,2]",
+                "parallel=ddp,fsdp",
+                "sweep.pack=true",
+                f"cluster.env=['PYTHONPATH={user_code}']",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name={name}",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(tmp_path / name / "results.csv")
     assert (df["status"] == "completed").all() and sorted(df["world_size"]) == [1, 1, 2, 2]
     assert df["efficiency"].notna().all() and df["mfu"].notna().all() and (df["samples_per_s"] > 0).all()
@@ -206,10 +231,15 @@ def gpt_reference(user_code, tmp_path_factory):
 
 
 # Megatron's split of TokenModel's blocks, as a recipe's plan: whole heads and hidden units per rank.
-TP_PLAN = ("parallel.tp_plan={blocks.*.attn.q: colwise, blocks.*.attn.k: colwise, blocks.*.attn.v: colwise, "
-           "blocks.*.attn.proj: rowwise, blocks.*.ffn.0: colwise, blocks.*.ffn.2: rowwise}")  # fmt: skip
-SPLITS = {"ddp": ["batch.micro=4"], "fsdp": ["batch.micro=2", "batch.accum=2", "parallel.fsdp_units=[Block]"],
-          "tp": ["batch.micro=8", TP_PLAN]}  # fmt: skip
+TP_PLAN = (
+    "parallel.tp_plan={blocks.*.attn.q: colwise, blocks.*.attn.k: colwise, blocks.*.attn.v: colwise, "
+    "blocks.*.attn.proj: rowwise, blocks.*.ffn.0: colwise, blocks.*.ffn.2: rowwise}"
+)
+SPLITS = {
+    "ddp": ["batch.micro=4"],
+    "fsdp": ["batch.micro=2", "batch.accum=2", "parallel.fsdp_units=[Block]"],
+    "tp": ["batch.micro=8", TP_PLAN],
+}
 
 
 @pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
@@ -217,13 +247,19 @@ def test_builtin_gpt_as_target_equals_the_builtin_recipe(user_code, gpt_referenc
     """Same losses and parameters (1e-6) at 2 ranks as the built-in recipe at 1: the `_target_`
     build, initial values, dict batches, loss; FSDP units by class name with accumulation; the
     recipe's TP plan."""
-    data = ["data=dataset", "data._target_=byo_pkg.data.ShiftedRows", "+data.num_samples=40", "+data.seq_len=64",
-            "+data.vocab_size=256", "+data.seed=11"]  # fmt: skip
+    data = [
+        "data=dataset",
+        "data._target_=byo_pkg.data.ShiftedRows",
+        "+data.num_samples=40",
+        "+data.seq_len=64",
+        "+data.vocab_size=256",
+        "+data.seed=11",
+    ]
     run = launch(tmp_path, layout, 2, ["model=byo_gpt", f"parallel={layout}", *SPLITS[layout], *data])
     assert_same(run, gpt_reference)
 
 
-RESUME = '''
+RESUME = """
 import dataclasses, os, sys, torch, torch.distributed as dist
 from pathlib import Path
 from launcher.config.compose import compose_config
@@ -243,7 +279,7 @@ run = lambda: train(trial, cfg, process_env(env), torch.device("cpu"), checkpoin
 whole, again = run(), run()  # the second resumes from the first's last checkpoint (step 4)
 print(whole["losses"][4:] == again["losses"], again["resumed_from_step"])
 dist.destroy_process_group()
-'''
+"""
 
 
 def test_fsdp_resume_with_full_checkpointing_continues_exactly(user_code, tmp_path):
@@ -252,8 +288,12 @@ def test_fsdp_resume_with_full_checkpointing_continues_exactly(user_code, tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     (tmp_path / "resume.py").write_text(RESUME)
-    out = subprocess.run([sys.executable, str(tmp_path / "resume.py"), str(tmp_path / "ckpt"), str(port)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(tmp_path / "resume.py"), str(tmp_path / "ckpt"), str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.split() == ["True", "4"], out.stderr[-2000:]
 
 
@@ -261,8 +301,17 @@ def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, 
     """`launcher plan` for a `_target_` model: compute from the counted FLOPs (no formula describes
     it), MFU from the same count, and a layout presets cannot model refused in one line."""
     out = tmp_path / "plan.csv"
-    argv = ["plan", "model=byo_net", "batch.micro=4", "parallel=fsdp", "cluster=example_gpu_site", "--gpus", "8,16",
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "plan",
+        "model=byo_net",
+        "batch.micro=4",
+        "parallel=fsdp",
+        "cluster=example_gpu_site",
+        "--gpus",
+        "8,16",
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     m = compose_config(["model=byo_net"]).model
     flops = counted_flops_per_token(m, 4)
@@ -272,8 +321,10 @@ def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, 
     np.testing.assert_allclose(df["mfu"], df["tokens_per_s_per_device"] * flops / 3.12e14, rtol=1e-9)
     tp = ["parallel=tp", "parallel.tp_plan={blocks.*.fc1: colwise, blocks.*.fc2: rowwise}"]
     assert main(["plan", "model=byo_net", *tp, "cluster=example_gpu_site", "--gpus", "8"]) == 2
-    assert capsys.readouterr().err == ("launcher: error: launcher plan on presets models a `_target_` model under ddp or "
-                                       "fsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n")
+    assert capsys.readouterr().err == (
+        "launcher: error: launcher plan on presets models a `_target_` model under ddp or "
+        "fsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n"
+    )
 
 
 def test_a_target_model_is_not_given_a_memory_estimate_from_the_builtin_defaults(user_code):
@@ -285,5 +336,6 @@ def test_a_target_model_is_not_given_a_memory_estimate_from_the_builtin_defaults
     trial = make_trial(cfg, index=0, world_size=1, steps=4, warmup_steps=1)
     assert predicted_oom(cfg, trial, gpu=True, host_bytes=1.0) is None
     builtin = compose_config(["cluster.device_memory_gb=0.000001"])
-    assert predicted_oom(builtin, make_trial(builtin, index=0, world_size=1, steps=4, warmup_steps=1), gpu=True,
-                         host_bytes=1.0).startswith("predicted: ")  # fmt: skip
+    assert predicted_oom(
+        builtin, make_trial(builtin, index=0, world_size=1, steps=4, warmup_steps=1), gpu=True, host_bytes=1.0
+    ).startswith("predicted: ")

@@ -32,8 +32,13 @@ LONG = ["cluster=devcluster", "sweep.nodes=[1,2]", "sweep.steps=400"]
 
 def in_queue(env: dict[str, str], name: str) -> dict[str, str]:
     """Job id → state, for the sweep's jobs that squeue still lists."""
-    out = subprocess.run(["squeue", "--noheader", f"--name=lnch-{name}", "--format=%i|%T"], env=env, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "--noheader", f"--name=lnch-{name}", "--format=%i|%T"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return dict(line.split("|", 1) for line in out.split())
 
 
@@ -57,8 +62,16 @@ def rows(sweep_dir: Path) -> list[tuple[str, str]]:
 def test_ctrl_c_cancels_the_sweeps_jobs_and_their_rows_read_cancelled(devcluster, tmp_path):
     env, name = devcluster.env(), f"int-{RUN}"
     sweep_dir = tmp_path / name
-    cmd = [sys.executable, "-m", "launcher", "sweep", *LONG, f"sweep.results_dir={tmp_path}", f"sweep.name={name}",
-           "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "sweep",
+        *LONG,
+        f"sweep.results_dir={tmp_path}",
+        f"sweep.name={name}",
+        "--quiet",
+    ]
     with open(tmp_path / "launcher.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -112,8 +125,21 @@ def test_a_sweep_held_in_the_queue_detaches_with_slurms_reason(devcluster, tmp_p
     sweep_dir = tmp_path / name
     try:
         began = time.monotonic()
-        assert main(["sweep", "cluster=devcluster", "sweep.nodes=[1]", "cluster.sbatch_extra=['--hold']",
-                     "sweep.pending_timeout_s=5", f"sweep.results_dir={tmp_path}", f"sweep.name={name}", "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "sweep",
+                    "cluster=devcluster",
+                    "sweep.nodes=[1]",
+                    "cluster.sbatch_extra=['--hold']",
+                    "sweep.pending_timeout_s=5",
+                    f"sweep.results_dir={tmp_path}",
+                    f"sweep.name={name}",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         assert 5 <= time.monotonic() - began < 60
         out = capsys.readouterr().out
         job = first_job(sweep_dir)
@@ -136,8 +162,9 @@ def test_cancel_on_a_local_sweep_says_there_is_nothing_to_cancel(tmp_path, capsy
 
 def _slurm_sweep(tmp_path: Path, name: str) -> tuple[Path, object, list]:
     """Two combinations (a, b) at 1 and 2 nodes: each size's pair is one job array."""
-    cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1,2]", f"sweep.results_dir={tmp_path}",
-                          f"sweep.name={name}"])  # fmt: skip
+    cfg = compose_config(
+        ["cluster=devcluster", "sweep.nodes=[1,2]", f"sweep.results_dir={tmp_path}", f"sweep.name={name}"]
+    )
     a = sweep_trials(cfg, variant="a")
     trials = a + sweep_trials(cfg, first_index=len(a), variant="b")
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
@@ -156,8 +183,10 @@ def test_the_tracker_asks_slurm_only_about_jobs_that_have_not_ended(tmp_path, mo
     def query(keys, env):
         asked.append(keys)
         done = JobState(key="71_0", slurm_state="COMPLETED", status="completed", source="sacct")
-        return {k: done if k == "71_0" else JobState(key=k, slurm_state="RUNNING", status="running", source="sacct")
-                for k in keys}, {}  # fmt: skip
+        return {
+            k: done if k == "71_0" else JobState(key=k, slurm_state="RUNNING", status="running", source="sacct")
+            for k in keys
+        }, {}
 
     monkeypatch.setattr(submit, "query", query)
     known: dict[str, dict] = {}
@@ -177,8 +206,17 @@ def test_a_launcher_that_died_between_sbatch_and_the_record_never_submits_those_
     monkeypatch.setattr(submit, "sbatch", lambda script, env: "81")
     submit.submit_jobs(sweep_dir, jobs[:1], {})
     # job-001 was handed to sbatch, and the launcher died before the second write of its record.
-    atomic_write_json(submit.record_path(sweep_dir, jobs[1].name), {"job": jobs[1].name, "job_id": None, "array": True,
-                      "pack": False, "script": f"jobs/{jobs[1].name}.sbatch", "trials": ["001-a-ws2", "003-b-ws2"]})  # fmt: skip
+    atomic_write_json(
+        submit.record_path(sweep_dir, jobs[1].name),
+        {
+            "job": jobs[1].name,
+            "job_id": None,
+            "array": True,
+            "pack": False,
+            "script": f"jobs/{jobs[1].name}.sbatch",
+            "trials": ["001-a-ws2", "003-b-ws2"],
+        },
+    )
     assert sorted(submit.submissions(sweep_dir)) == ["000-a-ws1", "001-a-ws2", "002-b-ws1", "003-b-ws2"]
     monkeypatch.setattr(submit, "query", lambda keys, env: ({}, {}))
     lost = submit.refresh(sweep_dir, cfg)["001-a-ws2"]
@@ -202,8 +240,10 @@ def test_cancel_hands_scancel_whole_jobs_unless_some_of_their_trials_ended():
     def sub(job_id: str, i: int | None) -> dict:
         return {"job_id": job_id, "key": job_id if i is None else f"{job_id}_{i}"}
 
-    subs = {f"t{n}": FileRead(name="x", state="ok", doc=d)
-            for n, d in enumerate([sub("5", 0), sub("5", 1), sub("6", 0), sub("6", 1), sub("7", None), sub("7", None)])}  # fmt: skip
+    subs = {
+        f"t{n}": FileRead(name="x", state="ok", doc=d)
+        for n, d in enumerate([sub("5", 0), sub("5", 1), sub("6", 0), sub("6", 1), sub("7", None), sub("7", None)])
+    }
     open_ = [sub("5", 0), sub("5", 1), sub("6", 1), sub("7", None), sub("7", None)]
     assert submit._cancel_ids(open_, subs) == ["5", "6_1", "7"]
 

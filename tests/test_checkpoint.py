@@ -28,8 +28,13 @@ def test_killed_run_resumes_to_the_uninterrupted_parameters(layout, tmp_path, mo
         atomic_write_json(tmp_path / name / "trial.json", trial_document(t, cfg))
 
     def run(name: str):
-        return run_local(tmp_path / name, world_size=2, threads=1, timeout_s=300,
-                         extra_args=["--save-params", str(tmp_path / name / "params.pt")])  # fmt: skip
+        return run_local(
+            tmp_path / name,
+            world_size=2,
+            threads=1,
+            timeout_s=300,
+            extra_args=["--save-params", str(tmp_path / name / "params.pt")],
+        )
 
     assert run("plain").reason() is None
     monkeypatch.setenv("LAUNCHER_FAULT", "kill:1:12")  # rank 1 SIGKILLs itself at step 12

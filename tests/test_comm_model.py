@@ -118,12 +118,20 @@ def test_fsdp_prefetch_exposes_the_first_gather_and_the_last_scatters():
     assert terms.dp_exposed_s == pytest.approx(2 * fwd + bwd + bwd_sync, rel=1e-12)
     # Gathers every pass (twice when resharded), scatters once per optimizer step.
     assert terms.dp_total_s == pytest.approx(2 * (ag_r + L * 2 * ag_b) + L * rs_b + rs_r, rel=1e-12)
-    kept = comm_terms(Traffic(**{**t.__dict__, "reshard": False}), groups, topo, NV, IB, compute_s=compute,
-                      backward_share=2 / 3)  # fmt: skip
+    kept = comm_terms(
+        Traffic(**{**t.__dict__, "reshard": False}), groups, topo, NV, IB, compute_s=compute, backward_share=2 / 3
+    )
     assert kept.dp_total_s == pytest.approx(2 * (ag_r + L * ag_b) + L * rs_b + rs_r, rel=1e-12)
     # A pipeline stage that keeps its parameters gathers them once per step, whatever the passes.
-    once = comm_terms(Traffic(**{**t.__dict__, "reshard": False, "gathered_once": True}), groups, topo, NV, IB,
-                      compute_s=compute, backward_share=2 / 3)  # fmt: skip
+    once = comm_terms(
+        Traffic(**{**t.__dict__, "reshard": False, "gathered_once": True}),
+        groups,
+        topo,
+        NV,
+        IB,
+        compute_s=compute,
+        backward_share=2 / 3,
+    )
     assert once.dp_total_s == pytest.approx(ag_r + L * ag_b + L * rs_b + rs_r, rel=1e-12)
     assert once.dp_exposed_s == pytest.approx(fwd + (L - 1) * max(0.0, rs_b - b_l) + rs_b + rs_r, rel=1e-12)
 
@@ -145,8 +153,17 @@ def test_traffic_bytes_follow_the_dtype_on_the_wire():
     ddp = shape_for(_cfg("model=gpt_1_3b", "precision=bf16", "parallel=ddp"), 16).traffic
     assert (ddp.data_parallel, ddp.grad_bytes, ddp.param_bytes) == ("ddp", 4 * numel, 0)
     # A pipeline's FSDP stages run without a MixedPrecisionPolicy: fp32 gathers, a stage's share.
-    pp = shape_for(_cfg("model=gpt_1_3b", "precision=bf16", "parallel=fsdp_pp", "parallel.pp=2",
-                        "parallel.microbatches=4", "batch.micro=8"), 16)  # fmt: skip
+    pp = shape_for(
+        _cfg(
+            "model=gpt_1_3b",
+            "precision=bf16",
+            "parallel=fsdp_pp",
+            "parallel.pp=2",
+            "parallel.microbatches=4",
+            "batch.micro=8",
+        ),
+        16,
+    )
     stage, _ = rank_numel(parts, 24, 1, 2)
     assert (pp.traffic.param_bytes, pp.traffic.blocks, pp.traffic.passes) == (4 * round(stage), 12, 4)
     # A trial's measured gradient (a model the config describes only roughly) is taken as it ran.
@@ -156,27 +173,47 @@ def test_traffic_bytes_follow_the_dtype_on_the_wire():
 
 
 def test_tensor_parallel_collectives_per_block_and_pass():
-    cfg = _cfg("model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp", "parallel.tp=8", "batch.micro=2",
-               "batch.accum=3")  # fmt: skip
+    cfg = _cfg(
+        "model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp", "parallel.tp=8", "batch.micro=2", "batch.accum=3"
+    )
     shape = shape_for(cfg, 64)
     t = shape.traffic
     # micro × seq × d_model × 2 bytes per collective; 8 per block (AG + RS around attention and
     # ffn, forward and backward) + 4 for the embeddings and head; three passes.
     assert (t.tp_bytes, t.tp_collectives, t.passes) == (2 * 2048 * 2048 * 2, 24 * 8 + 4, 3)
     assert (shape.tp, shape.dp, shape.groups.tp) == (8, 8, Group(size=8, per_node=8))
-    full = shape_for(_cfg("model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp", "parallel.tp=8", "batch.micro=2",
-                          "model.activation_checkpointing=full"), 64)  # fmt: skip
+    full = shape_for(
+        _cfg(
+            "model=gpt_1_3b",
+            "precision=bf16",
+            "parallel=fsdp_tp",
+            "parallel.tp=8",
+            "batch.micro=2",
+            "model.activation_checkpointing=full",
+        ),
+        64,
+    )
     assert full.traffic.tp_collectives == 24 * 12 + 4  # the recomputed forward gathers again
     model = from_presets(compute_s_per_sample=0.0, intra=NV, inter=IB)
     p = model.predict(shape)
-    want = 3 * gather_s(t.tp_bytes * t.tp_collectives, Group(size=8, per_node=8), shape.topology, NV, IB,
-                        messages=t.tp_collectives)  # fmt: skip
+    want = 3 * gather_s(
+        t.tp_bytes * t.tp_collectives, Group(size=8, per_node=8), shape.topology, NV, IB, messages=t.tp_collectives
+    )
     assert p.tp_comm_s == pytest.approx(want, rel=1e-12)  # on the critical path, on the in-node link
 
 
 def test_pipeline_sends_per_microbatch_across_the_boundary():
-    cfg = _cfg("model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp_pp", "parallel.tp=4", "parallel.pp=4",
-               "parallel.microbatches=8", "batch.micro=8", "batch.accum=2", "cluster.nics_per_node=8")  # fmt: skip
+    cfg = _cfg(
+        "model=gpt_1_3b",
+        "precision=bf16",
+        "parallel=fsdp_tp_pp",
+        "parallel.tp=4",
+        "parallel.pp=4",
+        "parallel.microbatches=8",
+        "batch.micro=8",
+        "batch.accum=2",
+        "cluster.nics_per_node=8",
+    )
     shape = shape_for(cfg, 32)
     t = shape.traffic
     # One rank's sequence shard of a microbatch (8/8 × 2048 × 2048 × 2 bytes ÷ tp); 2 sends per
@@ -211,8 +248,11 @@ def _efficiency(overrides: list[str], sizes: list[int], mfu: float = 0.45) -> li
     cfg = _cfg(*overrides)
     c = cfg.cluster
     per_sample = hardware_flops_per_token(cfg.model) * cfg.model.seq_len
-    model = from_presets(compute_s_per_sample=per_sample / (c.peak_flops_per_device * mfu), intra=LINKS[c.intra_link],
-                         inter=LINKS[c.inter_link])  # fmt: skip
+    model = from_presets(
+        compute_s_per_sample=per_sample / (c.peak_flops_per_device * mfu),
+        intra=LINKS[c.intra_link],
+        inter=LINKS[c.inter_link],
+    )
     per_gpu = []
     for n in sizes:
         shape = shape_for(cfg, n)
@@ -226,9 +266,16 @@ def test_presets_keep_published_efficiency_at_gpu_scale():
     is not slower on 16 GPUs than on 8."""
     gpt = ["model=gpt_1_3b", "parallel=fsdp", "precision=bf16", "cluster.inter_link=ib400", "cluster.nics_per_node=8"]
     assert min(_efficiency(gpt, [8, 16, 64, 256, 512])) > 0.9
-    llama = ["model=llama3_8b", "precision=bf16", "model.activation_checkpointing=selective", "parallel=fsdp",
-             "batch.micro=2", "cluster.peak_flops_per_device=9.89e14", "cluster.inter_link=ib400",
-             "cluster.nics_per_node=8"]  # fmt: skip
+    llama = [
+        "model=llama3_8b",
+        "precision=bf16",
+        "model.activation_checkpointing=selective",
+        "parallel=fsdp",
+        "batch.micro=2",
+        "cluster.peak_flops_per_device=9.89e14",
+        "cluster.inter_link=ib400",
+        "cluster.nics_per_node=8",
+    ]
     eff = _efficiency(llama, [8, 16, 1024])
     assert eff[1] > 0.95 and eff[2] > 0.9
 
@@ -263,5 +310,8 @@ def test_bad_traffic_names_the_numbers():
     with pytest.raises(ValueError, match="nics_per_node must be ≥ 1, got 8, 0"):
         Topology(ranks_per_node=8, nics_per_node=0)
     with pytest.raises(ValueError, match=r"collectives \(n=4, bytes=10, count=0, seconds=1.0\)"):
-        Observation(shape=Shape(world_size=4, ranks_per_node=4, dp=1, tp=4, global_batch=1), step_s=1.0,
-                    gathers=((4, 10, 0, 1.0),))  # fmt: skip
+        Observation(
+            shape=Shape(world_size=4, ranks_per_node=4, dp=1, tp=4, global_batch=1),
+            step_s=1.0,
+            gathers=((4, 10, 0, 1.0),),
+        )

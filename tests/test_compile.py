@@ -63,26 +63,42 @@ def test_compiling_in_place_keeps_the_parameter_names():
 def test_a_compile_error_becomes_the_trials_one_line_reason():
     from torch._dynamo.exc import BackendCompilerFailed  # lazy: only this test builds one
 
-    exc = BackendCompilerFailed(lambda gm, ex: gm, RuntimeError("InvalidCxxCompiler: No working C++ compiler found"), None)
+    exc = BackendCompilerFailed(
+        lambda gm, ex: gm, RuntimeError("InvalidCxxCompiler: No working C++ compiler found"), None
+    )
     with pytest.raises(compiling.CompileFailed) as raised:
         with compiling.compile_failures(enabled=True):
             raise exc
-    assert str(raised.value) == ("train.compile=true: torch.compile failed (RuntimeError: InvalidCxxCompiler: No working "
-                                 "C++ compiler found); set train.compile=false, or give the nodes a C++ compiler "
-                                 "(inductor's CPU code needs one)")  # fmt: skip
+    assert str(raised.value) == (
+        "train.compile=true: torch.compile failed (RuntimeError: InvalidCxxCompiler: No working "
+        "C++ compiler found); set train.compile=false, or give the nodes a C++ compiler "
+        "(inductor's CPU code needs one)"
+    )
     with pytest.raises(ValueError):  # the model's own errors pass unchanged
         with compiling.compile_failures(enabled=True):
             raise ValueError("shape mismatch")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["sweep.warmup_steps=0"], "train.compile=true compiles during the first steps, but sweep.warmup_steps=0 would "
-                               "time them; set sweep.warmup_steps=2 or more"),
-    (["run.warmup_steps=0"], "train.compile=true compiles during the first steps, but run.warmup_steps=0 would "
-                             "time them; set run.warmup_steps=2 or more"),
-    (["parallel=pipeline"], "train.compile=true is supported with parallel.layout=ddp or fsdp, not pipeline; use one "
-                            "of those, or set train.compile=false"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["sweep.warmup_steps=0"],
+            "train.compile=true compiles during the first steps, but sweep.warmup_steps=0 would "
+            "time them; set sweep.warmup_steps=2 or more",
+        ),
+        (
+            ["run.warmup_steps=0"],
+            "train.compile=true compiles during the first steps, but run.warmup_steps=0 would "
+            "time them; set run.warmup_steps=2 or more",
+        ),
+        (
+            ["parallel=pipeline"],
+            "train.compile=true is supported with parallel.layout=ddp or fsdp, not pipeline; use one "
+            "of those, or set train.compile=false",
+        ),
+    ],
+)
 def test_compile_without_warm_up_or_with_an_untested_layout_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError) as raised:
         compose_config(["train.compile=true", *overrides])

@@ -24,8 +24,9 @@ DEFAULT = load_config({})
 # --- schema -------------------------------------------------------------------------------------
 
 CLASSES = [c for c in vars(schema).values() if isinstance(c, type) and dataclasses.is_dataclass(c)]
-CHOICES = [c for c in vars(schema).values()
-           if isinstance(c, type) and issubclass(c, enum.StrEnum) and c is not enum.StrEnum]  # fmt: skip
+CHOICES = [
+    c for c in vars(schema).values() if isinstance(c, type) and issubclass(c, enum.StrEnum) and c is not enum.StrEnum
+]
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -34,10 +35,11 @@ def test_config_classes_are_frozen_keyword_only_with_one_docstring_per_field(cls
     (node,) = [n for n in ast.parse(Path(schema.__file__).read_text()).body if getattr(n, "name", None) == cls.__name__]
     body = node.body
     undocumented = [
-        stmt.target.id for stmt, nxt in zip(body, [*body[1:], None])
+        stmt.target.id
+        for stmt, nxt in zip(body, [*body[1:], None])
         if isinstance(stmt, ast.AnnAssign)
         and not (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str))
-    ]  # fmt: skip
+    ]
     assert undocumented == []
 
 
@@ -80,16 +82,36 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
     assert cfg.cluster.python == value and cfg.cluster.env == [f"A={value}"]
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
-    ({"foo": 1}, "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train"),
-    ({"parallel": {"layout": "zero9"}}, "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set e.g. parallel.layout=ddp"),
-    ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
-    ({"sweep": {"world_sizes": 4}}, "sweep.world_sizes=4 must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
-    ({"sweep": {"world_sizes": [1, "x"]}}, "sweep.world_sizes holds 'x'; it must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
-    ({"cluster": {"setup": [["a"]]}}, "cluster.setup=[['a']] must be a list of strings; e.g. cluster.setup=['a','b']"),
-    ({"cluster": {"time_limit": None}}, "cluster.time_limit=null must be a string; e.g. cluster.time_limit=00:30:00"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
+        (
+            {"foo": 1},
+            "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, "
+            "run, seed, sweep, train",
+        ),
+        (
+            {"parallel": {"layout": "zero9"}},
+            "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set "
+            "e.g. parallel.layout=ddp",
+        ),
+        ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
+        ({"sweep": {"world_sizes": 4}}, "sweep.world_sizes=4 must be a list of integers; e.g. sweep.world_sizes=[1,2]"),
+        (
+            {"sweep": {"world_sizes": [1, "x"]}},
+            "sweep.world_sizes holds 'x'; it must be a list of integers; e.g. sweep.world_sizes=[1,2]",
+        ),
+        (
+            {"cluster": {"setup": [["a"]]}},
+            "cluster.setup=[['a']] must be a list of strings; e.g. cluster.setup=['a','b']",
+        ),
+        (
+            {"cluster": {"time_limit": None}},
+            "cluster.time_limit=null must be a string; e.g. cluster.time_limit=00:30:00",
+        ),
+    ],
+)
 def test_bad_document_is_one_line(doc, message):
     with pytest.raises(ConfigError) as info:
         load_config(doc)
@@ -122,8 +144,15 @@ def test_old_key_in_a_recipe_names_the_new_one_and_the_recipe_file(tmp_path):
 
 
 def test_resolved_yaml_reads_back_as_the_same_config():
-    cfg = compose_config(["parallel=pipeline", "cluster=devcluster", "batch.global_batch=64",
-                          "cluster.python='/opt/x\\${HOME}/python'", "sweep.world_sizes=[1,2,4]"])  # fmt: skip
+    cfg = compose_config(
+        [
+            "parallel=pipeline",
+            "cluster=devcluster",
+            "batch.global_batch=64",
+            "cluster.python='/opt/x\\${HOME}/python'",
+            "sweep.world_sizes=[1,2,4]",
+        ]
+    )
     text = resolved_yaml(cfg)
     assert "\nbatch:\n  micro: 8\n  accum: 1\n  global_batch: 64\n" in text
     assert "  layout: pipeline\n" in text and "  schedule: 1f1b\n" in text
@@ -160,10 +189,15 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
         f"Config groups in {recipes.resolve()} (marked +) and the bundled {PACKAGED_RECIPES} "
         "(choose with group=option; * marks the default):\n"
     )
-    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n" in text
+    assert (
+        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n"
+        in text
+    )
     assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
-    assert text.endswith("  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
-                         "data=synthetic cluster=local sweep=default\n")  # fmt: skip
+    assert text.endswith(
+        "  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
+        "data=synthetic cluster=local sweep=default\n"
+    )
 
 
 def test_groups_text_refuses_a_recipes_path_that_is_not_a_folder(tmp_path):

@@ -29,8 +29,14 @@ FILES = ("trial.json", "record.json", "outcome.json")
 def built(tmp_path_factory) -> Path:
     """One completed 1-rank sweep, run for real once for the whole module."""
     root = tmp_path_factory.mktemp("built")
-    argv = ["sweep", "sweep.world_sizes=[1]", "sweep.steps=6", "sweep.warmup_steps=2", f"sweep.results_dir={root}",
-            "--quiet"]  # fmt: skip
+    argv = [
+        "sweep",
+        "sweep.world_sizes=[1]",
+        "sweep.steps=6",
+        "sweep.warmup_steps=2",
+        f"sweep.results_dir={root}",
+        "--quiet",
+    ]
     assert main(argv) == 0
     (sweep_dir,) = [p for p in root.iterdir() if p.is_dir()]
     assert {p.name for p in (sweep_dir / "trials" / TRIAL_ID).glob("*.json")} == set(FILES)
@@ -50,7 +56,10 @@ def _cut(path: Path) -> None:
 DAMAGE = {
     "emptied": (lambda p: p.write_bytes(b""), "{} is truncated (0 bytes)"),
     "cut in half": (_cut, "{} is truncated ("),
-    "garbage": (lambda p: p.write_text("}{ not JSON at all"), "{} is corrupt: Expecting value: line 1 column 1 (char 0)"),
+    "garbage": (
+        lambda p: p.write_text("}{ not JSON at all"),
+        "{} is corrupt: Expecting value: line 1 column 1 (char 0)",
+    ),
     "wrong shape": (lambda p: p.write_text("[1, 2, 3]\n"), "{} is corrupt: holds a JSON array, not an object"),
 }
 
@@ -148,8 +157,12 @@ def test_calibration_skips_a_damaged_trial_with_its_reason(sweep):
 
 def _planned(tmp_path: Path, sizes: list[int]):
     """A real planned adaptive sweep folder (no trial run yet)."""
-    overrides = [f"sweep.world_sizes=[{','.join(map(str, sizes))}]", "sweep.search=adaptive",
-                 f"sweep.results_dir={tmp_path}", "sweep.name=s"]  # fmt: skip
+    overrides = [
+        f"sweep.world_sizes=[{','.join(map(str, sizes))}]",
+        "sweep.search=adaptive",
+        f"sweep.results_dir={tmp_path}",
+        "sweep.name=s",
+    ]
     plan = prepare_sweep(overrides)
     return plan, create_sweep_dir(plan.cfg, plan.items, overrides)
 
@@ -157,10 +170,23 @@ def _planned(tmp_path: Path, sizes: list[int]):
 def _record(sweep_dir: Path, t: Trial, thr: float, allreduce_bytes: float = 1_882_112) -> None:
     """What a payload writes, with throughput `thr`."""
     step = t.global_batch * 64 / thr
-    metrics = {"tokens_per_s": thr, "tokens_per_s_per_device": thr / t.world_size, "samples_per_s": thr / 64,
-               "step_time_median_s": step, "allreduce_bytes": allreduce_bytes, "cpu_contention": 1.0, "machines": 2}  # fmt: skip
-    record = {"status": "completed", "metrics": metrics, "wall_s": 30 * step + 5, "hosts": ["h"] * t.world_size,
-              "nodes": 1, "config": json.loads((sweep_dir / "sweep.json").read_text())["config"]}  # fmt: skip
+    metrics = {
+        "tokens_per_s": thr,
+        "tokens_per_s_per_device": thr / t.world_size,
+        "samples_per_s": thr / 64,
+        "step_time_median_s": step,
+        "allreduce_bytes": allreduce_bytes,
+        "cpu_contention": 1.0,
+        "machines": 2,
+    }
+    record = {
+        "status": "completed",
+        "metrics": metrics,
+        "wall_s": 30 * step + 5,
+        "hosts": ["h"] * t.world_size,
+        "nodes": 1,
+        "config": json.loads((sweep_dir / "sweep.json").read_text())["config"],
+    }
     (sweep_dir / "trials" / t.trial_id / "record.json").write_text(json.dumps(record))
 
 
@@ -193,7 +219,9 @@ def test_adaptive_search_names_a_trial_it_could_not_calibrate_on(tmp_path):
     assert doc["final"][""]["unreadable_trials"] == ["001-ws2: record.json is truncated (0 bytes)"]
     df = build_table(sweep_dir).set_index("world_size")
     assert df.loc[2, "status"] == "corrupt"
-    assert "Calibration skipped 1 unreadable trial(s): 001-ws2: record.json is truncated (0 bytes)." in summary(sweep_dir)
+    assert "Calibration skipped 1 unreadable trial(s): 001-ws2: record.json is truncated (0 bytes)." in summary(
+        sweep_dir
+    )
 
 
 def test_a_damaged_search_json_is_said_not_hidden(tmp_path):
@@ -206,7 +234,7 @@ def test_a_damaged_search_json_is_said_not_hidden(tmp_path):
 
 
 def test_the_report_says_which_trials_the_model_left_out(sweep):
-    (sweep / "trials" / TRIAL_ID / "record.json").write_text("{\"status\": \"completed\", \"metr")
+    (sweep / "trials" / TRIAL_ID / "record.json").write_text('{"status": "completed", "metr')
     assert main(["report", str(sweep)]) == 0
     report = (sweep / "report.md").read_text()
     assert f"Left out of the fit (damaged files): {TRIAL_ID}: record.json is truncated (" in report

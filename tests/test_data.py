@@ -136,7 +136,7 @@ def test_resuming_at_k_gives_the_uninterrupted_runs_samples_without_reading_the_
         assert resumed_data.reads == 6 * micro
 
 
-PAIRS = '''
+PAIRS = """
 import torch
 
 
@@ -165,10 +165,13 @@ def not_a_dataset():
 
 def rows(n, seq_len):
     return [torch.arange(seq_len + 1) + i for i in range(n)]
-'''
+"""
 
-IMAGE_MODEL = ModelConfig(_target_="mymodels.build", inputs={"image": InputSpec(shape=[3])},
-                          target=InputSpec(shape=[], dtype="int64", high=10))  # fmt: skip
+IMAGE_MODEL = ModelConfig(
+    _target_="mymodels.build",
+    inputs={"image": InputSpec(shape=[3])},
+    target=InputSpec(shape=[], dtype="int64", high=10),
+)
 
 
 @pytest.fixture
@@ -191,14 +194,18 @@ def test_a_user_dataset_of_pairs_reaches_the_model_as_dicts_sharded_over_ranks(m
 
 
 def test_a_user_dataset_of_the_wrong_shape_fails_at_start_up_with_the_keys_it_needs(mydata):
-    with pytest.raises(ValueError, match=r"item 0 is \['pixels', 'target'\], but the model takes \['image', 'target'\]"):
+    with pytest.raises(
+        ValueError, match=r"item 0 is \['pixels', 'target'\], but the model takes \['image', 'target'\]"
+    ):
         build_dataset(mydata("wrong_keys", n=4), IMAGE_MODEL, num_samples=8, seed=0)
     no_target = dataclasses.replace(IMAGE_MODEL, target=None)
     with pytest.raises(ValueError, match=r"item 0 is a tuple of 2 entries, but the model takes \['image'\]"):
         build_dataset(mydata("make", n=4, width=3), no_target, num_samples=8, seed=0)
     with pytest.raises(TypeError, match="returned int, not a map-style Dataset"):
         build_dataset(mydata("not_a_dataset"), IMAGE_MODEL, num_samples=8, seed=0)
-    with pytest.raises(ValueError, match=r"item 0 is \(9,\), but model=tiny_gpt takes rows of model.seq_len\+1=65 token"):
+    with pytest.raises(
+        ValueError, match=r"item 0 is \(9,\), but model=tiny_gpt takes rows of model.seq_len\+1=65 token"
+    ):
         build_dataset(mydata("rows", n=4, seq_len=8), ModelConfig(), num_samples=8, seed=0)
 
 
@@ -211,12 +218,20 @@ def test_data_dataset_composes_with_kwargs_beside_target_and_feeds_a_built_in_mo
     assert batch.shape == (4, 65) and sorted((batch[:, 1] - batch[:, 0]).tolist()) == [1, 1, 1, 1]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data=dataset"], "data=dataset needs data._target_, a callable returning a map-style Dataset; "
-                       "set e.g. data._target_=mypkg.data.make"),
-    (["data._target_=mydata.rows"], "data._target_=mydata.rows (or data.kwargs) is set but data=synthetic ignores "
-                                    "it; add data=dataset"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["data=dataset"],
+            "data=dataset needs data._target_, a callable returning a map-style Dataset; "
+            "set e.g. data._target_=mypkg.data.make",
+        ),
+        (
+            ["data._target_=mydata.rows"],
+            "data._target_=mydata.rows (or data.kwargs) is set but data=synthetic ignores it; add data=dataset",
+        ),
+    ],
+)
 def test_a_dataset_without_its_target_or_a_target_without_data_dataset_is_one_line(overrides, message):
     with pytest.raises(ConfigError) as raised:
         compose_config(overrides)

@@ -99,8 +99,10 @@ def test_slurm_conf_one_line_per_node():
     text = conf.slurm_conf_text(LAYOUT, conf.node_names(2))
     node_lines = [ln for ln in lines(text) if ln.startswith("NodeName=")]
     assert node_lines == [
-        "NodeName=n1 NodeAddr=10.77.0.11 NodeHostname=n1 CPUs=2 RealMemory=4000 Gres=gpu:2 Feature=dev,cpu State=UNKNOWN",
-        "NodeName=n2 NodeAddr=10.77.0.12 NodeHostname=n2 CPUs=2 RealMemory=4000 Gres=gpu:2 Feature=dev,cpu State=UNKNOWN",
+        "NodeName=n1 NodeAddr=10.77.0.11 NodeHostname=n1 CPUs=2 RealMemory=4000 Gres=gpu:2 Feature=dev,cpu "
+        "State=UNKNOWN",
+        "NodeName=n2 NodeAddr=10.77.0.12 NodeHostname=n2 CPUs=2 RealMemory=4000 Gres=gpu:2 Feature=dev,cpu "
+        "State=UNKNOWN",
     ]
 
 
@@ -155,12 +157,16 @@ def test_stand_in_gpus_per_node():
     """`launcher cluster up --gpus-per-node 4`: every node 4 gres GPUs, each backed by a device file,
     and a CPU per GPU declared (config_overrides), so 4 ranks of 1 CPU each schedule on a node."""
     nodes = lines(conf.slurm_conf_text(LAYOUT, conf.node_names(2), gpus=4))
-    assert ("NodeName=n2 NodeAddr=10.77.0.12 NodeHostname=n2 CPUs=4 RealMemory=4000 Gres=gpu:4 Feature=dev,cpu "
-            "State=UNKNOWN") in nodes
+    assert (
+        "NodeName=n2 NodeAddr=10.77.0.12 NodeHostname=n2 CPUs=4 RealMemory=4000 Gres=gpu:4 Feature=dev,cpu "
+        "State=UNKNOWN"
+    ) in nodes
     assert f"NodeName=n1 Name=gpu Count=4 File={ROOT}/fakegpu/gpu[0-3]" in lines(
-        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=4))
+        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=4)
+    )
     assert f"NodeName=n1 Name=gpu Count=1 File={ROOT}/fakegpu/gpu0" in lines(
-        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=1))
+        conf.gres_conf_text(LAYOUT, conf.node_names(1), gpus=1)
+    )
     assert conf.fake_gpu_files(LAYOUT, 4) == [ROOT / f"fakegpu/gpu{i}" for i in range(4)]
     assert conf.node_cpus(1) == conf.node_cpus(2) == 2  # the default cluster's text is unchanged
     for bad in (0, conf.MAX_GPUS + 1):
@@ -276,9 +282,13 @@ def test_four_idle_nodes(cluster):
 def test_two_node_job_runs_on_distinct_hosts_and_resolves_names(cluster, tmp_path):
     out = tmp_path / "job.out"
     job = submit(
-        cluster, "-N2", "--ntasks-per-node=1", f"--output={out}",
-        "--wrap", "srun sh -c 'echo host=$(hostname) ip=$(hostname -I)'; getent hosts n1 n2",
-    )  # fmt: skip
+        cluster,
+        "-N2",
+        "--ntasks-per-node=1",
+        f"--output={out}",
+        "--wrap",
+        "srun sh -c 'echo host=$(hostname) ip=$(hostname -I)'; getent hosts n1 n2",
+    )
     assert wait_done(cluster, job) == "COMPLETED"
     text = out.read_text()
     rows = [dict(kv.split("=") for kv in ln.split()) for ln in text.splitlines() if ln.startswith("host=")]

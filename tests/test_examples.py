@@ -25,8 +25,17 @@ def _sweep(example: str, tmp: Path, *overrides: str, sizes: str = "[1,2]") -> tu
     """`launcher sweep --recipes examples/<example>/recipes ...` with the example's package on
     PYTHONPATH, as a user runs it; its results table and what it printed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES / example), os.environ.get("PYTHONPATH", "")])}
-    cmd = [str(LAUNCHER), "sweep", "--recipes", str(EXAMPLES / example / "recipes"), *overrides, *FEW_STEPS,
-           f"sweep.world_sizes={sizes}", f"sweep.results_dir={tmp}", "sweep.name=example"]  # fmt: skip
+    cmd = [
+        str(LAUNCHER),
+        "sweep",
+        "--recipes",
+        str(EXAMPLES / example / "recipes"),
+        *overrides,
+        *FEW_STEPS,
+        f"sweep.world_sizes={sizes}",
+        f"sweep.results_dir={tmp}",
+        "sweep.name=example",
+    ]
     done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return pd.read_csv(tmp / "example" / "results.csv"), done.stdout
@@ -38,21 +47,30 @@ def _assert_scales(rows: pd.DataFrame, throughput: str) -> None:
     assert rows["status"].tolist() == ["completed", "completed"], rows["reason"].tolist()
     assert (rows[throughput] > 0).all()
     assert rows["efficiency"].iloc[0] == 1.0
-    assert rows["efficiency"].iloc[1] == pytest.approx(rows[throughput].iloc[1] / (2 * rows[throughput].iloc[0]), rel=1e-3)
+    assert rows["efficiency"].iloc[1] == pytest.approx(
+        rows[throughput].iloc[1] / (2 * rows[throughput].iloc[0]), rel=1e-3
+    )
     assert (rows["loss_first"] > 0).all() and rows["loss_last"].notna().all()
 
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory) -> tuple[pd.DataFrame, str]:
-    return _sweep("resnet", tmp_path_factory.mktemp("resnet"), "model=resnet", "parallel=ddp,fsdp",
-                  "parallel.fsdp_units=[BasicBlock]", "batch.micro=4")  # fmt: skip
+    return _sweep(
+        "resnet",
+        tmp_path_factory.mktemp("resnet"),
+        "model=resnet",
+        "parallel=ddp,fsdp",
+        "parallel.fsdp_units=[BasicBlock]",
+        "batch.micro=4",
+    )
 
 
 @pytest.fixture(scope="module")
 def hf_causal_lm(tmp_path_factory) -> tuple[pd.DataFrame, str]:
     missing = [m for m in ("transformers",) if importlib.util.find_spec(m) is None]
-    assert not missing, (f"{missing} not installed: the examples need the test extra, "
-                         f"pip install -e '.[cpu,test]' (pyproject.toml)")  # fmt: skip
+    assert not missing, (
+        f"{missing} not installed: the examples need the test extra, pip install -e '.[cpu,test]' (pyproject.toml)"
+    )
     return _sweep("hf_causal_lm", tmp_path_factory.mktemp("hf"), "model=hf_llama", "batch.micro=4")
 
 
@@ -75,8 +93,16 @@ def test_resnet_table_prints_each_layout_and_a_recommendation(resnet):
 
 def test_resnet_trains_on_its_dataset_by_target(resnet, tmp_path):
     # 1 rank: what is checked is that the example's dataset feeds the model, not the sharding
-    df, _ = _sweep("resnet", tmp_path, "model=resnet", "data=dataset", "data._target_=resnet_example.data.make",
-                   "data.size=64", "batch.micro=4", sizes="[1]")  # fmt: skip
+    df, _ = _sweep(
+        "resnet",
+        tmp_path,
+        "model=resnet",
+        "data=dataset",
+        "data._target_=resnet_example.data.make",
+        "data.size=64",
+        "batch.micro=4",
+        sizes="[1]",
+    )
     assert df["status"].tolist() == ["completed"], df["reason"].tolist()
     assert df["samples_per_s"].iloc[0] > 0 and df["global_batch"].tolist() == [4]
     # the same model and seed as the synthetic sweep: only the data differs, and so does the first loss

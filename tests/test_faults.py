@@ -15,14 +15,14 @@ import pytest
 import torch
 from waiting import wait_for
 
-from launcher.run.run import as_sweep, run_trials
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
+from launcher.run.run import as_sweep, run_trials
+from launcher.run.sweep import create_sweep_dir, execute
+from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
 from launcher.trials.folder import trial_document
 from launcher.trials.spec import make_trial
-from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
-from launcher.run.sweep import create_sweep_dir, execute
 
 pytestmark = pytest.mark.slurm
 
@@ -81,8 +81,15 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
     outside → the job resumes from the last periodic checkpoint. Final parameters equal the
     uninterrupted run's."""
     env = devcluster.env()
-    overrides = [*DEV, "cluster.nodes=2", f"run.steps={STEPS}", "run.warmup_steps=2", f"run.checkpoint_every={EVERY}",
-                 "run.requeue=true", f"sweep.results_dir={tmp_path}"]  # fmt: skip
+    overrides = [
+        *DEV,
+        "cluster.nodes=2",
+        f"run.steps={STEPS}",
+        "run.warmup_steps=2",
+        f"run.checkpoint_every={EVERY}",
+        "run.requeue=true",
+        f"sweep.results_dir={tmp_path}",
+    ]
     cfg = as_sweep(compose_config(overrides))
     trials = run_trials(cfg)
     (trial,) = trials
@@ -125,9 +132,16 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
 
 # --- one sweep holding every way a trial can end ------------------------------------------
 
-COMMON = ["cluster=devcluster", "cluster.serialize_trials=false", "cluster.exclusive=true",
-          "run.requeue=true",
-          "optim=sgd", "optim.lr=0.05", "sweep.steps=20", "sweep.warmup_steps=2"]  # fmt: skip
+COMMON = [
+    "cluster=devcluster",
+    "cluster.serialize_trials=false",
+    "cluster.exclusive=true",
+    "run.requeue=true",
+    "optim=sgd",
+    "optim.lr=0.05",
+    "sweep.steps=20",
+    "sweep.warmup_steps=2",
+]
 LONG = ["sweep.steps=5000"]  # minutes of training: lasts until its fault ends it
 # name → (overrides, nodes). One-node trials form one job array, two-node ones another.
 KINDS = {
@@ -140,7 +154,7 @@ KINDS = {
     "ok2": ([], 2),
     "killrank": (LONG, 2),
     "requeue": (["sweep.steps=150"], 2),  # checkpoints; its array is requeue-able, the one-node array is not
-}  # fmt: skip
+}
 
 
 def rank_pids(tdir: Path) -> dict[int, int]:
@@ -166,8 +180,8 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     """completed, failed (a rank killed -9), cancelled, timeout, node_fail, oom, nan and requeued, in
     one sweep; the controller is restarted mid-sweep. `launcher collect` shows each with its reason
     and every completed row."""
-    from launcher.slurm import devcluster as dc
     from launcher.cli import main
+    from launcher.slurm import devcluster as dc
     from launcher.slurm.devcluster.conf import Layout, host_veth
     from launcher.slurm.devcluster.state import locked
     from launcher.trials.spec import make_trial
@@ -177,8 +191,15 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     items = []
     for i, (name, (overrides, nodes)) in enumerate(KINDS.items()):
         cfg = compose_config([*COMMON, *overrides, f"sweep.results_dir={tmp_path}"])
-        t = make_trial(cfg, index=i, world_size=nodes, nodes=nodes, steps=cfg.sweep.steps,
-                       warmup_steps=cfg.sweep.warmup_steps, variant=name)  # fmt: skip
+        t = make_trial(
+            cfg,
+            index=i,
+            world_size=nodes,
+            nodes=nodes,
+            steps=cfg.sweep.steps,
+            warmup_steps=cfg.sweep.warmup_steps,
+            variant=name,
+        )
         if name == "requeue":
             t = dataclasses.replace(t, checkpoint=True, checkpoint_every=20)
         items.append((t, cfg))
@@ -189,8 +210,11 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     key = {name: read_json(d / "submission.json")["key"] for name, d in tdir.items()}
 
     # The controller dies and comes back (`launcher cluster up` repairs it); jobs carry on.
-    ctld = next(p for p in Path("/proc").iterdir() if p.name.isdigit() and (p / "comm").exists()
-                and (p / "comm").read_text().strip() == "slurmctld")  # fmt: skip
+    ctld = next(
+        p
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and (p / "comm").exists() and (p / "comm").read_text().strip() == "slurmctld"
+    )
     os.kill(int(ctld.name), signal.SIGTERM)
     dc.up(nodes=4, log=lambda line: None)
 
@@ -238,13 +262,28 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     assert not todo, f"faults never injected: {sorted(todo)}"
 
     result = execute(sweep_dir, base, trials, progress_bars=False)  # track the rest to their ends
-    wait_for(lambda: "idle" in subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], env=env, capture_output=True,
-                                              text=True).stdout, 120, f"{node} back to idle")  # fmt: skip
+    wait_for(
+        lambda: (
+            "idle"
+            in subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], env=env, capture_output=True, text=True).stdout
+        ),
+        120,
+        f"{node} back to idle",
+    )
 
     rows = result.table.set_index("variant")
     status = rows["status"].to_dict()
-    assert status == {"ok": "completed", "nan": "nan", "oom": "oom", "requeue": "completed", "cancel": "cancelled",
-                      "nodefail": "node_fail", "timeout": "timeout", "ok2": "completed", "killrank": "failed"}
+    assert status == {
+        "ok": "completed",
+        "nan": "nan",
+        "oom": "oom",
+        "requeue": "completed",
+        "cancel": "cancelled",
+        "nodefail": "node_fail",
+        "timeout": "timeout",
+        "ok2": "completed",
+        "killrank": "failed",
+    }
     reason = rows["reason"].to_dict()
     assert reason["nan"].startswith("loss became NaN/inf at step ")
     assert reason["oom"].startswith("out of memory (infeasible at this size and layout): rank 0 raised RuntimeError")

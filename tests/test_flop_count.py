@@ -13,10 +13,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from launcher.config.compose import compose_config
-from launcher.config.schema import ModelConfig
+from launcher.config.schema import InputSpec, ModelConfig
 from launcher.model import flops
-from launcher.config.schema import InputSpec
-from launcher.model.flop_count import FLOPS_FILE, FlopCount, cached_flops, count_flops, flops_key, random_tensor, torch_dtype
+from launcher.model.flop_count import (
+    FLOPS_FILE,
+    FlopCount,
+    cached_flops,
+    count_flops,
+    flops_key,
+    random_tensor,
+    torch_dtype,
+)
 from launcher.train.models import build_model
 from launcher.train.models.byo import counted_flops_per_token
 
@@ -45,9 +52,11 @@ def recipe(name: str, **shrink) -> ModelConfig:
     return dataclasses.replace(compose_config([f"model={name}"]).model, **shrink)
 
 
-@pytest.mark.parametrize("cfg", [recipe("tiny_gpt"), recipe("gpt_125m"), recipe("tiny_llama"),
-                                 recipe("llama3_8b", n_layers=2, seq_len=2048)],
-                         ids=["tiny_gpt", "gpt_125m", "tiny_llama", "llama3_8b_2_layers"])  # fmt: skip
+@pytest.mark.parametrize(
+    "cfg",
+    [recipe("tiny_gpt"), recipe("gpt_125m"), recipe("tiny_llama"), recipe("llama3_8b", n_layers=2, seq_len=2048)],
+    ids=["tiny_gpt", "gpt_125m", "tiny_llama", "llama3_8b_2_layers"],
+)
 def test_counted_flops_per_token_equal_the_formula_within_2_percent(cfg):
     """The counter misses only the 6 FLOPs per norm weight and bias the formula's 6N counts:
     -0.8% on tiny_gpt (d=128), -0.08% on gpt_125m, less on Llama (no biases)."""
@@ -109,7 +118,9 @@ def test_the_loss_comes_from_the_step_or_from_the_model():
 
 
 def test_random_tensors_follow_their_spec():
-    ids = random_tensor(InputSpec(shape=[16], dtype="int64", low=3, high=7), (4,), generator=torch.Generator().manual_seed(0))
+    ids = random_tensor(
+        InputSpec(shape=[16], dtype="int64", low=3, high=7), (4,), generator=torch.Generator().manual_seed(0)
+    )
     assert ids.shape == (4, 16) and ids.dtype == torch.int64 and {int(v) for v in ids.unique()} <= set(range(3, 7))
     assert random_tensor(InputSpec(shape=[3], dtype="bfloat16"), (2,), device="meta").dtype == torch.bfloat16
     with pytest.raises(ValueError, match="not a torch dtype"):
@@ -141,12 +152,18 @@ def test_the_built_in_gpt_as_a_target_model_counts_its_formula_once_per_sweep(tm
     cfg = recipe("tiny_gpt")
     fields = {f: getattr(cfg, f) for f in ("arch", "vocab_size", "seq_len", "d_model", "n_layers", "n_heads")}
     tokens = InputSpec(shape=[cfg.seq_len], dtype="int64", high=cfg.vocab_size)
-    m = ModelConfig(_target_="launcher.train.models.token_model", kwargs=fields, inputs={"idx": tokens}, target=tokens,
-                    loss="cross_entropy")  # fmt: skip
+    m = ModelConfig(
+        _target_="launcher.train.models.token_model",
+        kwargs=fields,
+        inputs={"idx": tokens},
+        target=tokens,
+        loss="cross_entropy",
+    )
     first = counted_flops_per_token(m, 2, tmp_path / "trials" / "000-ws1")
     assert first == pytest.approx(flops.flops_per_token(cfg), rel=0.02)
     (entry,) = json.loads((tmp_path / FLOPS_FILE).read_text()).values()
     assert entry["counted_on"] == "meta" and entry["per_token"] == first
-    (tmp_path / FLOPS_FILE).write_text(json.dumps({k: {**v, "per_sample": 1.0} for k, v in
-                                                   json.loads((tmp_path / FLOPS_FILE).read_text()).items()}))  # fmt: skip
+    (tmp_path / FLOPS_FILE).write_text(
+        json.dumps({k: {**v, "per_sample": 1.0} for k, v in json.loads((tmp_path / FLOPS_FILE).read_text()).items()})
+    )
     assert counted_flops_per_token(m, 4, tmp_path / "trials" / "001-ws2") == 1.0 / cfg.seq_len  # read, not counted

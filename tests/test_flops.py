@@ -23,8 +23,9 @@ from launcher.train.models import build_model, param_counts
 BATCH = 2
 # Small shapes that still exercise what the formulas distinguish: grouped-query attention
 # (8 q heads, 2 kv heads), an ffn width that is no multiple of d, a head wider than d.
-LLAMA = ModelConfig(arch="llama", vocab_size=96, seq_len=16, d_model=32, n_layers=2, n_heads=8, n_kv_heads=2,
-                    ffn_hidden=88)  # fmt: skip
+LLAMA = ModelConfig(
+    arch="llama", vocab_size=96, seq_len=16, d_model=32, n_layers=2, n_heads=8, n_kv_heads=2, ffn_hidden=88
+)
 GPT = ModelConfig(arch="gpt", vocab_size=96, seq_len=16, d_model=32, n_layers=2, n_heads=4)
 MLP = ModelConfig(arch="mlp", vocab_size=96, seq_len=16, d_model=32, n_layers=2, n_heads=1)
 
@@ -87,7 +88,8 @@ def rerun_not_matmul(model: nn.Module) -> int:
     for block in model.blocks:
         last = block.ffn.w2 if hasattr(block.ffn, "w2") else block.ffn[2]
         total += sum(p.numel() for p in block.parameters()) - sum(
-            m.weight.numel() for m in block.modules() if isinstance(m, nn.Linear))
+            m.weight.numel() for m in block.modules() if isinstance(m, nn.Linear)
+        )
         total -= last.bias.numel() if last.bias is not None else 0
     return total
 

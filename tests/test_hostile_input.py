@@ -113,8 +113,11 @@ ACCEPTS: dict[str, set[str]] = {
     # Not in the script at all (trial.json carries it): any file that exists is fine.
     "data.path": ALL - {"nul", "long_10k"},
 }
-FIELD_NAMED = {"cluster.env:name": "cluster.env", "cluster.env:value": "cluster.env",
-               "cluster.python@torchrun": "cluster.python"}  # fmt: skip
+FIELD_NAMED = {
+    "cluster.env:name": "cluster.env",
+    "cluster.env:value": "cluster.env",
+    "cluster.python@torchrun": "cluster.python",
+}
 
 
 def inject(field: str, value, case_dir: Path) -> tuple[dict, object]:
@@ -212,9 +215,15 @@ def assert_refused(rc: int, out: str, err: str, field: str, where: Path) -> None
 # before it renders, so it runs the fields that name folders in full and a sample of the rest.
 FOLDER_FIELDS = {"sweep.results_dir", "sweep.name", "model.name"}
 DRY_RUN_SAMPLE = {"newline", "command_subst", "nul", "long_10k", "leading_dash"}
-REFUSED = [(field, name, command) for field, ok in ACCEPTS.items() if not field.endswith("@torchrun")
-           for name in HOSTILE if name not in ok for command in ("sweep", "dry-run")
-           if command == "sweep" or field in FOLDER_FIELDS or name in DRY_RUN_SAMPLE]  # fmt: skip
+REFUSED = [
+    (field, name, command)
+    for field, ok in ACCEPTS.items()
+    if not field.endswith("@torchrun")
+    for name in HOSTILE
+    if name not in ok
+    for command in ("sweep", "dry-run")
+    if command == "sweep" or field in FOLDER_FIELDS or name in DRY_RUN_SAMPLE
+]
 
 # Further values each field must refuse: the trailing newline a `$`-anchored regex lets through,
 # digits of other scripts (`\d`), unbounded numbers, CR-LF, reserved names, absurd sizes.
@@ -274,8 +283,12 @@ def test_hostile_value_is_refused(field, name, command, tmp_path):
     assert not canary.exists()
 
 
-EXTRA_RUNS = [(*case, command) for case in EXTRA_REFUSED for command in ("sweep", "dry-run")
-              if command == "sweep" or case[0] in FOLDER_FIELDS]  # fmt: skip
+EXTRA_RUNS = [
+    (*case, command)
+    for case in EXTRA_REFUSED
+    for command in ("sweep", "dry-run")
+    if command == "sweep" or case[0] in FOLDER_FIELDS
+]
 
 
 @pytest.mark.parametrize("field, name, value, command", EXTRA_RUNS, ids=[f"{f}-{n}-{c}" for f, n, _, c in EXTRA_RUNS])
@@ -288,12 +301,16 @@ def test_edge_value_is_refused(field, name, value, command, tmp_path):
 
 # Local ranks are processes on this machine: an absurd size must be refused, never started
 # (`guarded` turns any started trial into a failure).
-@pytest.mark.parametrize("argv, field", [
-    (["sweep", "sweep.world_sizes=[100000000]"], "sweep.world_sizes"),
-    (["sweep", "sweep.world_sizes=[1,257]"], "sweep.world_sizes"),
-    (["run", "run.world_size=100000000", "--dry-run"], "run.world_size"),
-    (["run", "run.world_size=300"], "run.world_size"),
-], ids=["sweep-1e8", "sweep-257", "run-dry-1e8", "run-300"])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["sweep", "sweep.world_sizes=[100000000]"], "sweep.world_sizes"),
+        (["sweep", "sweep.world_sizes=[1,257]"], "sweep.world_sizes"),
+        (["run", "run.world_size=100000000", "--dry-run"], "run.world_size"),
+        (["run", "run.world_size=300"], "run.world_size"),
+    ],
+    ids=["sweep-1e8", "sweep-257", "run-dry-1e8", "run-300"],
+)
 def test_absurd_local_sizes_are_refused_before_anything_starts(argv, field, tmp_path):
     rc, out, err = cli([argv[0], f"sweep.results_dir={tmp_path / 'results'}", *argv[1:]])
     assert_refused(rc, out, err, field, tmp_path)
@@ -329,9 +346,11 @@ HYDRA_REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("command, overrides, field", HYDRA_REFUSED,
-                         ids=[f"{c}-{' '.join(o)[:60]}".replace("{{", "{").replace("}}", "}")
-                              for c, o, _ in HYDRA_REFUSED])  # fmt: skip
+@pytest.mark.parametrize(
+    "command, overrides, field",
+    HYDRA_REFUSED,
+    ids=[f"{c}-{' '.join(o)[:60]}".replace("{{", "{").replace("}}", "}") for c, o, _ in HYDRA_REFUSED],
+)
 def test_hydra_override_is_refused(command, overrides, field, tmp_path):
     canary = tmp_path.parent / f"CANARY-{tmp_path.name}"
     overrides = [o.format(c=canary, tmp=tmp_path) for o in overrides]
@@ -344,6 +363,7 @@ def test_hydra_override_is_refused(command, overrides, field, tmp_path):
 
 
 # --- 2. accepted: the value is inert data in the script -----------------------------------------
+
 
 @dataclass
 class Case:
@@ -394,8 +414,11 @@ ACCEPTED_SPECIALS: list[tuple[str, str, object]] = [
 ]
 ACCEPTED_IDS = [f"{f}-{n}" for f, ok in ACCEPTS.items() for n in HOSTILE if n in ok]
 ACCEPTED_IDS += [f"{f}-{n}" for f, n, _ in ACCEPTED_SPECIALS]
-MARKERS = {"LAUNCHER_HOSTILE_MARKER": f"marker-{uuid.uuid4().hex}", "WANDB_API_KEY": f"wandb-{uuid.uuid4().hex}",
-           "AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}"}  # fmt: skip
+MARKERS = {
+    "LAUNCHER_HOSTILE_MARKER": f"marker-{uuid.uuid4().hex}",
+    "WANDB_API_KEY": f"wandb-{uuid.uuid4().hex}",
+    "AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}",
+}
 
 
 @pytest.fixture(scope="module")
@@ -477,9 +500,9 @@ def test_accepted_value_is_inert_quoted_data(case_id, rendered):
 STUBS = {
     "srun": 'd=$(mktemp -d "$STUB_LOG/srun.XXXXXX")\nprintf "%s\\0" "$@" > "$d/argv"\nenv -0 > "$d/env"\n',
     "scontrol": 'printf "%s\\0" "$@" >> "$STUB_LOG/scontrol.argv"\n'
-                'if [ "$1" = show ] && [ "$2" = hostnames ]; then echo n1; fi\n',
+    'if [ "$1" = show ] && [ "$2" = hostnames ]; then echo n1; fi\n',
     "sbatch": 'printf "%s\\0" "$@" >> "$STUB_LOG/sbatch.argv"\n',
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -501,10 +524,18 @@ class Ran:
 def run_script(script: Path, stubs: Path, home: Path) -> Ran:
     log = home / "stub-log"
     log.mkdir(exist_ok=True)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(home), "STUB_LOG": str(log), "LANG": "C.UTF-8",
-           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n1", "SLURM_ARRAY_TASK_ID": "0"}  # fmt: skip
-    proc = subprocess.run(["bash", str(script)], env=env, cwd=home, capture_output=True, text=True, timeout=30,
-                          check=False)  # fmt: skip
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "HOME": str(home),
+        "STUB_LOG": str(log),
+        "LANG": "C.UTF-8",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_ARRAY_TASK_ID": "0",
+    }
+    proc = subprocess.run(
+        ["bash", str(script)], env=env, cwd=home, capture_output=True, text=True, timeout=30, check=False
+    )
     calls = []
     for d in sorted(log.glob("srun.*")):
         argv = (d / "argv").read_bytes().decode().split("\0")[:-1]
@@ -557,6 +588,7 @@ def test_accepted_script_passes_sbatch_test_only(case_id, rendered, test_only):
 
 # --- 3. real Hydra: every hostile value as a quoted override ------------------------------------
 
+
 def hydra_quote(value: str) -> str:
     """A Hydra override value that parses back to exactly `value`: single-quoted; quotes, the
     backslashes before a quote or at the end, and `${` (interpolation) escaped."""
@@ -572,8 +604,16 @@ def test_hydra_quoted_python_round_trips_or_is_refused(name, tmp_path, stubs):
     canary = tmp_path / "CANARY"
     value = hostile(name, canary)
     results = tmp_path / "results"
-    rc, out, err = cli(["run", *DEV, f"cluster.python={hydra_quote(value)}", f"sweep.results_dir={results}",
-                        f"sweep.name={SWEEP_NAME}", "--dry-run"])  # fmt: skip
+    rc, out, err = cli(
+        [
+            "run",
+            *DEV,
+            f"cluster.python={hydra_quote(value)}",
+            f"sweep.results_dir={results}",
+            f"sweep.name={SWEEP_NAME}",
+            "--dry-run",
+        ]
+    )
     if name not in ACCEPTS["cluster.python"]:
         assert_refused(rc, out, err, "cluster.python", tmp_path)
         return
@@ -590,8 +630,16 @@ def test_hydra_quoted_env_value_round_trips_or_is_refused(name, tmp_path, stubs)
     canary = tmp_path / "CANARY"
     value = hostile(name, canary)
     results = tmp_path / "results"
-    rc, out, err = cli(["run", *DEV, f"cluster.env=[{hydra_quote('HOSTILE=' + value)}]",
-                        f"sweep.results_dir={results}", f"sweep.name={SWEEP_NAME}", "--dry-run"])  # fmt: skip
+    rc, out, err = cli(
+        [
+            "run",
+            *DEV,
+            f"cluster.env=[{hydra_quote('HOSTILE=' + value)}]",
+            f"sweep.results_dir={results}",
+            f"sweep.name={SWEEP_NAME}",
+            "--dry-run",
+        ]
+    )
     if name not in ACCEPTS["cluster.env:value"]:
         assert_refused(rc, out, err, "cluster.env", tmp_path)
         return
@@ -603,6 +651,7 @@ def test_hydra_quoted_env_value_round_trips_or_is_refused(name, tmp_path, stubs)
 
 
 # --- 4. YAML recipes: the only way a NUL gets into the config ----------------------------------
+
 
 @pytest.fixture
 def recipes(tmp_path) -> Path:
@@ -633,15 +682,17 @@ YAML_NUL = [
 def test_yaml_nul_is_refused(key, value, field, recipes, tmp_path):
     rendered_value = yaml_string(value) if isinstance(value, str) else "[" + ", ".join(map(yaml_string, value)) + "]"
     (recipes / "cluster" / "hostile.yaml").write_text(f"defaults:\n  - devcluster\n{key}: {rendered_value}\n")
-    rc, out, err = cli(["sweep", "--recipes", str(recipes), "cluster=hostile", *NO_SLURM,
-                        f"sweep.results_dir={tmp_path / 'results'}"])  # fmt: skip
+    rc, out, err = cli(
+        ["sweep", "--recipes", str(recipes), "cluster=hostile", *NO_SLURM, f"sweep.results_dir={tmp_path / 'results'}"]
+    )
     shutil.rmtree(recipes)
     assert_refused(rc, out, err, field, tmp_path)
 
 
 def test_yaml_nul_in_results_dir_is_refused(recipes, tmp_path):
     (recipes / "sweep" / "hostile.yaml").write_text(
-        f"defaults:\n  - default\nresults_dir: {yaml_string(str(tmp_path / 'r') + chr(0) + 'x')}\n")
+        f"defaults:\n  - default\nresults_dir: {yaml_string(str(tmp_path / 'r') + chr(0) + 'x')}\n"
+    )
     rc, out, err = cli(["sweep", "--recipes", str(recipes), "sweep=hostile"])
     shutil.rmtree(recipes)
     assert_refused(rc, out, err, "sweep.results_dir", tmp_path)
@@ -663,13 +714,23 @@ def test_compose_errors_name_the_key_in_one_line(name, recipe, overrides, field,
     if recipe is not None:
         (recipes / "cluster" / "hostile.yaml").write_text(recipe)
         cluster = "cluster=hostile"
-    rc, out, err = cli(["sweep", "--recipes", str(recipes), cluster, *NO_SLURM, *overrides,
-                        f"sweep.results_dir={tmp_path / 'results'}"])  # fmt: skip
+    rc, out, err = cli(
+        [
+            "sweep",
+            "--recipes",
+            str(recipes),
+            cluster,
+            *NO_SLURM,
+            *overrides,
+            f"sweep.results_dir={tmp_path / 'results'}",
+        ]
+    )
     shutil.rmtree(recipes)
     assert_refused(rc, out, err, field, tmp_path)
 
 
 # --- 5. setup lines are the user's own code; secrets never land in a script ---------------------
+
 
 def test_conda_setup_line_renders_verbatim_before_strict_mode(tmp_path):
     line = "source $(conda info --base)/etc/profile.d/conda.sh"
@@ -682,8 +743,9 @@ def test_setup_line_reading_an_unset_variable_does_not_abort(tmp_path, stubs):
     """Conda's activate scripts read unset variables: setup lines run before `set -u`."""
     results = tmp_path / "results"
     setup = ['echo "conda prompt ${PS1_NEVER_SET_XYZ}" > "$STUB_LOG/setup-ran"']
-    rc, _, err = cli(argv_for("dry-run", None), {"cluster.setup": setup, "sweep.results_dir": str(results),
-                                                  "sweep.name": SWEEP_NAME})  # fmt: skip
+    rc, _, err = cli(
+        argv_for("dry-run", None), {"cluster.setup": setup, "sweep.results_dir": str(results), "sweep.name": SWEEP_NAME}
+    )
     assert rc == 0, err
     ran = run_script(results / SWEEP_NAME / "jobs" / "job-000.sbatch", stubs, tmp_path)
     assert ran.proc.returncode == 0, ran.proc.stderr
@@ -705,17 +767,33 @@ def test_strict_mode_is_on_after_the_setup_lines(tmp_path, stubs):
     assert ran.proc.returncode != 0 and "unbound variable" in ran.proc.stderr and ran.srun == []
 
 
-SECRET_NAMES = ["API_KEY", "WANDB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
-                "AWS_SESSION_TOKEN", "HF_TOKEN", "OPENAI_API_KEY", "GITHUB_TOKEN", "DB_PASSWORD", "MYSQL_PASSWD",
-                "GOOGLE_APPLICATION_CREDENTIALS", "SSH_PRIVATE_KEY", "my_secret", "ApiKey"]  # fmt: skip
+SECRET_NAMES = [
+    "API_KEY",
+    "WANDB_TOKEN",
+    "WANDB_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SESSION_TOKEN",
+    "HF_TOKEN",
+    "OPENAI_API_KEY",
+    "GITHUB_TOKEN",
+    "DB_PASSWORD",
+    "MYSQL_PASSWD",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "SSH_PRIVATE_KEY",
+    "my_secret",
+    "ApiKey",
+]
 
 
 @pytest.mark.parametrize("command", ["sweep", "dry-run"])
 @pytest.mark.parametrize("name", SECRET_NAMES)
 def test_secret_looking_env_names_are_refused(name, command, tmp_path):
     secret = f"s3cr3t-{uuid.uuid4().hex}"
-    rc, out, err = cli(argv_for(command, None), {"cluster.env": ["NCCL_DEBUG=WARN", f"{name}={secret}"],
-                                                  "sweep.results_dir": str(tmp_path / "results")})  # fmt: skip
+    rc, out, err = cli(
+        argv_for(command, None),
+        {"cluster.env": ["NCCL_DEBUG=WARN", f"{name}={secret}"], "sweep.results_dir": str(tmp_path / "results")},
+    )
     assert_refused(rc, out, err, "cluster.env", tmp_path)
     assert name in err and "secret" in err and secret not in err
 
@@ -725,8 +803,9 @@ def test_submitting_shell_environment_never_reaches_the_sweep_folder(tmp_path, m
     the launcher writes (script, sweep.json, trial.json)."""
     for key, value in MARKERS.items():
         monkeypatch.setenv(key, value)
-    rc, out, err = cli(["run", *DEV, "cluster.env=['NCCL_DEBUG=WARN']", f"sweep.results_dir={tmp_path}",
-                        "sweep.name=env", "--dry-run"])  # fmt: skip
+    rc, out, err = cli(
+        ["run", *DEV, "cluster.env=['NCCL_DEBUG=WARN']", f"sweep.results_dir={tmp_path}", "sweep.name=env", "--dry-run"]
+    )
     assert rc == 0, err
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".sbatch" for p in files) and any(p.name == "trial.json" for p in files)

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 
 from launcher.report import plots
+from launcher.report.html import write_html
 from launcher.report.markdown import write_report
+from launcher.report.terminal import display_rows
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
-from launcher.report.html import write_html
-from launcher.report.terminal import display_rows
 from launcher.results.table import COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -30,13 +30,31 @@ SCALING = (1000, 400)  # figsize (10, 4) × dpi 100
 
 def _table(*, price: float | None = 2.5, sizes=(1, 2, 4), failed: bool = True) -> pd.DataFrame:
     rows = [
-        {"trial_id": f"{i:03d}-ws{n}", "variant": None, "world_size": n, "repeat": 0, "status": "completed",
-         "tokens_per_s": 6000.0 * n ** 0.8, "scaling": "weak", "reason": None}
+        {
+            "trial_id": f"{i:03d}-ws{n}",
+            "variant": None,
+            "world_size": n,
+            "repeat": 0,
+            "status": "completed",
+            "tokens_per_s": 6000.0 * n**0.8,
+            "scaling": "weak",
+            "reason": None,
+        }
         for i, n in enumerate(sizes)
-    ]  # fmt: skip
+    ]
     if failed:
-        rows.append({"trial_id": "099-ws4-r1", "variant": None, "world_size": 4, "repeat": 1, "status": "failed",
-                     "tokens_per_s": None, "scaling": "weak", "reason": f"rank 3 exited 1: {EVIL}"})  # fmt: skip
+        rows.append(
+            {
+                "trial_id": "099-ws4-r1",
+                "variant": None,
+                "world_size": 4,
+                "repeat": 1,
+                "status": "failed",
+                "tokens_per_s": None,
+                "scaling": "weak",
+                "reason": f"rank 3 exited 1: {EVIL}",
+            }
+        )
     df = add_scaling(pd.DataFrame(rows).reindex(columns=COLUMNS))
     # $ per 1M tokens by hand: the cost code has its own tests, these only need the column.
     usd = float("nan") if price is None else price * df["world_size"] / (df["tokens_per_s"] * 3600) * 1e6
@@ -46,11 +64,16 @@ def _table(*, price: float | None = 2.5, sizes=(1, 2, 4), failed: bool = True) -
 def _prediction() -> pd.DataFrame:
     sizes = [1, 2, 4, 8, 16]
     predicted = [6000.0 * n**0.8 for n in sizes]
-    return pd.DataFrame({
-        "world_size": sizes, "variant": [None] * len(sizes), "predicted_tokens_per_s": predicted,
-        "low_tokens_per_s": [p * 0.9 for p in predicted], "high_tokens_per_s": [p * 1.1 for p in predicted],
-        "measured_tokens_per_s": [p * 1.02 for p in predicted[:3]] + [float("nan")] * 2,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "world_size": sizes,
+            "variant": [None] * len(sizes),
+            "predicted_tokens_per_s": predicted,
+            "low_tokens_per_s": [p * 0.9 for p in predicted],
+            "high_tokens_per_s": [p * 1.1 for p in predicted],
+            "measured_tokens_per_s": [p * 1.02 for p in predicted[:3]] + [float("nan")] * 2,
+        }
+    )
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -86,9 +109,15 @@ def test_plots_and_html_report(tmp_path):
     header, rows = display_rows(df)
     display = pd.DataFrame(rows, columns=header)
     recommendation = "Recommended world size: 2 — 2 ranks: efficiency ≥ 0.80 (1.74× the throughput of 1 rank) <b>"
-    out = write_html(path=tmp_path / "report.html", title="Sweep <test>", summary="Model `tiny_gpt` & friends",
-                     recommendation=recommendation, table=display, images=[(c, p) for c, p, _ in made],
-                     notes=["mfu —: peak FLOP/s unknown"])  # fmt: skip
+    out = write_html(
+        path=tmp_path / "report.html",
+        title="Sweep <test>",
+        summary="Model `tiny_gpt` & friends",
+        recommendation=recommendation,
+        table=display,
+        images=[(c, p) for c, p, _ in made],
+        notes=["mfu —: peak FLOP/s unknown"],
+    )
     assert out == tmp_path / "report.html"
     page = out.read_text(encoding="utf-8")
 
@@ -152,6 +181,7 @@ def test_variants_get_one_line_each(tmp_path):
 
 # --- the reports: every PNG written, and one line instead of an unpriced cost plot ---------------
 
+
 def _write_report(df: pd.DataFrame, folder: Path, **kwargs) -> tuple[str, str]:
     rec = Recommendation(world_size=2, reason="2 ranks: a test")
     write_report(df, rec, sweep_id="test", summary="Model `tiny_gpt`", threshold=0.8, sweep_dir=folder, **kwargs)
@@ -175,7 +205,9 @@ def test_priced_report_shows_every_png_scaling_and_cost_included(tmp_path):
 
 def test_unpriced_report_says_so_in_one_line_and_writes_no_cost_plot(tmp_path):
     (tmp_path / "cost.png").write_bytes(PNG_SIGNATURE)  # an earlier report's: removed, never shown stale
-    (tmp_path / "sweep.json").write_text(json.dumps({"config": {"cluster": {"usd_per_device_hour": None}}, "trials": []}))
+    (tmp_path / "sweep.json").write_text(
+        json.dumps({"config": {"cluster": {"usd_per_device_hour": None}}, "trials": []})
+    )
     md, page = _write_report(_table(price=None), tmp_path)  # the price read from sweep.json
     assert not (tmp_path / "cost.png").exists()
     assert "scaling.png" in md
@@ -186,6 +218,8 @@ def test_unpriced_report_says_so_in_one_line_and_writes_no_cost_plot(tmp_path):
 
 
 def test_price_comes_from_the_sweep_folder_even_before_any_trial_completed(tmp_path):
-    (tmp_path / "sweep.json").write_text(json.dumps({"config": {"cluster": {"usd_per_device_hour": 2.0}}, "trials": []}))
+    (tmp_path / "sweep.json").write_text(
+        json.dumps({"config": {"cluster": {"usd_per_device_hour": 2.0}}, "trials": []})
+    )
     md, _ = _write_report(_table(sizes=()), tmp_path)  # nothing completed: no $ in the table yet
     assert (tmp_path / "cost.png").exists() and "(cost.png)" in md and plots.NO_PRICE not in md

@@ -41,8 +41,11 @@ def wheel(tmp_path_factory) -> Path:
 def installed(wheel, tmp_path_factory) -> Path:
     """The wheel installed into a folder of its own (`pip install --target`)."""
     target = tmp_path_factory.mktemp("target")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return target
 
@@ -51,8 +54,13 @@ def launcher_from(target: Path, cwd: Path, *argv: str) -> subprocess.CompletedPr
     """`python -m launcher ARGV` in `cwd` on the installed copy: -S skips site-packages' .pth files,
     so this checkout's editable install cannot answer; the dependencies come from the venv."""
     path = f"{target}:{sysconfig.get_paths()['purelib']}:{sysconfig.get_paths()['platlib']}"
-    return subprocess.run([sys.executable, "-S", "-m", "launcher", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "HOME": str(cwd)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "launcher", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "HOME": str(cwd)},
+    )
 
 
 def test_the_wheel_carries_every_module_recipe_and_template(wheel):
@@ -82,8 +90,17 @@ def test_installed_package_finds_its_recipes_and_renders_from_any_folder(install
 @pytest.mark.torch_dist
 def test_installed_package_runs_a_sweep_from_any_folder(installed, tmp_path):
     results = tmp_path / "results"
-    proc = launcher_from(installed, tmp_path, "sweep", "sweep.world_sizes=[1]", "sweep.steps=4",
-                         "sweep.warmup_steps=1", f"sweep.results_dir={results}", "sweep.name=installed", "--quiet")  # fmt: skip
+    proc = launcher_from(
+        installed,
+        tmp_path,
+        "sweep",
+        "sweep.world_sizes=[1]",
+        "sweep.steps=4",
+        "sweep.warmup_steps=1",
+        f"sweep.results_dir={results}",
+        "sweep.name=installed",
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Recommended world size: 1" in proc.stdout
     assert (results / "installed" / "results.csv").is_file()

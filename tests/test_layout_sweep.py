@@ -14,14 +14,29 @@ pytestmark = pytest.mark.torch_dist
 
 def test_layout_by_accumulation_sweep_runs_every_valid_combination(tmp_path, capsys):
     # ddp is left out of the mix (its own sweeps run everywhere else): each 4-rank trial on 2 cores costs ~10 s.
-    assert main(["sweep", "sweep.world_sizes=[2,4]", "parallel=fsdp,pipeline", "batch.accum=1,4",
-                 "sweep.steps=6", "sweep.warmup_steps=2", f"sweep.results_dir={tmp_path}", "sweep.name=mix",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                "sweep.world_sizes=[2,4]",
+                "parallel=fsdp,pipeline",
+                "batch.accum=1,4",
+                "sweep.steps=6",
+                "sweep.warmup_steps=2",
+                f"sweep.results_dir={tmp_path}",
+                "sweep.name=mix",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     # tiny_gpt has 2 layers: 4 pipeline stages are impossible, listed before anything ran.
     for accum in (1, 4):
-        assert (f"skipped (impossible): pipeline-accum{accum} at world size 4: model.n_layers=2 is not divisible by "
-                "pipeline stages pp(4) × v(1) = 4") in err  # fmt: skip
+        assert (
+            f"skipped (impossible): pipeline-accum{accum} at world size 4: model.n_layers=2 is not divisible by "
+            "pipeline stages pp(4) × v(1) = 4"
+        ) in err
     assert err.index("skipped (impossible)") < err.index("sweep mix:")
     df = pd.read_csv(tmp_path / "mix" / "results.csv")
     assert sorted(zip(df["layout"], df["accum"], df["world_size"], strict=True)) == sorted(

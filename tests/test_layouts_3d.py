@@ -58,22 +58,38 @@ def test_a_sweep_of_multiples_of_tp_times_pp_plans_each_size():
 @pytest.mark.parametrize(
     "overrides, world_size, message",
     [
-        ([], 6, "world size 6 is not a multiple of parallel.tp × parallel.pp = 2 × 2 = 4; dp × tp × pp must equal "
-                "the world size: pick sizes that are multiples of 4"),
-        (["model.n_heads=8", "parallel.tp=4", "model.arch=llama", "model.n_kv_heads=2"], 8,
-         "model.n_kv_heads=2 is not divisible by tp=4; tensor parallel splits it across ranks: choose a tp that "
-         "divides 2"),
-        (["model.n_heads=8", "parallel.tp=4", "model.ffn_hidden=90"], 8,
-         "model.ffn_hidden=90 is not divisible by tp=4; tensor parallel splits it across ranks: choose a tp that "
-         "divides 90"),
-        (["model.arch=mlp", "model.d_model=31", "model.ffn_mult=1"], 4,
-         "the ffn width model.ffn_mult(1) × model.d_model(31)=31 is not divisible by tp=2; tensor parallel splits "
-         "it across ranks: choose a tp that divides 31"),
-        (["model.n_layers=3"], 4,
-         "model.n_layers=3 is not divisible by pipeline stages pp(2) × v(1) = 2; change model.n_layers, the world "
-         "size or parallel.virtual_stages"),
+        (
+            [],
+            6,
+            "world size 6 is not a multiple of parallel.tp × parallel.pp = 2 × 2 = 4; dp × tp × pp must equal "
+            "the world size: pick sizes that are multiples of 4",
+        ),
+        (
+            ["model.n_heads=8", "parallel.tp=4", "model.arch=llama", "model.n_kv_heads=2"],
+            8,
+            "model.n_kv_heads=2 is not divisible by tp=4; tensor parallel splits it across ranks: choose a tp that "
+            "divides 2",
+        ),
+        (
+            ["model.n_heads=8", "parallel.tp=4", "model.ffn_hidden=90"],
+            8,
+            "model.ffn_hidden=90 is not divisible by tp=4; tensor parallel splits it across ranks: choose a tp that "
+            "divides 90",
+        ),
+        (
+            ["model.arch=mlp", "model.d_model=31", "model.ffn_mult=1"],
+            4,
+            "the ffn width model.ffn_mult(1) × model.d_model(31)=31 is not divisible by tp=2; tensor parallel splits "
+            "it across ranks: choose a tp that divides 31",
+        ),
+        (
+            ["model.n_layers=3"],
+            4,
+            "model.n_layers=3 is not divisible by pipeline stages pp(2) × v(1) = 2; change model.n_layers, the world "
+            "size or parallel.virtual_stages",
+        ),
     ],
-)  # fmt: skip
+)
 def test_impossible_sizes_are_one_line_with_the_numbers(overrides, world_size, message):
     with pytest.raises(ConfigError) as err:
         layout_degrees(compose_config([*THREE_D, *overrides]), world_size)
@@ -90,13 +106,19 @@ def test_grouped_query_heads_that_tp_divides_are_accepted():
     [
         (["parallel.tp=null"], "parallel.layout=fsdp_tp_pp needs parallel.tp=<degree ≥ 1>; set e.g. parallel.tp=2"),
         (["parallel.pp=null"], "parallel.layout=fsdp_tp_pp needs parallel.pp=<degree ≥ 1>; set e.g. parallel.pp=2"),
-        (["parallel.tp=0", "parallel.pp=null"], "parallel.layout=fsdp_tp_pp needs parallel.tp=<degree ≥ 1> and "
-                                                "parallel.pp=<degree ≥ 1>; set e.g. parallel.tp=2 parallel.pp=2"),
-        (["sweep.world_sizes=[4,6]"], "world size 6: world size 6 is not a multiple of parallel.tp × parallel.pp = "
-                                      "2 × 2 = 4; dp × tp × pp must equal the world size: pick sizes that are "
-                                      "multiples of 4"),
+        (
+            ["parallel.tp=0", "parallel.pp=null"],
+            "parallel.layout=fsdp_tp_pp needs parallel.tp=<degree ≥ 1> and "
+            "parallel.pp=<degree ≥ 1>; set e.g. parallel.tp=2 parallel.pp=2",
+        ),
+        (
+            ["sweep.world_sizes=[4,6]"],
+            "world size 6: world size 6 is not a multiple of parallel.tp × parallel.pp = "
+            "2 × 2 = 4; dp × tp × pp must equal the world size: pick sizes that are "
+            "multiples of 4",
+        ),
     ],
-)  # fmt: skip
+)
 def test_sweep_refuses_a_3d_layout_it_cannot_run(overrides, message, tmp_path, capsys):
     """One line, exit 2, no sweep folder: before any trial starts."""
     results = tmp_path / "results"

@@ -72,7 +72,9 @@ def test_fsdp_tp_four_ranks_equal_reference(ref, tmp_path):
 
 def test_fsdp_bf16_smoke(tmp_path):
     """bf16 parameters in compute (MixedPrecisionPolicy), fp32 reduce: runs, losses finite."""
-    losses, params = launch(tmp_path, "fsdp_bf16", 2, ["parallel=fsdp", "precision=bf16", "batch.micro=4", "model.d_model=64"])
+    losses, params = launch(
+        tmp_path, "fsdp_bf16", 2, ["parallel=fsdp", "precision=bf16", "batch.micro=4", "model.d_model=64"]
+    )
     assert losses and all(math.isfinite(x) for x in losses)
     assert all(v.isfinite().all() for v in params.values())
 

@@ -83,7 +83,11 @@ def test_checkpointing_recomputes_what_it_names_with_the_same_gradients(arch, mo
         loss = F.cross_entropy(model(idx[:, :-1]).reshape(-1, base.vocab_size), idx[:, 1:].reshape(-1))
         loss.backward()
         results[mode] = (loss.item(), {k: p.grad for k, p in model.named_parameters()}, calls["core"])
-    assert [results[m][2] for m in ("none", "selective", "full")] == [base.n_layers, 2 * base.n_layers, 2 * base.n_layers]
+    assert [results[m][2] for m in ("none", "selective", "full")] == [
+        base.n_layers,
+        2 * base.n_layers,
+        2 * base.n_layers,
+    ]
     for mode in ("selective", "full"):
         assert results[mode][0] == results["none"][0]
         assert all(torch.equal(g, results["none"][1][k]) for k, g in results[mode][1].items()), mode
@@ -102,7 +106,9 @@ LAYOUTS = {
     "fsdp_tp": (4, ["parallel=fsdp_tp", "parallel.tp=2", "batch.micro=4"]),
     "fsdp_tp_pp": (4, ["parallel=fsdp_tp_pp", "parallel.tp=2", "parallel.pp=2"]),  # dp 1: 4 ranks, not 8, on 2 cores
 }
-CASES = [(name, *LAYOUTS[name], ac) for name, ac in [*((n, "none") for n in LAYOUTS), ("fsdp", "full"), ("tp", "selective")]]
+CASES = [
+    (name, *LAYOUTS[name], ac) for name, ac in [*((n, "none") for n in LAYOUTS), ("fsdp", "full"), ("tp", "selective")]
+]
 
 
 @pytest.fixture(scope="module")

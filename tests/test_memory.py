@@ -63,7 +63,8 @@ def test_the_new_users_gpt_1_3b_on_a_24g_cpu_machine_is_refused_with_the_numbers
     assert reason.endswith("> 23.5 GiB (host memory 23.5 GiB (this machine's MemTotal))")
     cfg2, t2 = trial_of(["model=gpt_1_3b"], 2)  # two local ranks share the host
     assert "> 11.8 GiB (host memory 23.5 GiB (this machine's MemTotal), shared by 2 ranks)" in predicted_oom(
-        cfg2, t2, gpu=False, host_bytes=HOST_24G)  # fmt: skip
+        cfg2, t2, gpu=False, host_bytes=HOST_24G
+    )
 
 
 def test_small_models_fit_and_unknown_room_checks_nothing():
@@ -116,8 +117,10 @@ def test_llama_saved_activations_match_what_a_block_saves(mixed):
 
 def test_checkpointing_full_keeps_block_inputs_and_selective_keeps_what_fused_attention_keeps():
     base = ["model=llama3_8b", "precision=bf16", "cluster.device=cuda", "batch.micro=1"]
-    none, selective, full = (estimate(*trial_of(base + [f"model.activation_checkpointing={ac}"], 8), "cuda")
-                             for ac in ("none", "selective", "full"))  # fmt: skip
+    none, selective, full = (
+        estimate(*trial_of(base + [f"model.activation_checkpointing={ac}"], 8), "cuda")
+        for ac in ("none", "selective", "full")
+    )
     assert selective.activations == none.activations
     m, tokens = compose_config(base).model, 8192
     logits = tokens * memory.LOGIT_BYTES * m.vocab_size
@@ -149,8 +152,16 @@ def test_sweep_of_gpt_1_3b_here_is_refused_at_once_without_starting_a_rank(tmp_p
         raise AssertionError(f"a trial process was started: {args[0]}")
 
     monkeypatch.setattr(subprocess, "Popen", no_process)
-    code = main(["sweep", "model=gpt_1_3b", "cluster.host_memory_gb=23.5", f"sweep.results_dir={tmp_path}",
-                 "sweep.name=big", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "sweep",
+            "model=gpt_1_3b",
+            "cluster.host_memory_gb=23.5",
+            f"sweep.results_dir={tmp_path}",
+            "sweep.name=big",
+            "--quiet",
+        ]
+    )
     assert code == 1
     rows = (tmp_path / "big" / "results.csv").read_text()
     for tdir in sorted((tmp_path / "big" / "trials").iterdir()):
@@ -164,8 +175,18 @@ def test_sweep_of_gpt_1_3b_here_is_refused_at_once_without_starting_a_rank(tmp_p
 @pytest.mark.torch_dist
 def test_predicted_sizes_are_skipped_and_the_others_still_run(tmp_path):
     """0.6 GiB of host: one tiny rank fits (~0.4 GiB), two cannot share it."""
-    code = main(["sweep", "cluster.host_memory_gb=0.6", "sweep.world_sizes=[1,2]", "sweep.steps=4",
-                 "sweep.warmup_steps=1", f"sweep.results_dir={tmp_path}", "sweep.name=mixed", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "sweep",
+            "cluster.host_memory_gb=0.6",
+            "sweep.world_sizes=[1,2]",
+            "sweep.steps=4",
+            "sweep.warmup_steps=1",
+            f"sweep.results_dir={tmp_path}",
+            "sweep.name=mixed",
+            "--quiet",
+        ]
+    )
     assert code == 0
     trials = tmp_path / "mixed" / "trials"
     assert read_json(trials / "000-ws1" / "record.json")["status"] == "completed"
@@ -179,19 +200,31 @@ def test_predicted_sizes_are_skipped_and_the_others_still_run(tmp_path):
 # threshold is pinned: left to adjust itself, freed gradient-sized blocks stay in the heap and a
 # rank's RSS drifts by 0.3-1.4 GB over 1500 DDP steps on gloo at 4 ranks (seen here even in a
 # 20-line DDP loop with no launcher), a noise far larger than what this test asks about.
-RSS = ["model=mlp", "model.seq_len=1024", "model.d_model=32", "model.n_layers=1", "batch.micro=2", "optim=sgd",
-       "sweep.steps=300", "sweep.warmup_steps=5", "sweep.world_sizes=[1,4]",
-       'cluster.env=["MALLOC_MMAP_THRESHOLD_=131072"]']  # fmt: skip
+RSS = [
+    "model=mlp",
+    "model.seq_len=1024",
+    "model.d_model=32",
+    "model.n_layers=1",
+    "batch.micro=2",
+    "optim=sgd",
+    "sweep.steps=300",
+    "sweep.warmup_steps=5",
+    "sweep.world_sizes=[1,4]",
+    'cluster.env=["MALLOC_MMAP_THRESHOLD_=131072"]',
+]
 
 
 @pytest.mark.torch_dist
 def test_host_peak_rss_does_not_grow_with_world_size(tmp_path):
     assert main(["sweep", *RSS, f"sweep.results_dir={tmp_path}", "sweep.name=rss", "--quiet"]) == 0
-    m1, m4 = (read_json(next(Path(tmp_path, "rss", "trials").glob(f"*-ws{ws}")) / "record.json")["metrics"]
-              for ws in (1, 4))  # fmt: skip
+    m1, m4 = (
+        read_json(next(Path(tmp_path, "rss", "trials").glob(f"*-ws{ws}")) / "record.json")["metrics"] for ws in (1, 4)
+    )
     per_rank = m4["host_peak_rss_bytes_per_rank"]
     assert len(per_rank) == 4 and m4["host_peak_rss_bytes"] == max(per_rank)
     assert m1["cuda_peak_allocated_bytes"] is None and m1["cuda_peak_reserved_bytes"] is None  # CPU
-    print(f"host_peak_rss_bytes: ws1 {m1['host_peak_rss_bytes'] / 2**20:.0f} MiB, "
-          f"ws4 {m4['host_peak_rss_bytes'] / 2**20:.0f} MiB (ranks: {[round(r / 2**20) for r in per_rank]})")
+    print(
+        f"host_peak_rss_bytes: ws1 {m1['host_peak_rss_bytes'] / 2**20:.0f} MiB, "
+        f"ws4 {m4['host_peak_rss_bytes'] / 2**20:.0f} MiB (ranks: {[round(r / 2**20) for r in per_rank]})"
+    )
     assert m4["host_peak_rss_bytes"] <= 1.15 * m1["host_peak_rss_bytes"]

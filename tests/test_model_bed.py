@@ -33,13 +33,25 @@ BED_RPN2 = {
 
 
 def bed_shape(world: int, rpn: int, accum: int = 1) -> Shape:
-    return Shape(world_size=world, ranks_per_node=rpn, dp=world, global_batch=8 * accum * world, accum=accum,
-                 traffic=Traffic(data_parallel="ddp", grad_bytes=GRAD, passes=accum))  # fmt: skip
+    return Shape(
+        world_size=world,
+        ranks_per_node=rpn,
+        dp=world,
+        global_batch=8 * accum * world,
+        accum=accum,
+        traffic=Traffic(data_parallel="ddp", grad_bytes=GRAD, passes=accum),
+    )
 
 
 def test_t_quantile_matches_tables_and_refuses_bad_input():
-    for p, dof, want in [(0.95, 1, 6.3138), (0.95, 3, 2.3534), (0.95, 5, 2.0150), (0.975, 10, 2.2281),
-                         (0.95, 30, 1.6973), (0.95, 1e6, 1.6449)]:  # fmt: skip
+    for p, dof, want in [
+        (0.95, 1, 6.3138),
+        (0.95, 3, 2.3534),
+        (0.95, 5, 2.0150),
+        (0.975, 10, 2.2281),
+        (0.95, 30, 1.6973),
+        (0.95, 1e6, 1.6449),
+    ]:
         assert t_quantile(p, dof) == pytest.approx(want, abs=1e-4)
     with pytest.raises(ValueError, match="0.5 ≤ p < 1, got 1.0"):
         t_quantile(1.0, 3)
@@ -75,7 +87,9 @@ def test_coverage_counts_measured_values_inside_their_interval():
 
 
 def test_bed_records_give_the_configured_inter_node_bandwidth():
-    obs = [Observation(shape=bed_shape(w, 2), step_s=step, allreduce=tuple(probe)) for w, (step, probe) in BED_RPN2.items()]
+    obs = [
+        Observation(shape=bed_shape(w, 2), step_s=step, allreduce=tuple(probe)) for w, (step, probe) in BED_RPN2.items()
+    ]
     model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["ib400"])
     mb_s = model.inter.bandwidth_gbps * 1e3
     # 26.9 MB/s: the gradient-sized all-reduces' bus bandwidth (24–27 MB/s), within ±20% of 25.
@@ -91,8 +105,9 @@ def test_two_ranks_per_node_ring_is_paced_by_the_node_link():
     two_per_node = bed_shape(8, 2)
     assert two_per_node.multi_node and not bed_shape(2, 2).multi_node
     assert ring_allreduce_s(GRAD, 8, link) == pytest.approx(2 * 7 / 8 * GRAD / 25e6, rel=1e-12)
-    model = PerfModel(compute_s_per_sample=0.0, overhead_s=0.0, exposed_comm=0.0, intra=LINKS["nvlink"], inter=link,
-                      rel_sigma=0.0)  # fmt: skip
+    model = PerfModel(
+        compute_s_per_sample=0.0, overhead_s=0.0, exposed_comm=0.0, intra=LINKS["nvlink"], inter=link, rel_sigma=0.0
+    )
     assert model.predict(two_per_node).comm_s == pytest.approx(2 * 7 / 8 * GRAD / 25e6, rel=1e-12)
 
 
@@ -106,8 +121,11 @@ def test_ddp_buckets_each_pay_the_ring_latency():
 
 
 def test_dedicated_compute_fits_no_contention_exponent():
-    obs = [Observation(shape=bed_shape(w, 2, a), step_s=step * a, allreduce=tuple(probe))
-           for w, (step, probe) in BED_RPN2.items() for a in (1, 2)]  # fmt: skip
+    obs = [
+        Observation(shape=bed_shape(w, 2, a), step_s=step * a, allreduce=tuple(probe))
+        for w, (step, probe) in BED_RPN2.items()
+        for a in (1, 2)
+    ]
     model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["ib400"])
     assert model.contention_exponent == 1.0
     assert model.source("contention_exponent") == "not fitted (every trial had dedicated compute: contention 1)"
@@ -115,8 +133,13 @@ def test_dedicated_compute_fits_no_contention_exponent():
 
 
 def _measured(*, world: int, nodes: int, quota: float | None) -> Measured:
-    metrics = {"cpu_contention": 1.0, "machines": 1, "cpus_per_machine": 2, "threads_per_rank": 1,
-               "cpu_quota_per_rank": [quota] * world}  # fmt: skip
+    metrics = {
+        "cpu_contention": 1.0,
+        "machines": 1,
+        "cpus_per_machine": 2,
+        "threads_per_rank": 1,
+        "cpu_quota_per_rank": [quota] * world,
+    }
     trial = {"world_size": world, "nodes": nodes}
     return Measured(trial=trial, metrics=metrics, config={"cluster": {"kind": "slurm"}}, wall_s=1.0)
 
@@ -137,8 +160,14 @@ def _bed_trial(shape: Shape, rng: np.random.Generator, noise: float) -> Observat
     terms = comm_at(shape, link, link, 0.03 * shape.work_per_rank)
     comm = terms.exposed_s + 0.8 * terms.hidden_s
     step = (0.03 * shape.work_per_rank + comm + 0.02) * math.exp(rng.normal(0, noise))
-    probe = tuple((shape.dp, b, ring_allreduce_s(b, shape.dp, link) * math.exp(rng.normal(0, noise)))
-                  for b in (GRAD // 64, GRAD // 8, GRAD)) if shape.dp > 1 else ()  # fmt: skip
+    probe = (
+        tuple(
+            (shape.dp, b, ring_allreduce_s(b, shape.dp, link) * math.exp(rng.normal(0, noise)))
+            for b in (GRAD // 64, GRAD // 8, GRAD)
+        )
+        if shape.dp > 1
+        else ()
+    )
     return Observation(shape=shape, step_s=step, allreduce=probe)
 
 
@@ -163,8 +192,18 @@ def test_interval_coverage_of_held_out_sizes():
 
 def test_prediction_adds_only_parameter_variance_beyond_the_trials():
     link = Link(bandwidth_gbps=1.0, latency_s=0.0)
-    base = dict(compute_s_per_sample=0.01, overhead_s=0.0, exposed_comm=1.0, intra=link, inter=link, rel_sigma=0.05,
-                z=2.0, free=("compute_s_per_sample",), cov=((1e-6,),), min_rel_half_width=0.0)  # fmt: skip
+    base = dict(
+        compute_s_per_sample=0.01,
+        overhead_s=0.0,
+        exposed_comm=1.0,
+        intra=link,
+        inter=link,
+        rel_sigma=0.05,
+        z=2.0,
+        free=("compute_s_per_sample",),
+        cov=((1e-6,),),
+        min_rel_half_width=0.0,
+    )
     shape = Shape(world_size=1, ranks_per_node=1, dp=1, global_batch=8)
     # x = w / step = 8 / 0.08 = 100: parameter variance 1e-6 · 100² = 0.01.
     assert PerfModel(**base).predict(shape).rel_half_width == pytest.approx(2 * math.sqrt(0.05**2 + 0.01))

@@ -31,19 +31,46 @@ def test_every_required_device_has_a_row_with_a_named_vendor_source():
         ), row.source
 
 
-@pytest.mark.parametrize("name, row", [
-    ("NVIDIA A100-SXM4-80GB", "A100 SXM4"), ("NVIDIA A100-SXM4-40GB", "A100 SXM4"), ("NVIDIA A100-PCIE-40GB", "A100 PCIe"),
-    ("NVIDIA A100 80GB PCIe", "A100 PCIe"), ("A100-80GB", "A100"), ("a100-sxm4-80gb", "A100 SXM4"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM5"), ("H100-SXM5-80GB", "H100 SXM5"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA H100 NVL", "H100 NVL"), ("NVIDIA H200", "H200 SXM"), ("NVIDIA H200 NVL", "H200 NVL"),
-    ("NVIDIA B200", "B200 (HGX)"), ("NVIDIA L40S", "L40S"), ("AMD Instinct MI300X", "MI300X"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, row",
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4"),
+        ("NVIDIA A100-SXM4-40GB", "A100 SXM4"),
+        ("NVIDIA A100-PCIE-40GB", "A100 PCIe"),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe"),
+        ("A100-80GB", "A100"),
+        ("a100-sxm4-80gb", "A100 SXM4"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM5"),
+        ("H100-SXM5-80GB", "H100 SXM5"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA B200", "B200 (HGX)"),
+        ("NVIDIA L40S", "L40S"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
+)
 def test_names_as_torch_reports_them_find_their_row(name, row):
     assert peaks.find_device(name).device == row
 
 
-@pytest.mark.parametrize("name", ["cpu", "unknown", "auto", "", None, "H100", "NVIDIA L40", "NVIDIA GB200",
-                                  "NVIDIA GH200 480GB", "AMD Instinct MI300A", "Tesla V100-SXM2-16GB"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cpu",
+        "unknown",
+        "auto",
+        "",
+        None,
+        "H100",
+        "NVIDIA L40",
+        "NVIDIA GB200",
+        "NVIDIA GH200 480GB",
+        "AMD Instinct MI300A",
+        "Tesla V100-SXM2-16GB",
+    ],
+)
 def test_a_device_the_table_does_not_know_has_no_peak_and_no_mfu(name):
     """A bare "H100" could be SXM (989 TF) or PCIe (756 TF); GB200's B200 runs hotter than HGX's: no guess."""
     choice = peaks.choose_peak(device_name=name, dtype="bf16", explicit=None)
@@ -76,8 +103,10 @@ def test_an_explicit_peak_wins_and_one_that_does_not_fit_the_precision_is_flagge
     # H100's bf16 peak for an fp32 run (TF32 matmuls, 494.7 TF): exactly 2× off, and the bf16 figure.
     wrong = peaks.choose_peak(device_name=h100, dtype="tf32", explicit=9.89e14)
     assert wrong.flops == 9.89e14
-    assert wrong.mismatch.startswith("peak/precision mismatch: cluster.peak_flops_per_device=9.89e+14 (the H100 SXM5 "
-                                     "bf16 peak) but the trials' matmuls ran in tf32 on H100 SXM5")  # fmt: skip
+    assert wrong.mismatch.startswith(
+        "peak/precision mismatch: cluster.peak_flops_per_device=9.89e+14 (the H100 SXM5 "
+        "bf16 peak) but the trials' matmuls ran in tf32 on H100 SXM5"
+    )
     assert "\n" not in wrong.mismatch
     # Plain fp32 (no TF32, e.g. ROCm): 15× off.
     assert peaks.choose_peak(device_name=h100, dtype="fp32", explicit=9.89e14).mismatch is not None
@@ -93,8 +122,9 @@ def test_on_cpu_no_table_row_applies_even_under_a_gpu_name():
     named = compose_config(["cluster.device_name=NVIDIA H100 80GB HBM3", "precision=fp32"])
     assert measure.peak_of(named, cpu).flops is None
     explicit = compose_config(["cluster.device_name=NVIDIA H100 80GB HBM3", "cluster.peak_flops_per_device=1e12"])
-    assert measure.peak_of(explicit, cpu) == peaks.PeakChoice(flops=1e12, source="cluster.peak_flops_per_device",
-                                                              device=None, mismatch=None)  # fmt: skip
+    assert measure.peak_of(explicit, cpu) == peaks.PeakChoice(
+        flops=1e12, source="cluster.peak_flops_per_device", device=None, mismatch=None
+    )
     assert measure.matmul_dtype(named, cpu) == "fp32"
 
 
@@ -105,33 +135,65 @@ def test_config_accepts_auto_and_refuses_a_peak_beyond_any_device():
     validate(compose_config(["cluster.peak_flops_per_device=2.25e15"]))
 
 
-RECORD_METRICS = {"tokens_per_s": 1000.0, "mfu": 0.2, "precision": "fp32", "peak_flops_per_device": 9.89e14,
-                  "peak_source": "cluster.peak_flops_per_device", "peak_mismatch": "peak/precision mismatch: x"}  # fmt: skip
+RECORD_METRICS = {
+    "tokens_per_s": 1000.0,
+    "mfu": 0.2,
+    "precision": "fp32",
+    "peak_flops_per_device": 9.89e14,
+    "peak_source": "cluster.peak_flops_per_device",
+    "peak_mismatch": "peak/precision mismatch: x",
+}
 
 
 def test_the_table_carries_precision_and_peak_and_its_footer_flags_a_mismatch():
     trial = {"trial_id": "000-ws1", "world_size": 1, "nodes": 1, "layout": "ddp", "scaling": "weak"}
     row = trial_row(trial, {"status": "completed", "reason": None, "metrics": RECORD_METRICS}, None)
     assert {k: row[k] for k in ("precision", "peak_flops_per_device", "peak_source", "peak_mismatch")} == {
-        k: RECORD_METRICS[k] for k in ("precision", "peak_flops_per_device", "peak_source", "peak_mismatch")}
+        k: RECORD_METRICS[k] for k in ("precision", "peak_flops_per_device", "peak_source", "peak_mismatch")
+    }
     df = pd.DataFrame([row, {**row, "trial_id": "001-ws2"}]).reindex(columns=COLUMNS)
     assert peak_mismatch_line(df) == "MFU peak/precision mismatch: x"  # one line for the same note twice
     assert peak_mismatch_line(df.assign(peak_mismatch=None)) is None
 
 
 def test_report_md_and_html_show_the_mismatch_line_under_the_table(tmp_path):
-    rows = [{"trial_id": f"00{i}-ws{n}", "variant": None, "world_size": n, "repeat": 0, "status": "completed",
-             "scaling": "weak", "tokens_per_s": 1000.0 * n, "mfu": 0.1, "peak_mismatch": "peak/precision mismatch: x"}
-            for i, n in enumerate((1, 2))]  # fmt: skip
+    rows = [
+        {
+            "trial_id": f"00{i}-ws{n}",
+            "variant": None,
+            "world_size": n,
+            "repeat": 0,
+            "status": "completed",
+            "scaling": "weak",
+            "tokens_per_s": 1000.0 * n,
+            "mfu": 0.1,
+            "peak_mismatch": "peak/precision mismatch: x",
+        }
+        for i, n in enumerate((1, 2))
+    ]
     df = add_scaling(pd.DataFrame(rows).reindex(columns=COLUMNS))
-    write_report(df, Recommendation(world_size=2, reason="a test"), sweep_id="t", summary="s", threshold=0.8,
-                 sweep_dir=tmp_path, has_price=False)  # fmt: skip
+    write_report(
+        df,
+        Recommendation(world_size=2, reason="a test"),
+        sweep_id="t",
+        summary="s",
+        threshold=0.8,
+        sweep_dir=tmp_path,
+        has_price=False,
+    )
     md = (tmp_path / "report.md").read_text()
     assert md.count("MFU peak/precision mismatch: x") == 1
     table_end = md.rindex("| 2 |")
     assert md.index("MFU peak/precision mismatch: x") > table_end
     assert "MFU peak/precision mismatch: x" in (tmp_path / "report.html").read_text()
     clean = df.assign(peak_mismatch=None)
-    write_report(clean, Recommendation(world_size=2, reason="a test"), sweep_id="t", summary="s", threshold=0.8,
-                 sweep_dir=tmp_path, has_price=False)  # fmt: skip
+    write_report(
+        clean,
+        Recommendation(world_size=2, reason="a test"),
+        sweep_id="t",
+        summary="s",
+        threshold=0.8,
+        sweep_dir=tmp_path,
+        has_price=False,
+    )
     assert "mismatch" not in (tmp_path / "report.md").read_text()

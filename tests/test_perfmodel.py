@@ -20,7 +20,7 @@ from launcher.trials.layout import pipeline_bubble
 # so a parameter left at its preset would fail the recovery test.
 TRUE_INTRA = Link(bandwidth_gbps=150.0, latency_s=8e-6, name="true-intra")
 TRUE_INTER = Link(bandwidth_gbps=20.0, latency_s=20e-6, name="true-inter")
-C, O, E = 1e-3, 20e-3, 0.5
+C, OVH, E = 1e-3, 20e-3, 0.5
 GRAD = 400_000_000
 RPN = 8
 MESSAGES = (1_000_000, 256_000_000)  # latency-bound and bandwidth-bound
@@ -29,7 +29,11 @@ DDP = Traffic(data_parallel="ddp", grad_bytes=GRAD)
 
 def truth_model(*, exposed=E) -> PerfModel:
     return PerfModel(
-        compute_s_per_sample=C, overhead_s=O, exposed_comm=min(exposed, 1.0), intra=TRUE_INTRA, inter=TRUE_INTER,
+        compute_s_per_sample=C,
+        overhead_s=OVH,
+        exposed_comm=min(exposed, 1.0),
+        intra=TRUE_INTRA,
+        inter=TRUE_INTER,
         rel_sigma=0.0,
     )
 
@@ -38,7 +42,7 @@ def true_step(shape: Shape, *, exposed=E, c=C) -> float:
     # An exposed share beyond 1 cannot be a PerfModel, so build that step time from its parts.
     compute = c * shape.work_per_rank * shape.contention
     terms = comm_at(shape, TRUE_INTRA, TRUE_INTER, compute)
-    return compute / (1 - shape.bubble) + terms.exposed_s + exposed * terms.hidden_s + O
+    return compute / (1 - shape.bubble) + terms.exposed_s + exposed * terms.hidden_s + OVH
 
 
 def synthetic(shapes, *, noise, seed, exposed=E, c=C):
@@ -58,8 +62,14 @@ def weak_grid():
     # 8 samples per rank per micro-step; accumulation varies the work per rank, which is what
     # separates compute from the fixed overhead.
     return [
-        Shape(world_size=w, ranks_per_node=RPN, dp=w, global_batch=8 * w * a, accum=a,
-              traffic=Traffic(data_parallel="ddp", grad_bytes=GRAD, passes=a))
+        Shape(
+            world_size=w,
+            ranks_per_node=RPN,
+            dp=w,
+            global_batch=8 * w * a,
+            accum=a,
+            traffic=Traffic(data_parallel="ddp", grad_bytes=GRAD, passes=a),
+        )
         for w in (1, 2, 4, 8, 16, 32, 64)
         for a in (1, 2, 4)
     ]
@@ -96,7 +106,7 @@ def test_fit_recovers_known_parameters_within_2_percent():
     assert model.inter.bandwidth_gbps == pytest.approx(20.0, rel=0.02)
     assert model.inter.latency_s == pytest.approx(20e-6, rel=0.02)
     assert model.compute_s_per_sample == pytest.approx(C, rel=0.02)
-    assert model.overhead_s == pytest.approx(O, rel=0.02)
+    assert model.overhead_s == pytest.approx(OVH, rel=0.02)
     # u weighs only what the overlap model hides, a small part of most steps: the least determined term.
     assert model.exposed_comm == pytest.approx(E, rel=0.1)
     assert model.n_observations == 21
@@ -111,8 +121,13 @@ def test_fit_recovers_known_parameters_within_2_percent():
 def test_noiseless_fit_is_exact():
     model = fit(synthetic(weak_grid(), noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
     for got, want in [
-        (model.intra.bandwidth_gbps, 150.0), (model.intra.latency_s, 8e-6), (model.inter.bandwidth_gbps, 20.0),
-        (model.inter.latency_s, 20e-6), (model.compute_s_per_sample, C), (model.overhead_s, O), (model.exposed_comm, E),
+        (model.intra.bandwidth_gbps, 150.0),
+        (model.intra.latency_s, 8e-6),
+        (model.inter.bandwidth_gbps, 20.0),
+        (model.inter.latency_s, 20e-6),
+        (model.compute_s_per_sample, C),
+        (model.overhead_s, OVH),
+        (model.exposed_comm, E),
     ]:
         assert got == pytest.approx(want, rel=1e-6)
     # No scatter → the interval is the 3% floor everywhere.
@@ -166,7 +181,7 @@ def test_pipeline_bubble_compute_over_one_minus_b():
     pred = truth_model().predict(shape)
     assert pred.compute_s == pytest.approx(C * 64 / 8, rel=1e-15)
     assert pred.compute_s + pred.bubble_s == pytest.approx(pred.compute_s / (1 - b), rel=1e-12)
-    assert pred.step_s == pytest.approx(C * 8 / (1 - b) + O, rel=1e-12)  # no traffic: no comm
+    assert pred.step_s == pytest.approx(C * 8 / (1 - b) + OVH, rel=1e-12)  # no traffic: no comm
 
 
 def test_predict_terms_link_choice_and_ddp_overlap():
@@ -183,7 +198,7 @@ def test_predict_terms_link_choice_and_ddp_overlap():
         exposed = max(ring_allreduce_s(last, n, link), total - 2 / 3 * compute)
         comm = exposed + E * (total - exposed)
         assert (p.comm_s, p.comm_total_s, p.dp_comm_s) == pytest.approx((comm, total, comm), rel=1e-12)
-    assert p2.step_s == pytest.approx(C * 8 + p2.comm_s + O)
+    assert p2.step_s == pytest.approx(C * 8 + p2.comm_s + OVH)
     lo, hi = p2.tokens_per_s_interval(128, 64)
     assert p2.tokens_per_s(128, 64) == pytest.approx(128 * 64 / p2.step_s)
     assert lo == pytest.approx(128 * 64 / p2.high_s) and hi == pytest.approx(128 * 64 / p2.low_s)
@@ -203,9 +218,10 @@ def test_no_communication_fixes_exposure_and_few_trials_fix_overhead():
     single = [Shape(world_size=1, ranks_per_node=8, dp=1, global_batch=g, traffic=DDP) for g in (8, 16, 32)]
     model = fit(synthetic(single, noise=0.0, seed=0), intra=LINKS["nvlink"], inter=LINKS["ib200"])
     assert model.exposed_comm == 0.0
-    assert model.source("exposed_comm") == ("fixed at 0 (no trial has communication the overlap model hides, so "
-                                            "its exposed share is unidentifiable)")  # fmt: skip
-    assert (model.compute_s_per_sample, model.overhead_s) == pytest.approx((C, O), rel=1e-9)
+    assert model.source("exposed_comm") == (
+        "fixed at 0 (no trial has communication the overlap model hides, so its exposed share is unidentifiable)"
+    )
+    assert (model.compute_s_per_sample, model.overhead_s) == pytest.approx((C, OVH), rel=1e-9)
 
     # One trial, three parameters: overhead then exposure are fixed, compute takes all the time.
     obs = [Observation(shape=strong(8, 64), step_s=0.05)]
@@ -226,8 +242,10 @@ def test_no_residual_is_recorded_and_said_not_printed_as_a_percentage():
     assert residual_phrase(model) == "no residual (n ≤ p: 1 trial, 1 parameter)"
     assert model.rel_sigma_holdout is None and model.rel_sigma_repeat is None
     line = layout_line("ddp", model)
-    assert line.endswith("fitted on 1 trial, no residual (n ≤ p: 1 trial, 1 parameter); "
-                         "90% intervals ±1.64σ, σ from assumed 10% (too few shapes to hold one out, no repeats)")
+    assert line.endswith(
+        "fitted on 1 trial, no residual (n ≤ p: 1 trial, 1 parameter); "
+        "90% intervals ±1.64σ, σ from assumed 10% (too few shapes to hold one out, no repeats)"
+    )
     assert "%" not in line.split("fitted on")[1].split(";")[0]
 
     # Spare trials: the residual is measured, and that is what the line reports; the interval
@@ -248,7 +266,7 @@ def test_same_work_everywhere_cannot_separate_overhead():
     assert model.source("overhead_s") == "fixed at 0 (not separable from the other terms in these trials)"
     # Compute absorbs the overhead; its longer backward window then hides more of the all-reduce
     # than the truth's, which u makes up for: the trials are still predicted.
-    assert model.compute_s_per_sample == pytest.approx(C + O / 8, rel=0.01)
+    assert model.compute_s_per_sample == pytest.approx(C + OVH / 8, rel=0.01)
     data = synthetic(shapes, noise=0.0, seed=0)
     assert [model.predict(o.shape).step_s for o in data] == pytest.approx([o.step_s for o in data], rel=0.01)
 
@@ -292,14 +310,27 @@ def test_contention_exponent_is_recovered_from_oversubscribed_trials():
     """CPU ranks sharing cores: compute × contention^γ. With trials at contention 1, 1.5 and 2
     the profile fit finds γ (here 1.4) and the other terms."""
     link = Link(bandwidth_gbps=1.0, latency_s=1e-4)
-    truth = PerfModel(compute_s_per_sample=0.01, overhead_s=0.005, exposed_comm=1.0, intra=link, inter=link,
-                      rel_sigma=0.0, contention_exponent=1.4)  # fmt: skip
+    truth = PerfModel(
+        compute_s_per_sample=0.01,
+        overhead_s=0.005,
+        exposed_comm=1.0,
+        intra=link,
+        inter=link,
+        rel_sigma=0.0,
+        contention_exponent=1.4,
+    )
     obs = []
     for n, contention in ((1, 1.0), (2, 1.0), (3, 1.5), (4, 2.0)):
         for accum in (1, 2, 4):
-            shape = Shape(world_size=n, ranks_per_node=1, dp=n, global_batch=8 * accum * n, accum=accum,
-                          traffic=Traffic(data_parallel="ddp", grad_bytes=2_000_000, passes=accum),
-                          contention=contention)  # fmt: skip
+            shape = Shape(
+                world_size=n,
+                ranks_per_node=1,
+                dp=n,
+                global_batch=8 * accum * n,
+                accum=accum,
+                traffic=Traffic(data_parallel="ddp", grad_bytes=2_000_000, passes=accum),
+                contention=contention,
+            )
             ar = ((n, 2_000_000, ring_allreduce_s(2_000_000, n, link)),) if n > 1 else ()
             obs.append(Observation(shape=shape, step_s=truth.predict(shape).step_s, allreduce=ar))
     model = fit(obs, intra=LINKS["nvlink"], inter=LINKS["eth10"])

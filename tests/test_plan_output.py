@@ -19,11 +19,34 @@ from launcher.model.plan import from_presets_forecast
 from launcher.results.policy import recommend
 from launcher.results.scaling import add_scaling
 
-ACCEPTANCE = ["plan", "model=llama3_8b", "precision=bf16", "model.activation_checkpointing=selective", "parallel=fsdp",
-              "batch.micro=2", "cluster=example_gpu_site", "cluster.peak_flops_per_device=9.89e14",
-              "cluster.gpus_per_node=8", "cluster.inter_link=ib400", "cluster.nics_per_node=8", "--gpus", "8..1024"]  # fmt: skip
-COLUMNS = ["gpus", "nodes", "status", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "tokens_per_s_per_device",
-           "efficiency", "mfu", "hfu", "reason"]  # fmt: skip
+ACCEPTANCE = [
+    "plan",
+    "model=llama3_8b",
+    "precision=bf16",
+    "model.activation_checkpointing=selective",
+    "parallel=fsdp",
+    "batch.micro=2",
+    "cluster=example_gpu_site",
+    "cluster.peak_flops_per_device=9.89e14",
+    "cluster.gpus_per_node=8",
+    "cluster.inter_link=ib400",
+    "cluster.nics_per_node=8",
+    "--gpus",
+    "8..1024",
+]
+COLUMNS = [
+    "gpus",
+    "nodes",
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_lo",
+    "tokens_per_s_hi",
+    "tokens_per_s_per_device",
+    "efficiency",
+    "mfu",
+    "hfu",
+    "reason",
+]
 
 
 def test_the_acceptance_command_writes_every_size_with_the_columns(tmp_path, capsys):
@@ -38,14 +61,26 @@ def test_the_acceptance_command_writes_every_size_with_the_columns(tmp_path, cap
     assert df["tokens_per_s_per_device"].tolist() == pytest.approx((df["tokens_per_s"] / df["gpus"]).tolist())
     assert df.loc[0, "efficiency"] == 1.0
     model = compose_config(["model=llama3_8b", "model.activation_checkpointing=selective"]).model
-    assert df["mfu"].tolist() == pytest.approx((df["tokens_per_s_per_device"] * flops_per_token(model) / 9.89e14).tolist())
-    assert df["hfu"].tolist() == pytest.approx((df["mfu"] * hardware_flops_per_token(model) / flops_per_token(model)).tolist())
+    assert df["mfu"].tolist() == pytest.approx(
+        (df["tokens_per_s_per_device"] * flops_per_token(model) / 9.89e14).tolist()
+    )
+    assert df["hfu"].tolist() == pytest.approx(
+        (df["mfu"] * hardware_flops_per_token(model) / flops_per_token(model)).tolist()
+    )
     assert f"table written to {out}" in capsys.readouterr().out
 
 
 def test_parquet_by_suffix_and_impossible_sizes_kept_with_their_reason(tmp_path):
     out = tmp_path / "plan.parquet"
-    argv = ["plan", "model=gpt_1_3b", "cluster=example_gpu_site", "parallel=fsdp_tp", "parallel.tp=8", "--gpus", "4,8,16"]
+    argv = [
+        "plan",
+        "model=gpt_1_3b",
+        "cluster=example_gpu_site",
+        "parallel=fsdp_tp",
+        "parallel.tp=8",
+        "--gpus",
+        "4,8,16",
+    ]
     assert main([*argv, "--output", str(out)]) == 0
     df = pd.read_parquet(out).set_index("gpus")
     assert df.loc[4, "status"] == "impossible" and math.isnan(df.loc[4, "tokens_per_s"])
@@ -58,14 +93,24 @@ def test_an_output_of_another_kind_is_one_line_and_nothing_is_written(tmp_path, 
     out = tmp_path / name
     assert main([*ACCEPTANCE, "--output", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == f"launcher: error: --output {str(out)!r} must end in .csv or .parquet (the format follows the suffix); e.g. --output plan.csv\n"
+    assert (
+        err == f"launcher: error: --output {str(out)!r} must end in .csv or .parquet (the format follows the suffix); "
+        "e.g. --output plan.csv\n"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_presets_assume_the_fitted_mfu_and_interval_and_say_so():
     fit = preset_fit.load()
-    cfg = compose_config(["model=llama3_8b", "precision=bf16", "cluster=example_gpu_site",
-                          "cluster.device_name=NVIDIA H100 80GB HBM3", "cluster.peak_flops_per_device=null"])  # fmt: skip
+    cfg = compose_config(
+        [
+            "model=llama3_8b",
+            "precision=bf16",
+            "cluster=example_gpu_site",
+            "cluster.device_name=NVIDIA H100 80GB HBM3",
+            "cluster.peak_flops_per_device=null",
+        ]
+    )
     fc = from_presets_forecast(cfg, [8], assume_mfu=None)
     mfu, said = fit.mfu_for("NVIDIA H100 80GB HBM3", "bf16")
     given = from_presets_forecast(cfg, [8], assume_mfu=mfu).table.iloc[0]
@@ -80,10 +125,13 @@ def test_presets_assume_the_fitted_mfu_and_interval_and_say_so():
 
 def test_a_peak_that_does_not_fit_the_named_device_takes_the_every_device_mfu():
     fit = preset_fit.load()
-    cfg = compose_config(["model=llama3_8b", "precision=bf16", "cluster=example_gpu_site", "cluster.peak_flops_per_device=9.89e14"])
-    assert (f"× MFU {fit.mfu_any_device:.2f} (fitted on {fit.rows} published runs of every device; "
-            "cluster.peak_flops_per_device is not A100-80GB's, so no device's own fit applies)") in \
-        from_presets_forecast(cfg, [8], assume_mfu=None).source  # fmt: skip
+    cfg = compose_config(
+        ["model=llama3_8b", "precision=bf16", "cluster=example_gpu_site", "cluster.peak_flops_per_device=9.89e14"]
+    )
+    assert (
+        f"× MFU {fit.mfu_any_device:.2f} (fitted on {fit.rows} published runs of every device; "
+        "cluster.peak_flops_per_device is not A100-80GB's, so no device's own fit applies)"
+    ) in from_presets_forecast(cfg, [8], assume_mfu=None).source
 
 
 def test_a_damaged_fit_file_is_one_line(tmp_path):
@@ -99,8 +147,14 @@ def _strong_sweep(tmp_path):
     """A measured strong-scaling sweep (global batch 64, micro 8) at 1, 2, 4, 8 ranks."""
     from launcher.run.sweep import create_sweep_dir, prepare_sweep
 
-    overrides = ["model=mlp", "batch.global_batch=64", "batch.micro=8", "sweep.world_sizes=[1,2,4,8]",
-                 f"sweep.results_dir={tmp_path}", "sweep.name=s"]  # fmt: skip
+    overrides = [
+        "model=mlp",
+        "batch.global_batch=64",
+        "batch.micro=8",
+        "sweep.world_sizes=[1,2,4,8]",
+        f"sweep.results_dir={tmp_path}",
+        "sweep.name=s",
+    ]
     plan = prepare_sweep(overrides)
     sweep_dir = create_sweep_dir(plan.cfg, plan.items, overrides)
     config = json.loads((sweep_dir / "sweep.json").read_text())["config"]
@@ -108,11 +162,19 @@ def _strong_sweep(tmp_path):
         n = t.world_size
         step = 0.01 * t.global_batch / n + (1e-3 * (n - 1) if n > 1 else 0.0)
         thr = t.global_batch * config["model"]["seq_len"] / step
-        metrics = {"tokens_per_s": thr, "tokens_per_s_per_device": thr / n, "step_time_median_s": step,
-                   "allreduce_bytes": 1_882_112, "cpu_contention": 1.0, "machines": 1,
-                   "allreduce_probe": [[n, 1_882_112, 1e-3 * (n - 1)]] if n > 1 else []}  # fmt: skip
-        atomic_write_json(sweep_dir / "trials" / t.trial_id / "record.json",
-                          {"status": "completed", "metrics": metrics, "wall_s": 30 * step + 5, "config": config})  # fmt: skip
+        metrics = {
+            "tokens_per_s": thr,
+            "tokens_per_s_per_device": thr / n,
+            "step_time_median_s": step,
+            "allreduce_bytes": 1_882_112,
+            "cpu_contention": 1.0,
+            "machines": 1,
+            "allreduce_probe": [[n, 1_882_112, 1e-3 * (n - 1)]] if n > 1 else [],
+        }
+        atomic_write_json(
+            sweep_dir / "trials" / t.trial_id / "record.json",
+            {"status": "completed", "metrics": metrics, "wall_s": 30 * step + 5, "config": config},
+        )
     return sweep_dir
 
 
@@ -123,8 +185,10 @@ def test_plan_from_a_strong_scaling_sweep_refuses_what_the_sweep_refuses(tmp_pat
     assert df.loc[[4, 8], "status"].tolist() == ["predicted", "predicted"]
     for n in (16, 32):
         assert df.loc[n, "status"] == "impossible" and math.isnan(df.loc[n, "tokens_per_s"])
-        assert df.loc[n, "reason"] == (f"batch.global_batch=64 is not divisible by batch.micro(8) × dp({n}) = {8 * n}; "
-                                       f"choose a multiple of {8 * n} or another batch.micro")  # fmt: skip
+        assert df.loc[n, "reason"] == (
+            f"batch.global_batch=64 is not divisible by batch.micro(8) × dp({n}) = {8 * n}; "
+            f"choose a multiple of {8 * n} or another batch.micro"
+        )
 
 
 def test_presets_refuse_the_same_sizes_by_the_same_rule():
@@ -135,8 +199,14 @@ def test_presets_refuse_the_same_sizes_by_the_same_rule():
 
 
 def _reason(efficiencies: dict[int, float]) -> str:
-    df = pd.DataFrame({"world_size": list(efficiencies), "status": "completed", "scaling": "strong",
-                       "tokens_per_s": [1000.0 * n * e for n, e in efficiencies.items()]})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "world_size": list(efficiencies),
+            "status": "completed",
+            "scaling": "strong",
+            "tokens_per_s": [1000.0 * n * e for n, e in efficiencies.items()],
+        }
+    )
     return recommend(add_scaling(df), 0.8, unit="GPU").reason
 
 
@@ -148,4 +218,6 @@ def test_an_efficiency_just_under_the_threshold_never_reads_as_the_threshold(bel
 
 
 def test_a_pick_at_the_threshold_reads_at_it():
-    assert _reason({8: 1.0, 16: 0.8, 32: 0.5}).startswith("16 GPUs: largest size with strong-scaling efficiency ≥ 0.80 (0.80,")
+    assert _reason({8: 1.0, 16: 0.8, 32: 0.5}).startswith(
+        "16 GPUs: largest size with strong-scaling efficiency ≥ 0.80 (0.80,"
+    )

@@ -33,7 +33,9 @@ def _reading(util: float | None, mem: int | None, power: float | None) -> nvml.R
 
 
 def test_summary_is_mean_and_max_and_names_what_the_gpu_does_not_report():
-    s = nvml.summarize([_reading(80.0, 2 * 2**30, None), _reading(100.0, 4 * 2**30, None), _reading(60.0, 3 * 2**30, None)])
+    s = nvml.summarize(
+        [_reading(80.0, 2 * 2**30, None), _reading(100.0, 4 * 2**30, None), _reading(60.0, 3 * 2**30, None)]
+    )
     assert (s.samples, s.gpu_util_pct_mean, s.gpu_util_pct_max) == (3, 80.0, 100.0)
     assert (s.memory_used_bytes_mean, s.memory_used_bytes_max) == (3 * 2**30, 4 * 2**30)
     assert (s.power_w_mean, s.power_w_max) == (None, None)
@@ -108,7 +110,9 @@ def test_ranks_merge_into_mean_of_means_and_max_of_maxes():
 def test_no_driver_gives_null_figures_with_the_reason():
     """The real nvidia-ml-py (a dependency) on a machine without an NVIDIA driver."""
     assert nvml.reader_for("GPU-00000000-0000-0000-0000-000000000000") == (
-        None, "no NVIDIA driver (pynvml: NVMLError_LibraryNotFound)")  # fmt: skip
+        None,
+        "no NVIDIA driver (pynvml: NVMLError_LibraryNotFound)",
+    )
 
 
 def test_missing_nvidia_ml_py_and_cpu_trials_give_null_figures_with_the_reason(monkeypatch):
@@ -122,16 +126,34 @@ def test_missing_nvidia_ml_py_and_cpu_trials_give_null_figures_with_the_reason(m
 
 # --- the straggler, named with its host ----------------------------------------------------------
 
-TRIAL = {"trial_id": "002-ws4", "world_size": 4, "nodes": 2, "layout": "ddp", "dp": 4, "micro": 8, "accum": 1,
-         "global_batch": 32, "scaling": "weak", "lr": 1e-3}  # fmt: skip
+TRIAL = {
+    "trial_id": "002-ws4",
+    "world_size": 4,
+    "nodes": 2,
+    "layout": "ddp",
+    "dp": 4,
+    "micro": 8,
+    "accum": 1,
+    "global_batch": 32,
+    "scaling": "weak",
+    "lr": 1e-3,
+}
 
 
 def test_straggler_flag_names_the_slowest_rank_and_its_host():
-    record = {"status": "completed", "reason": None, "hosts": ["node-a", "node-a", "node-b", "node-b"],
-              "metrics": {"tokens_per_s": 1000.0, "rank_spread": 0.25,
-                          "rank_step_time_median_s": [0.100, 0.101, 0.125, 0.102]}}  # fmt: skip
+    record = {
+        "status": "completed",
+        "reason": None,
+        "hosts": ["node-a", "node-a", "node-b", "node-b"],
+        "metrics": {
+            "tokens_per_s": 1000.0,
+            "rank_spread": 0.25,
+            "rank_step_time_median_s": [0.100, 0.101, 0.125, 0.102],
+        },
+    }
     assert trial_row(TRIAL, record, None)["flags"] == (
-        "straggler: rank 2's median step (on host node-b) is 25% over the fastest rank's (rank_spread 0.25 > 0.10)")
+        "straggler: rank 2's median step (on host node-b) is 25% over the fastest rank's (rank_spread 0.25 > 0.10)"
+    )
 
 
 # --- the report links each trial's trace --------------------------------------------------------
@@ -139,8 +161,14 @@ def test_straggler_flag_names_the_slowest_rank_and_its_host():
 
 def _fake_sweep(folder: Path) -> pd.DataFrame:
     """Two trial folders as a GPU sweep leaves them: one profiled (with NVML figures), one not."""
-    nvml_figures = {"gpu_util_pct_mean": 87.4, "gpu_util_pct_max": 99.0, "power_w_mean": 412.0, "power_w_max": 455.0,
-                    "memory_used_bytes_max": 61.25 * 2**30, "reason": None}  # fmt: skip
+    nvml_figures = {
+        "gpu_util_pct_mean": 87.4,
+        "gpu_util_pct_max": 99.0,
+        "power_w_mean": 412.0,
+        "power_w_max": 455.0,
+        "memory_used_bytes_max": 61.25 * 2**30,
+        "reason": None,
+    }
     for trial_id, traced in (("000-ws1", True), ("001-ws2", False)):
         tdir = folder / "trials" / trial_id
         tdir.mkdir(parents=True)
@@ -149,14 +177,32 @@ def _fake_sweep(folder: Path) -> pd.DataFrame:
             record["profile"] = {"trace": TRACE, "rank": 0}
             (tdir / TRACE).write_text('{"traceEvents": []}')
         (tdir / "record.json").write_text(json.dumps(record))
-    rows = [{"trial_id": t, "variant": None, "world_size": n, "repeat": 0, "status": "completed",
-             "tokens_per_s": 6000.0 * n, "scaling": "weak", "reason": None} for t, n in (("000-ws1", 1), ("001-ws2", 2))]
+    rows = [
+        {
+            "trial_id": t,
+            "variant": None,
+            "world_size": n,
+            "repeat": 0,
+            "status": "completed",
+            "tokens_per_s": 6000.0 * n,
+            "scaling": "weak",
+            "reason": None,
+        }
+        for t, n in (("000-ws1", 1), ("001-ws2", 2))
+    ]
     return add_scaling(pd.DataFrame(rows).reindex(columns=COLUMNS))
 
 
 def test_reports_link_the_trace_and_show_the_gpu_figures(tmp_path):
-    write_report(_fake_sweep(tmp_path), Recommendation(world_size=2, reason="a test"), sweep_id="t", summary="s",
-                 threshold=0.8, sweep_dir=tmp_path, has_price=False)  # fmt: skip
+    write_report(
+        _fake_sweep(tmp_path),
+        Recommendation(world_size=2, reason="a test"),
+        sweep_id="t",
+        summary="s",
+        threshold=0.8,
+        sweep_dir=tmp_path,
+        has_price=False,
+    )
     md, page = (tmp_path / "report.md").read_text(), html.unescape((tmp_path / "report.html").read_text())
     gpu = "GPU busy 87% (max 99%), 412 W (max 455 W), 61.2 GiB used at most"
     assert f"- `000-ws1`: [profiler trace](trials/000-ws1/{TRACE}) · {gpu}" in md.splitlines()
@@ -171,8 +217,15 @@ def test_a_record_cannot_point_the_link_out_of_its_folder(tmp_path):
     doc = json.loads(record.read_text())
     record.write_text(json.dumps({**doc, "profile": {"trace": "../../report.md"}}))
     (tmp_path / "report.md").write_text("an earlier report")
-    write_report(df, Recommendation(world_size=2, reason="a test"), sweep_id="t", summary="s", threshold=0.8,
-                 sweep_dir=tmp_path, has_price=False)  # fmt: skip
+    write_report(
+        df,
+        Recommendation(world_size=2, reason="a test"),
+        sweep_id="t",
+        summary="s",
+        threshold=0.8,
+        sweep_dir=tmp_path,
+        has_price=False,
+    )
     assert "profiler trace" not in (tmp_path / "report.md").read_text()
 
 
@@ -183,8 +236,21 @@ def test_a_record_cannot_point_the_link_out_of_its_folder(tmp_path):
 def profiled(tmp_path_factory) -> Path:
     """`launcher sweep sweep.profile=true` at 1 and 2 ranks, a few steps."""
     out = tmp_path_factory.mktemp("results")
-    assert main(["sweep", "sweep.profile=true", "sweep.world_sizes=[1,2]", "sweep.steps=4", "sweep.warmup_steps=1",
-                 f"sweep.results_dir={out}", "sweep.name=prof", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                "sweep.profile=true",
+                "sweep.world_sizes=[1,2]",
+                "sweep.steps=4",
+                "sweep.warmup_steps=1",
+                f"sweep.results_dir={out}",
+                "sweep.name=prof",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out / "prof"
 
 
@@ -193,8 +259,13 @@ def test_profiled_trials_leave_a_trace_of_the_training_step(profiled):
     for n in (1, 2):
         (tdir,) = profiled.glob(f"trials/*-ws{n}")
         record = json.loads((tdir / "record.json").read_text())
-        assert record["profile"] == {"trace": TRACE, "rank": 0, "steps": [5, 6], "activities": ["cpu"],
-                                     "after_timed_steps": True}  # fmt: skip
+        assert record["profile"] == {
+            "trace": TRACE,
+            "rank": 0,
+            "steps": [5, 6],
+            "activities": ["cpu"],
+            "after_timed_steps": True,
+        }
         # The traced steps come after the timed ones: these are the 4 − 1 timed steps alone.
         assert record["metrics"]["steps_measured"] == 3 and len(record["metrics"]["losses"]) == 4
         assert sorted(p.name for p in tdir.glob("trace-*")) == [TRACE]  # rank 0 alone records

@@ -21,27 +21,54 @@ from launcher.train.env import RankEnv, first_host, process_env
 from launcher.trials.folder import trial_document
 from launcher.trials.spec import make_trial
 
-TORCHRUN_SOURCES = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
-                    "master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"}  # fmt: skip
+TORCHRUN_SOURCES = {
+    "rank": "RANK",
+    "local_rank": "LOCAL_RANK",
+    "world_size": "WORLD_SIZE",
+    "master_addr": "MASTER_ADDR",
+    "master_port": "MASTER_PORT",
+}
 SLURM_SOURCES = {"rank": "SLURM_PROCID", "local_rank": "SLURM_LOCALID", "world_size": "SLURM_NTASKS"}
 
 
 def test_torchrun_variables_win_over_slurms():
     """launch=torchrun on Slurm: one srun task per node (SLURM_PROCID = node index), torchrun spawns the ranks."""
-    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "gpu-003",
-           "MASTER_PORT": "29400", "SLURM_JOB_ID": "777", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
-           "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu-[003-004]"}  # fmt: skip
-    assert process_env(env) == RankEnv(rank=3, local_rank=1, world_size=4, master_addr="gpu-003", master_port=29400,
-                                       sources=TORCHRUN_SOURCES)  # fmt: skip
+    env = {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "gpu-003",
+        "MASTER_PORT": "29400",
+        "SLURM_JOB_ID": "777",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "gpu-[003-004]",
+    }
+    assert process_env(env) == RankEnv(
+        rank=3, local_rank=1, world_size=4, master_addr="gpu-003", master_port=29400, sources=TORCHRUN_SOURCES
+    )
 
 
 def test_plain_srun_sets_only_slurm_variables():
     """What `srun python -m launcher.train` gives a task when nothing exports MASTER_*: before, every
     such task took itself for rank 0 (RANK unset)."""
-    env = {"SLURM_JOB_ID": "123456", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
-           "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "node[03-04]"}  # fmt: skip
+    env = {
+        "SLURM_JOB_ID": "123456",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NODELIST": "node[03-04]",
+    }
     assert process_env(env) == RankEnv(
-        rank=1, local_rank=1, world_size=2, master_addr="node03", master_port=20000 + 123456 % 20000,
+        rank=1,
+        local_rank=1,
+        world_size=2,
+        master_addr="node03",
+        master_port=20000 + 123456 % 20000,
         sources={**SLURM_SOURCES, "master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"},
     )
     assert process_env(env).master_port == 23456
@@ -53,13 +80,26 @@ def test_two_nodes_two_tasks_each(exported):
     job = {"SLURM_JOB_ID": "40001", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[7-8]"}
     if exported:  # what the sbatch template exports for a trial (its port adds the trial's index)
         job |= {"MASTER_ADDR": "n7", "MASTER_PORT": str(20000 + (40001 + 3) % 20000)}
-    master = ({"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"} if exported
-              else {"master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"})  # fmt: skip
-    got = [process_env(job | {"SLURM_PROCID": str(t), "SLURM_LOCALID": str(t % 2), "SLURM_NODEID": str(t // 2)})
-           for t in range(4)]  # fmt: skip
-    assert got == [RankEnv(rank=t, local_rank=t % 2, world_size=4, master_addr="n7",
-                           master_port=20004 if exported else 20001, sources={**SLURM_SOURCES, **master})
-                   for t in range(4)]  # fmt: skip
+    master = (
+        {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"}
+        if exported
+        else {"master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"}
+    )
+    got = [
+        process_env(job | {"SLURM_PROCID": str(t), "SLURM_LOCALID": str(t % 2), "SLURM_NODEID": str(t // 2)})
+        for t in range(4)
+    ]
+    assert got == [
+        RankEnv(
+            rank=t,
+            local_rank=t % 2,
+            world_size=4,
+            master_addr="n7",
+            master_port=20004 if exported else 20001,
+            sources={**SLURM_SOURCES, **master},
+        )
+        for t in range(4)
+    ]
 
 
 def test_local_executor_environment():
@@ -71,7 +111,11 @@ def test_local_executor_environment():
 
 def test_lone_process_is_rank_zero_of_one():
     assert process_env({"PATH": "/usr/bin"}) == RankEnv(
-        rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=29500,
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        master_addr="127.0.0.1",
+        master_port=29500,
         sources=dict.fromkeys(["rank", "local_rank", "world_size", "master_addr", "master_port"], "default"),
     )
 
@@ -83,10 +127,14 @@ def test_lone_process_is_rank_zero_of_one():
         ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM_PROCID is set but SLURM_NTASKS not"),
         ({"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "rank 2 (RANK) is outside 0..1 (world size 2)"),
         ({"RANK": "one", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='one' is not an integer"),
-        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"},
-         "SLURM_JOB_NODELIST must name"),
-        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1"},
-         "SLURM_JOB_ID is not set"),
+        (
+            {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"},
+            "SLURM_JOB_NODELIST must name",
+        ),
+        (
+            {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1"},
+            "SLURM_JOB_ID is not set",
+        ),
         ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not"),
     ],
 )
@@ -97,8 +145,15 @@ def test_broken_environments_say_which_variable(env, message):
 
 @pytest.mark.parametrize(
     "nodelist,first",
-    [("n1", "n1"), ("node[03-04]", "node03"), ("gpu-[003-004,010],cpu1", "gpu-003"), ("a,b[1-2]", "a"),
-     ("gpu[7,2-3]", "gpu7"), ("r[1-2]n[08-09]", "r1n08"), ("x-1.cluster", "x-1.cluster")],  # fmt: skip
+    [
+        ("n1", "n1"),
+        ("node[03-04]", "node03"),
+        ("gpu-[003-004,010],cpu1", "gpu-003"),
+        ("a,b[1-2]", "a"),
+        ("gpu[7,2-3]", "gpu7"),
+        ("r[1-2]n[08-09]", "r1n08"),
+        ("x-1.cluster", "x-1.cluster"),
+    ],
 )
 def test_first_host_agrees_with_submitit(nodelist, first, monkeypatch):
     from submitit.slurm.slurm import SlurmJobEnvironment  # test-only cross-check: it reads os.environ
@@ -138,10 +193,21 @@ def test_plain_srun_launch_sets_the_earlier_record_aside_once(tmp_path):
     atomic_write_json(tmp_path / "record.json", {"status": "failed", "reason": "the killed attempt"})
     torchrun_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     job = {k: v for k, v in os.environ.items() if k not in torchrun_vars} | {
-        "SLURM_JOB_ID": str(slurm_port() - 20000), "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_RESTART_COUNT": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    argv = [sys.executable, "-m", "launcher.train", "--trial", str(tmp_path / "trial.json"),
-            "--record", str(tmp_path / "record.json")]  # fmt: skip
+        "SLURM_JOB_ID": str(slurm_port() - 20000),
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_RESTART_COUNT": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher.train",
+        "--trial",
+        str(tmp_path / "trial.json"),
+        "--record",
+        str(tmp_path / "record.json"),
+    ]
 
     def spawn(task: int) -> subprocess.Popen:
         with open(tmp_path / f"rank{task}.log", "wb") as log:

@@ -15,5 +15,7 @@ def test_ci_runs_the_readme_test_command():
     first, second = _commands(readme)[:2]
     assert first.endswith("launcher sweep")
     assert second.endswith("python -m pytest")
-    ci_lines = [ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    ci_lines = [
+        ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
+    ]
     assert ci_lines == [second]

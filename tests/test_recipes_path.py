@@ -42,8 +42,13 @@ def test_a_folder_with_one_model_composes_with_every_bundled_group(tmp_path):
 
 
 def test_a_users_file_wins_over_the_bundled_one_of_the_same_name(tmp_path):
-    mine = recipe_folder(tmp_path, {"batch/default.yaml": "micro: 3\naccum: 2\n",
-                                    "parallel/fsdp.yaml": "layout: fsdp\nreshard_after_forward: false\n"})  # fmt: skip
+    mine = recipe_folder(
+        tmp_path,
+        {
+            "batch/default.yaml": "micro: 3\naccum: 2\n",
+            "parallel/fsdp.yaml": "layout: fsdp\nreshard_after_forward: false\n",
+        },
+    )
     cfg = compose_config(["parallel=fsdp"], mine)
     assert (cfg.batch.micro, cfg.batch.accum, cfg.parallel.reshard_after_forward) == (3, 2, False)
     assert compose_config(["parallel=fsdp"]).parallel.reshard_after_forward is True  # bundled, untouched
@@ -75,7 +80,10 @@ def test_info_marks_the_users_options(tmp_path, capsys):
     assert main(["sweep", "--recipes", str(mine), "--info"]) == 0
     out = capsys.readouterr().out
     assert f"in {mine} (marked +) and the bundled {PACKAGED_RECIPES} " in out
-    assert "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n" in out
+    assert (
+        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n"
+        in out
+    )
 
 
 def test_an_unknown_option_lists_both_folders(tmp_path, capsys):
@@ -93,13 +101,24 @@ def test_a_recipes_path_that_is_not_a_folder_is_one_line(tmp_path, capsys, monke
     assert refused(["sweep"], capsys).startswith(f"LAUNCHER_RECIPES '{nope}' is not a folder;")
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("name: my_gpt\narch: gpt\n  n_layers: [\n", 3,
-     "not valid recipe YAML (mapping values are not allowed here); fix the file"),
-    ("name: my_gpt\narch: gpt\nn_layer: 2\n", 3,
-     "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, d_model, ffn_hidden, ffn_mult, inputs, kwargs, loss, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, target, vocab_size"),
-    ("name: my_gpt\n\nseq_len: long\n", 3, "model.seq_len='long' must be an integer; e.g. model.seq_len=64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        (
+            "name: my_gpt\narch: gpt\n  n_layers: [\n",
+            3,
+            "not valid recipe YAML (mapping values are not allowed here); fix the file",
+        ),
+        (
+            "name: my_gpt\narch: gpt\nn_layer: 2\n",
+            3,
+            "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, d_model, "
+            "ffn_hidden, ffn_mult, inputs, kwargs, loss, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, "
+            "seq_len, target, vocab_size",
+        ),
+        ("name: my_gpt\n\nseq_len: long\n", 3, "model.seq_len='long' must be an integer; e.g. model.seq_len=64"),
+    ],
+)
 def test_a_mistake_inside_a_recipe_names_its_file_and_line(text, line, message, tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": text})
     results = tmp_path / "results"
@@ -119,9 +138,19 @@ def test_a_group_given_a_list_is_one_line(tmp_path, capsys):
 @pytest.mark.torch_dist
 def test_a_local_sweep_of_the_users_model_with_a_bundled_layout(tmp_path):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
-    argv = ["sweep", "--recipes", str(mine), "model=my_gpt", "parallel=fsdp", "sweep.world_sizes=[1,2]",
-            "sweep.steps=4", "sweep.warmup_steps=1", f"sweep.results_dir={tmp_path / 'results'}", "sweep.name=mine",
-            "--quiet"]  # fmt: skip
+    argv = [
+        "sweep",
+        "--recipes",
+        str(mine),
+        "model=my_gpt",
+        "parallel=fsdp",
+        "sweep.world_sizes=[1,2]",
+        "sweep.steps=4",
+        "sweep.warmup_steps=1",
+        f"sweep.results_dir={tmp_path / 'results'}",
+        "sweep.name=mine",
+        "--quiet",
+    ]
     assert main(argv) == 0
     with open(tmp_path / "results" / "mine" / "results.csv") as f:
         rows = list(csv.DictReader(f))

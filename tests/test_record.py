@@ -8,17 +8,50 @@ import pytest
 
 pytestmark = pytest.mark.torch_dist
 
-TOP = {"schema_version": int, "status": str, "reason": type(None), "trial": dict, "config": dict, "versions": dict,
-       "hosts": list, "world_size": int, "nodes": int, "device": str, "device_name": str, "backend": str,
-       "metrics": dict, "started_at": float, "finished_at": float, "wall_s": float}  # fmt: skip
+TOP = {
+    "schema_version": int,
+    "status": str,
+    "reason": type(None),
+    "trial": dict,
+    "config": dict,
+    "versions": dict,
+    "hosts": list,
+    "world_size": int,
+    "nodes": int,
+    "device": str,
+    "device_name": str,
+    "backend": str,
+    "metrics": dict,
+    "started_at": float,
+    "finished_at": float,
+    "wall_s": float,
+}
 METRICS = {
-    "step_time_median_s": float, "step_time_p10_s": float, "step_time_p90_s": float, "samples_per_s": float,
-    "tokens_per_s": float, "tokens_per_s_per_device": float, "steps_measured": int, "params": int,
-    "params_non_embedding": int, "flops_per_token": float, "mfu": type(None), "rank_step_time_median_s": list,
-    "rank_spread": float, "allreduce_bytes": int, "allreduce_time_s": float, "algbw_gbps": float,
-    "busbw_gbps": float, "compute_time_s": float, "ccr": float, "peak_memory_bytes": int, "peak_memory_kind": str,
-    "loss_first": float, "loss_last": float, "losses": list,
-}  # fmt: skip
+    "step_time_median_s": float,
+    "step_time_p10_s": float,
+    "step_time_p90_s": float,
+    "samples_per_s": float,
+    "tokens_per_s": float,
+    "tokens_per_s_per_device": float,
+    "steps_measured": int,
+    "params": int,
+    "params_non_embedding": int,
+    "flops_per_token": float,
+    "mfu": type(None),
+    "rank_step_time_median_s": list,
+    "rank_spread": float,
+    "allreduce_bytes": int,
+    "allreduce_time_s": float,
+    "algbw_gbps": float,
+    "busbw_gbps": float,
+    "compute_time_s": float,
+    "ccr": float,
+    "peak_memory_bytes": int,
+    "peak_memory_kind": str,
+    "loss_first": float,
+    "loss_last": float,
+    "losses": list,
+}
 
 
 @pytest.fixture(scope="module")

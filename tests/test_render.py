@@ -35,8 +35,8 @@ def test_script_matches_golden_file(name):
 
 
 def test_gres_only_when_gpus_are_asked_for():
-    (_, cpu), = scripts("devcluster_2nodes")
-    (_, gpu), = scripts("gpu_torchrun_all_options")
+    ((_, cpu),) = scripts("devcluster_2nodes")
+    ((_, gpu),) = scripts("gpu_torchrun_all_options")
     assert "--gres" not in cpu
     assert "#SBATCH --gres=gpu:2\n" in gpu
 
@@ -46,13 +46,13 @@ def test_every_srun_step_names_its_cpus(name):
     """srun 22.05 does not take --cpus-per-task from the allocation: each step names it, and a
     torchrun task per node holds the CPUs of every rank it spawns."""
     for req, script in scripts(name):
-        step = script[script.index("\n    srun "):script.index("|| rc=$?")]
+        step = script[script.index("\n    srun ") : script.index("|| rc=$?")]
         per_task = req.cpus_per_task * (req.ntasks_per_node if req.launch == "torchrun" else 1)
         assert f" --cpus-per-task={per_task} " in step.replace("\\\n", " ")
 
 
 def test_rendezvous_from_nodelist_and_job_id():
-    (_, script), = scripts("devcluster_2nodes")
+    ((_, script),) = scripts("devcluster_2nodes")
     assert 'HOSTS=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))' in script
     assert 'export MASTER_ADDR="${HOSTS[0]}"' in script
     assert 'export MASTER_PORT="$(( 20000 + (SLURM_JOB_ID + index) % 20000 ))"' in script
@@ -60,7 +60,7 @@ def test_rendezvous_from_nodelist_and_job_id():
 
 
 def test_per_attempt_logs_and_time_limit_warning():
-    (_, script), = scripts("devcluster_2nodes")
+    ((_, script),) = scripts("devcluster_2nodes")
     assert '--output="$dir/rank%t.attempt$ATTEMPT.log"' in script
     assert 'ATTEMPT="${SLURM_RESTART_COUNT:-0}"' in script
     assert "#SBATCH --open-mode=append\n" in script  # a requeued job appends to its batch log
@@ -68,13 +68,13 @@ def test_per_attempt_logs_and_time_limit_warning():
 
 
 def test_setup_lines_run_verbatim_before_strict_mode():
-    (_, script), = scripts("gpu_torchrun_all_options")
+    ((_, script),) = scripts("gpu_torchrun_all_options")
     setup = script.index("source $(conda info --base)/etc/profile.d/conda.sh\nconda activate train\n")
     assert setup < script.index("set -euo pipefail")
 
 
 def test_values_in_the_body_are_shell_quoted():
-    (_, script), = scripts("quoted_payload_args")
+    ((_, script),) = scripts("quoted_payload_args")
     assert shlex.quote("/scratch/it's here/$(params).pt") in script
     # The trial folder is a quoted word of a bash array.
     assert f"TRIAL_DIRS=( {shlex.quote(str(SWEEP_DIR / 'trials' / '000-ws1'))} )" in script
@@ -92,18 +92,31 @@ def test_array_and_pack_shapes():
     assert [t.trial_id for t in job.trials] == ["000-a-ws2-r0", "003-b-ws2-r0"]
     script = job.script
     assert job.request.array and "#SBATCH --array=0-1%1\n" in script and "slurm-%A_%a.out" in script  # %1: serialised
-    (req, script), = scripts("pack_1_2_4")
+    ((req, script),) = scripts("pack_1_2_4")
     assert req.pack and req.nodes == 4 and "--array" not in script
     assert [ln.split()[2:] for ln in script.splitlines() if ln.startswith("run_trial ")] == [
-        ["1", "0"], ["2", "1"], ["4", "2"],
-    ]  # fmt: skip
+        ["1", "0"],
+        ["2", "1"],
+        ["4", "2"],
+    ]
 
 
 def test_run_dry_run_prints_and_writes_the_script_and_submits_nothing(tmp_path, capsys):
     from launcher.cli import main
 
-    assert main(["run", "cluster=devcluster", "cluster.nodes=2", f"sweep.results_dir={tmp_path}",
-                 "sweep.name=dry", "--dry-run"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                "cluster=devcluster",
+                "cluster.nodes=2",
+                f"sweep.results_dir={tmp_path}",
+                "sweep.name=dry",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     script = tmp_path / "dry" / "jobs" / "job-000.sbatch"
     assert out == script.read_text()
@@ -115,6 +128,7 @@ def test_run_dry_run_prints_and_writes_the_script_and_submits_nothing(tmp_path, 
 
 # --- the interpreter on the nodes, and cluster.env references -----------------------------------
 
+
 def _srun_python(script: str) -> str:
     words = [w for w in shlex.split(script, comments=True) if w != "\n"]
     return words[words.index("-m") - 1]
@@ -124,7 +138,7 @@ def _srun_python(script: str) -> str:
 def test_setup_lines_without_cluster_python_run_python_from_path(name):
     """After setup lines (module load, activation) the job runs the `python` they put on PATH, for
     srun and torchrun launch alike; never the submitting machine's interpreter."""
-    (_, script), = scripts(name)
+    ((_, script),) = scripts(name)
     assert _srun_python(script) == "python"
     assert sys.executable not in script
     assert script.index("source /opt/venvs/train/bin/activate\n") < script.index(" python -m ")
@@ -133,7 +147,7 @@ def test_setup_lines_without_cluster_python_run_python_from_path(name):
 
 
 def test_cluster_python_wins_over_setup_and_no_setup_keeps_the_submitting_interpreter():
-    (_, script), = scripts("gpu_torchrun_all_options")  # setup lines and cluster.python
+    ((_, script),) = scripts("gpu_torchrun_all_options")  # setup lines and cluster.python
     assert _srun_python(script) == "/opt/venv/bin/python"
     cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1]"])  # no setup, no cluster.python
     (job,) = job_requests(cfg, SWEEP_DIR, sweep_trials(cfg))
@@ -141,9 +155,9 @@ def test_cluster_python_wins_over_setup_and_no_setup_keeps_the_submitting_interp
 
 
 def test_env_reference_renders_as_a_quoted_expansion():
-    (_, script), = scripts("site_setup_srun")
-    assert "export PATH=/opt/x/bin:\"${PATH-}\"\n" in script
-    assert "export LD_LIBRARY_PATH=/opt/x/lib:\"${LD_LIBRARY_PATH-}\"\n" in script
+    ((_, script),) = scripts("site_setup_srun")
+    assert 'export PATH=/opt/x/bin:"${PATH-}"\n' in script
+    assert 'export LD_LIBRARY_PATH=/opt/x/lib:"${LD_LIBRARY_PATH-}"\n' in script
     assert "export NOTE='$HOME `id` $(id) *'\n" in script
     # The exports come after the setup lines: ${PATH} is the PATH they left.
     assert script.index("source /opt/venvs/train/bin/activate\n") < script.index("export PATH=")
@@ -157,7 +171,7 @@ ENV_VALUES = [
     "D=${HOME:-x}${HOME:+$(touch {c})}${!HOME}${HOME[0]}${1}${ HOME}${HOME-}$${HOME}",
     "E=*",
     "F=~/x:~:a=~",
-    "G=it's \"${HOME}\" \\${HOME}\\",
+    'G=it\'s "${HOME}" \\${HOME}\\',
     "H=${A}|${B}",
     "I=x;touch {c};${HOME}|touch {c}&",
     "J=line1\nline2 ${HOME}\r",
@@ -188,11 +202,18 @@ def test_env_export_lines_run_under_bash_expand_only_references(tmp_path):
     exports = [ln for ln in job.script.split("\n") if ln.startswith("export ") and "OMP_NUM_THREADS" not in ln]
     # A value with a line break spans lines: take the exports block as written.
     start = job.script.index(exports[0])
-    block = job.script[start:job.script.index("\n\n", start)]
-    (tmp_path / "exports.sh").write_text(f"set -euo pipefail\n{block}\nenv -0 > \"$OUT\"\n")
+    block = job.script[start : job.script.index("\n\n", start)]
+    (tmp_path / "exports.sh").write_text(f'set -euo pipefail\n{block}\nenv -0 > "$OUT"\n')
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OUT": str(tmp_path / "env"), "LANG": "C.UTF-8"}
-    proc = subprocess.run(["bash", str(tmp_path / "exports.sh")], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=30, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "exports.sh")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     got = dict(p.split("=", 1) for p in (tmp_path / "env").read_bytes().decode().split("\0")[:-1])
     want = _expanded(items, {**env, "IFS": " \t\n"})

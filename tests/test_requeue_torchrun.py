@@ -33,8 +33,15 @@ STEP_LINE = re.compile(r"^step \d+/", re.M)
 def submit_run(tmp_path: Path, env: dict[str, str], overrides: list[str]):
     """`launcher run --requeue` with these overrides, its rank 0 saving the final parameters:
     (cfg, trials, sweep folder, trial folder, job id)."""
-    overrides = [*DEV, *overrides, f"run.steps={STEPS}", "run.warmup_steps=2", "run.checkpoint_every=0",
-                 "run.requeue=true", f"sweep.results_dir={tmp_path}"]  # fmt: skip
+    overrides = [
+        *DEV,
+        *overrides,
+        f"run.steps={STEPS}",
+        "run.warmup_steps=2",
+        "run.checkpoint_every=0",
+        "run.requeue=true",
+        f"sweep.results_dir={tmp_path}",
+    ]
     cfg = as_sweep(compose_config(overrides))
     trials = run_trials(cfg)
     sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], overrides)
@@ -48,6 +55,7 @@ def submit_run(tmp_path: Path, env: dict[str, str], overrides: list[str]):
 def usr1_mid_run(env: dict[str, str], tdir: Path, job: str, logs: str) -> str:
     """Once a log shows a training step, `scancel --signal=USR1` the job; wait for attempt 0 to end
     and the requeued job to run again. Returns attempt 0's srun exit code."""
+
     def training() -> bool:
         return any(STEP_LINE.search(p.read_text(errors="replace")) for p in tdir.glob(logs))
 
@@ -61,7 +69,9 @@ def usr1_mid_run(env: dict[str, str], tdir: Path, job: str, logs: str) -> str:
 
 
 def test_torchrun_agents_survive_usr1_and_the_run_resumes_to_the_uninterrupted_parameters(
-    devcluster, tmp_path, uninterrupted  # noqa: F811
+    devcluster,
+    tmp_path,
+    uninterrupted,  # noqa: F811
 ):
     env = devcluster.env()
     cfg, trials, sweep_dir, tdir, job = submit_run(tmp_path, env, ["cluster.launch=torchrun", "cluster.nodes=2"])
@@ -70,7 +80,10 @@ def test_torchrun_agents_survive_usr1_and_the_run_resumes_to_the_uninterrupted_p
 
     result = execute(sweep_dir, cfg, trials, progress_bars=False)
     row = result.table.iloc[0]
-    assert (row["status"], row["reason"]) == ("completed", f"requeued 1×, then completed (resumed from step {on_signal})")
+    assert (row["status"], row["reason"]) == (
+        "completed",
+        f"requeued 1×, then completed (resumed from step {on_signal})",
+    )
     for log in tdir.glob("node*.log"):
         assert "User defined signal" not in log.read_text(errors="replace"), log
     final = torch.load(sweep_dir / "params.pt")

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from launcher.run.local import LocalOutcome, MemoryWatch, RankExit
 from launcher.results.table import corrupt_row, trial_row
+from launcher.run.local import LocalOutcome, MemoryWatch, RankExit
 from launcher.trials import ends
 from launcher.trials.folder import FileRead, TrialFiles
 
 GIB = 1 << 30
 
-TRIAL = {"trial_id": "001-ws2", "world_size": 2, "nodes": 1, "layout": "ddp", "dp": 2, "micro": 8, "accum": 1,
-         "global_batch": 16, "scaling": "weak", "lr": 1e-3}  # fmt: skip
+TRIAL = {
+    "trial_id": "001-ws2",
+    "world_size": 2,
+    "nodes": 1,
+    "layout": "ddp",
+    "dp": 2,
+    "micro": 8,
+    "accum": 1,
+    "global_batch": 16,
+    "scaling": "weak",
+    "lr": 1e-3,
+}
 RECORD = {
     "status": "completed",
     "reason": None,
@@ -23,20 +33,30 @@ RECORD = {
 def test_completed_record_gives_a_completed_row():
     row = trial_row(TRIAL, RECORD, {"reason": None})
     assert (row["status"], row["reason"], row["tokens_per_s"], row["peak_memory_mb"], row["hosts"]) == (
-        "completed", None, 1000.0, 2.0, "n1",
-    )  # fmt: skip
+        "completed",
+        None,
+        1000.0,
+        2.0,
+        "n1",
+    )
 
 
 def test_no_record_is_a_failed_row_with_the_executor_reason():
     row = trial_row(TRIAL, None, {"reason": "rank 1 was killed by SIGKILL"})
     assert (row["status"], row["reason"], row["tokens_per_s"]) == (
-        "failed", "no record written: rank 1 was killed by SIGKILL", None,
-    )  # fmt: skip
+        "failed",
+        "no record written: rank 1 was killed by SIGKILL",
+        None,
+    )
 
 
 def test_no_record_though_every_rank_exited_0_says_so():
-    outcome = {"executor": "local", "final": True, "reason": None, "ranks": [{"rank": 0, "returncode": 0},
-                                                                             {"rank": 1, "returncode": 0}]}  # fmt: skip
+    outcome = {
+        "executor": "local",
+        "final": True,
+        "reason": None,
+        "ranks": [{"rank": 0, "returncode": 0}, {"rank": 1, "returncode": 0}],
+    }
     row = trial_row(TRIAL, None, outcome)
     assert (row["status"], row["reason"]) == ("failed", "no record written, though all 2 rank(s) exited with code 0")
     row = trial_row(TRIAL, None, {"executor": "local", "reason": None})
@@ -48,18 +68,28 @@ def test_a_damaged_file_makes_a_corrupt_row_that_keeps_what_the_others_say():
         state = "ok" if doc is not None else "corrupt" if reason else "missing"
         return FileRead(name=name, state=state, doc=doc, reason=reason)
 
-    files = TrialFiles(trial=read("trial.json", {"trial": TRIAL, "config": {}}), record=read("record.json", RECORD),
-                       outcome=read("outcome.json", reason="outcome.json is truncated (0 bytes)"),
-                       submission=read("submission.json"))  # fmt: skip
+    files = TrialFiles(
+        trial=read("trial.json", {"trial": TRIAL, "config": {}}),
+        record=read("record.json", RECORD),
+        outcome=read("outcome.json", reason="outcome.json is truncated (0 bytes)"),
+        submission=read("submission.json"),
+    )
     row = corrupt_row(TRIAL, files)
     assert (row["status"], row["reason"], row["tokens_per_s"]) == (
-        "corrupt", "outcome.json is truncated (0 bytes); the record says completed", 1000.0,
-    )  # fmt: skip
+        "corrupt",
+        "outcome.json is truncated (0 bytes); the record says completed",
+        1000.0,
+    )
 
 
 def test_a_row_without_its_spec_has_no_size_and_no_crash():
     row = trial_row({"trial_id": "003-ws8"}, None, {"executor": "local", "reason": "killed", "wall_s": 5.0})
-    assert (row["trial_id"], row["world_size"], row["device_hours"], row["ranks_per_node"]) == ("003-ws8", None, None, None)
+    assert (row["trial_id"], row["world_size"], row["device_hours"], row["ranks_per_node"]) == (
+        "003-ws8",
+        None,
+        None,
+        None,
+    )
 
 
 def test_record_written_then_rank_aborts_stays_completed_with_a_note():
@@ -91,8 +121,10 @@ def test_exit_reasons_name_the_first_failure():
 
 
 def test_a_predicted_oom_is_an_oom_row_with_the_estimate():
-    reason = ("predicted: needs ~90.1 GiB per rank (params 5.3, grads 10.6, optimizer 10.6, activations 63.3, "
-              "runtime 0.4 GiB) > 23.5 GiB (host memory 23.5 GiB (cluster.host_memory_gb))")
+    reason = (
+        "predicted: needs ~90.1 GiB per rank (params 5.3, grads 10.6, optimizer 10.6, activations 63.3, "
+        "runtime 0.4 GiB) > 23.5 GiB (host memory 23.5 GiB (cluster.host_memory_gb))"
+    )
     outcome = {"executor": "estimate", "status": "oom", "predicted": True, "final": True, "reason": reason}
     row = trial_row(TRIAL, None, outcome)
     assert (row["status"], row["reason"], row["tokens_per_s"], row["device_hours"]) == ("oom", reason, None, None)
@@ -109,8 +141,10 @@ def test_a_rank_the_kernel_killed_at_the_memory_limit_is_oom_not_failed():
     out = _killed(MemoryWatch(oom_kills_before=0, oom_kills_after=0, limit_bytes=24 * GIB, total_bytes=24 * GIB))
     assert out.oom and out.culprit() == 1
     reason = out.reason()
-    assert reason == ("rank 1 was killed by SIGKILL: out of memory: the kernel OOM killer (rank 1 last held 11.0 GiB; "
-                      "its ranks 22.0 GiB of a 24.0 GiB limit); the launcher stopped rank(s) 0")  # fmt: skip
+    assert reason == (
+        "rank 1 was killed by SIGKILL: out of memory: the kernel OOM killer (rank 1 last held 11.0 GiB; "
+        "its ranks 22.0 GiB of a 24.0 GiB limit); the launcher stopped rank(s) 0"
+    )
     row = trial_row(TRIAL, None, {"executor": "local", "final": True, "reason": reason, "oom": out.oom})
     assert (row["status"], row["reason"]) == ("oom", f"no record written: {reason}")
 
@@ -122,8 +156,16 @@ def test_the_cgroup_counting_an_oom_kill_is_enough():
 
 def test_a_sigkill_far_from_the_limit_stays_failed():
     """LAUNCHER_FAULT's kill, or anyone's `kill -9`: memory had room, the cgroup counted nothing."""
-    out = _killed(MemoryWatch(oom_kills_before=0, oom_kills_after=0, limit_bytes=24 * GIB, total_bytes=24 * GIB,
-                              min_available_bytes=20 * GIB), rss=GIB // 2)  # fmt: skip
+    out = _killed(
+        MemoryWatch(
+            oom_kills_before=0,
+            oom_kills_after=0,
+            limit_bytes=24 * GIB,
+            total_bytes=24 * GIB,
+            min_available_bytes=20 * GIB,
+        ),
+        rss=GIB // 2,
+    )
     assert not out.oom
     assert out.reason() == "rank 1 was killed by SIGKILL; the launcher stopped rank(s) 0"
     row = trial_row(TRIAL, None, {"executor": "local", "final": True, "reason": out.reason(), "oom": out.oom})

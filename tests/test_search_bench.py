@@ -46,7 +46,11 @@ def test_published_curves_span_several_sources_and_turn_into_per_device_rates():
 
 
 def _table(measured: dict[int, list[float]]) -> pd.DataFrame:
-    rows = [{"world_size": n, "status": "completed", "tokens_per_s": r * n, "variant": ""} for n, rs in measured.items() for r in rs]
+    rows = [
+        {"world_size": n, "status": "completed", "tokens_per_s": r * n, "variant": ""}
+        for n, rs in measured.items()
+        for r in rs
+    ]
     return add_scaling(pd.DataFrame(rows))
 
 
@@ -56,7 +60,10 @@ def test_the_replay_picks_what_the_max_efficient_policy_picks():
         sizes = sorted(rng.choice([1, 2, 3, 4, 6, 8, 16], size=int(rng.integers(2, 6)), replace=False).tolist())
         measured = {n: list(rng.uniform(50, 120, int(rng.integers(1, 4)))) for n in sizes}
         threshold = float(rng.choice([0.7, 0.8, 0.9]))
-        assert sr.max_efficient(sr.size_efficiency(measured), threshold) == recommend(_table(measured), threshold).world_size
+        assert (
+            sr.max_efficient(sr.size_efficiency(measured), threshold)
+            == recommend(_table(measured), threshold).world_size
+        )
 
 
 def curve(effs: dict[int, float], bounds=None) -> sr.Curve:
@@ -90,15 +97,45 @@ def test_the_model_bound_lets_the_search_skip_sizes_it_rules_out():
 
 def test_bed_trials_are_replayed_by_resampling_only_what_was_measured(tmp_path):
     path = tmp_path / "bed.csv"
-    fields = ["curve", "search", "sweep", "trial_id", "nodes", "world_size", "repeat", "status", "tokens_per_s", "device_hours", "settings"]
-    rows = [("000", 1, "completed", 100.0, 0.01), ("001", 1, "completed", 110.0, 0.02), ("002", 2, "completed", 180.0, 0.05),
-            ("003", 2, "failed", "", ""), ("004", 4, "skipped", "", "")]  # fmt: skip
+    fields = [
+        "curve",
+        "search",
+        "sweep",
+        "trial_id",
+        "nodes",
+        "world_size",
+        "repeat",
+        "status",
+        "tokens_per_s",
+        "device_hours",
+        "settings",
+    ]
+    rows = [
+        ("000", 1, "completed", 100.0, 0.01),
+        ("001", 1, "completed", 110.0, 0.02),
+        ("002", 2, "completed", 180.0, 0.05),
+        ("003", 2, "failed", "", ""),
+        ("004", 4, "skipped", "", ""),
+    ]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for tid, n, status, thr, hours in rows:
-            w.writerow(dict(curve="c", search="grid", sweep="s", trial_id=tid, nodes=n, world_size=n, repeat=0, status=status,
-                            tokens_per_s=thr, device_hours=hours, settings="bed"))  # fmt: skip
+            w.writerow(
+                dict(
+                    curve="c",
+                    search="grid",
+                    sweep="s",
+                    trial_id=tid,
+                    nodes=n,
+                    world_size=n,
+                    repeat=0,
+                    status=status,
+                    tokens_per_s=thr,
+                    device_hours=hours,
+                    settings="bed",
+                )
+            )
     (bed,) = sr.load_bed(path)
     assert bed.trials == {1: ((100.0, 0.01), (110.0, 0.02)), 2: ((90.0, 0.05),)}  # tokens/s per rank
     assert bed.rate == {1: 105.0, 2: 90.0}

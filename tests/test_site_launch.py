@@ -92,9 +92,21 @@ def _launch(argv: list[str]) -> tuple[int, str]:
 def test_setup_lines_choose_the_python_on_path(style, launch, devcluster, tmp_path):
     recipes = _site(tmp_path, style)
     name = f"site-{style}-{launch}"
-    rc, out = _launch(["run", "--recipes", str(recipes), "cluster=fakesite", f"cluster.launch={launch}",
-                       "cluster.nodes=1", "run.steps=4", "run.warmup_steps=1", f"sweep.results_dir={tmp_path / 'r'}",
-                       f"sweep.name={name}", "--quiet"])  # fmt: skip
+    rc, out = _launch(
+        [
+            "run",
+            "--recipes",
+            str(recipes),
+            "cluster=fakesite",
+            f"cluster.launch={launch}",
+            "cluster.nodes=1",
+            "run.steps=4",
+            "run.warmup_steps=1",
+            f"sweep.results_dir={tmp_path / 'r'}",
+            f"sweep.name={name}",
+            "--quiet",
+        ]
+    )
     sweep_dir = tmp_path / "r" / name
     tdir = sweep_dir / "trials" / "000-ws1"
     assert rc == 0, out + "".join(p.read_text() for p in sorted(tdir.glob("*.log")))
@@ -121,22 +133,34 @@ def test_setup_lines_choose_the_python_on_path(style, launch, devcluster, tmp_pa
 
 # --- what `launcher run` prints, locally ---------------------------------------------------------
 
+
 @pytest.mark.torch_dist
 def test_run_prints_its_figures_checkpoints_and_logs(tmp_path):
-    rc, out = _launch(["run", "run.world_size=2", "run.steps=4", "run.warmup_steps=1", "run.checkpoint_every=2",
-                       f"sweep.results_dir={tmp_path}", "sweep.name=one", "--quiet"])  # fmt: skip
+    rc, out = _launch(
+        [
+            "run",
+            "run.world_size=2",
+            "run.steps=4",
+            "run.warmup_steps=1",
+            "run.checkpoint_every=2",
+            f"sweep.results_dir={tmp_path}",
+            "sweep.name=one",
+            "--quiet",
+        ]
+    )
     assert rc == 0, out
     tdir = tmp_path / "one" / "trials" / "000-ws2"
     metrics = read_json(tdir / "record.json")["metrics"]
     assert "Recommended world size" not in out and "the only size that completed" not in out
     assert out.startswith("run one: completed — tiny_gpt, ddp, 2 ranks on 1 node (cluster local)\n")
-    for label, text in [("steps", "4 (3 measured after 1 warm-up)"),
-                        ("tokens/s", f"{metrics['tokens_per_s']:,.0f} ({metrics['tokens_per_s_per_device']:,.0f} "
-                                     "per device)"),
-                        ("step time", f"{metrics['step_time_median_s']:.4f} s median"),
-                        ("final loss", f"{metrics['loss_last']:.4f}"),
-                        ("mfu", "— (set cluster.peak_flops_per_device)"),
-                        ("$ per 1M tok", "— (set cluster.usd_per_device_hour)")]:  # fmt: skip
+    for label, text in [
+        ("steps", "4 (3 measured after 1 warm-up)"),
+        ("tokens/s", f"{metrics['tokens_per_s']:,.0f} ({metrics['tokens_per_s_per_device']:,.0f} per device)"),
+        ("step time", f"{metrics['step_time_median_s']:.4f} s median"),
+        ("final loss", f"{metrics['loss_last']:.4f}"),
+        ("mfu", "— (set cluster.peak_flops_per_device)"),
+        ("$ per 1M tok", "— (set cluster.usd_per_device_hour)"),
+    ]:
         assert re.search(rf"^  {re.escape(label)} +{re.escape(text)}", out, re.M), (label, out)
     assert re.search(rf"^checkpoints: {re.escape(str(tdir))}/checkpoint/step-\d+ \(latest, step \d+\)$", out, re.M)
     assert f"logs: {tdir}/ rank0.log, rank1.log\n" in out
@@ -144,6 +168,7 @@ def test_run_prints_its_figures_checkpoints_and_logs(tmp_path):
 
 
 # --- a sweep's folder names what it sweeps --------------------------------------------------------
+
 
 def test_layout_sweep_folder_names_every_layout(tmp_path):
     plan = prepare_sweep(["parallel=ddp,fsdp", "sweep.world_sizes=[1,2]", f"sweep.results_dir={tmp_path}"])

@@ -20,12 +20,12 @@ from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
 from launcher.run.local import run_local
-from launcher.trials.folder import trial_document
-from launcher.trials.spec import sweep_trials, make_trial
+from launcher.run.sweep import create_sweep_dir
 from launcher.slurm.commands import sbatch_test_only, slurm_env
 from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
 from launcher.slurm.track import track
-from launcher.run.sweep import create_sweep_dir
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial, sweep_trials
 
 pytestmark = pytest.mark.slurm
 
@@ -75,9 +75,7 @@ def reference(tmp_path_factory):
     return read_json(tmp / "record.json")["metrics"]["losses"], torch.load(tmp / "p.pt")
 
 
-@pytest.mark.parametrize(
-    "nodes, per_node, micro", [(2, 1, 4), (2, 2, 2)], ids=["2nodes_x1", "2nodes_x2"]
-)
+@pytest.mark.parametrize("nodes, per_node, micro", [(2, 1, 4), (2, 2, 2)], ids=["2nodes_x1", "2nodes_x2"])
 def test_multinode_ddp_through_sbatch_equals_one_process(devcluster, reference, tmp_path, nodes, per_node, micro):
     record, params = _final_params(
         tmp_path, [f"sweep.nodes=[{nodes}]", f"cluster.tasks_per_node={per_node}", f"batch.micro={micro}"]
@@ -94,8 +92,22 @@ def test_multinode_ddp_through_sbatch_equals_one_process(devcluster, reference, 
 
 
 def test_sweep_over_nodes_1_2_4(devcluster, tmp_path, capsys):
-    assert main(["sweep", *DEV, "sweep.nodes=[1,2,4]", "sweep.steps=12", "sweep.warmup_steps=2", "model=mlp",
-                       f"sweep.results_dir={tmp_path}", f"sweep.name=nodes-{RUN}", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *DEV,
+                "sweep.nodes=[1,2,4]",
+                "sweep.steps=12",
+                "sweep.warmup_steps=2",
+                "model=mlp",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name=nodes-{RUN}",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(tmp_path / f"nodes-{RUN}" / "results.csv")
     assert df["world_size"].tolist() == [1, 2, 4] and df["nodes"].tolist() == [1, 2, 4]
     assert (df["status"] == "completed").all()
@@ -111,8 +123,23 @@ def test_sweep_over_nodes_1_2_4(devcluster, tmp_path, capsys):
 
 
 def test_pack_runs_every_trial_as_a_step_of_one_allocation(devcluster, tmp_path):
-    assert main(["sweep", *DEV, "sweep.nodes=[1,2,4]", "sweep.pack=true", "sweep.steps=8", "sweep.warmup_steps=2",
-                 "model=mlp", f"sweep.results_dir={tmp_path}", f"sweep.name=pack-{RUN}", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *DEV,
+                "sweep.nodes=[1,2,4]",
+                "sweep.pack=true",
+                "sweep.steps=8",
+                "sweep.warmup_steps=2",
+                "model=mlp",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name=pack-{RUN}",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     sweep_dir = tmp_path / f"pack-{RUN}"
     df = pd.read_csv(sweep_dir / "results.csv")
     assert df["status"].tolist() == ["completed"] * 3
@@ -127,8 +154,23 @@ def test_pack_runs_every_trial_as_a_step_of_one_allocation(devcluster, tmp_path)
 
 
 def test_repeats_are_one_job_each_submitted_round_by_round(devcluster, tmp_path):
-    assert main(["sweep", *DEV, "sweep.nodes=[1,2]", "sweep.repeats=2", "sweep.steps=8", "sweep.warmup_steps=2",
-                 "model=mlp", f"sweep.results_dir={tmp_path}", f"sweep.name=arr-{RUN}", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *DEV,
+                "sweep.nodes=[1,2]",
+                "sweep.repeats=2",
+                "sweep.steps=8",
+                "sweep.warmup_steps=2",
+                "model=mlp",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name=arr-{RUN}",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     sweep_dir = tmp_path / f"arr-{RUN}"
     df = pd.read_csv(sweep_dir / "results.csv")
     assert df["trial_id"].tolist() == ["000-ws1-r0", "001-ws2-r0", "002-ws1-r1", "003-ws2-r1"]
@@ -143,8 +185,22 @@ def test_repeats_are_one_job_each_submitted_round_by_round(devcluster, tmp_path)
 
 def test_detach_then_collect(devcluster, tmp_path, capsys):
     sweep_dir = tmp_path / f"det-{RUN}"
-    assert main(["sweep", *DEV, "sweep.nodes=[1,2]", "sweep.steps=8", "sweep.warmup_steps=2", "model=mlp",
-                       f"sweep.results_dir={tmp_path}", f"sweep.name=det-{RUN}", "--detach"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *DEV,
+                "sweep.nodes=[1,2]",
+                "sweep.steps=8",
+                "sweep.warmup_steps=2",
+                "model=mlp",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name=det-{RUN}",
+                "--detach",
+            ]
+        )
+        == 0
+    )
     assert "detached; follow with: launcher status" in capsys.readouterr().out
     assert not (sweep_dir / "results.csv").exists()  # nothing waited for
     subs = [read_json(p) for p in sorted(sweep_dir.glob("trials/*/submission.json"))]
@@ -163,8 +219,20 @@ def test_detach_then_collect(devcluster, tmp_path, capsys):
 
 def test_scancel_is_recorded_as_cancelled_with_reason(devcluster, tmp_path):
     sweep_dir = tmp_path / f"cancel-{RUN}"
-    assert main(["sweep", *DEV, "sweep.nodes=[1]", "sweep.steps=100000", f"sweep.results_dir={tmp_path}",
-                       f"sweep.name=cancel-{RUN}", "--detach"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sweep",
+                *DEV,
+                "sweep.nodes=[1]",
+                "sweep.steps=100000",
+                f"sweep.results_dir={tmp_path}",
+                f"sweep.name=cancel-{RUN}",
+                "--detach",
+            ]
+        )
+        == 0
+    )
     (sub,) = [read_json(p) for p in sweep_dir.glob("trials/*/submission.json")]
     log = next(iter(sweep_dir.glob("trials/*"))) / "rank0.attempt0.log"
     wait_for(lambda: log.exists() and "step" in log.read_text(), 120, "the trial to start training")
@@ -182,8 +250,19 @@ def test_scancel_is_recorded_as_cancelled_with_reason(devcluster, tmp_path):
 
 def test_killed_launcher_resumes_without_rerunning_done_trials(devcluster, tmp_path):
     sweep_dir = tmp_path / f"res-{RUN}"
-    cmd = [sys.executable, "-m", "launcher", "sweep", *DEV, "sweep.nodes=[1,2]", "sweep.steps=40", "model=mlp",
-           f"sweep.results_dir={tmp_path}", f"sweep.name=res-{RUN}", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "sweep",
+        *DEV,
+        "sweep.nodes=[1,2]",
+        "sweep.steps=40",
+        "model=mlp",
+        f"sweep.results_dir={tmp_path}",
+        f"sweep.name=res-{RUN}",
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Kill it mid-sweep: the first trial finished, the second not yet.
@@ -199,11 +278,18 @@ def test_killed_launcher_resumes_without_rerunning_done_trials(devcluster, tmp_p
     assert main(["sweep", "--resume", str(sweep_dir), "--quiet"]) == 0
     after = {p.parent.name: read_json(p)["job_id"] for p in sweep_dir.glob("trials/*/submission.json")}
     assert after == before and len(after) == 2  # nothing submitted twice
-    records = {t: read_json(p)["job_id"] for p in sweep_dir.glob("jobs/*.submitted.json") for t in read_json(p)["trials"]}
+    records = {
+        t: read_json(p)["job_id"] for p in sweep_dir.glob("jobs/*.submitted.json") for t in read_json(p)["trials"]
+    }
     assert records == after  # each trial's submission.json is derived from its job's fsync'd record
     assert first.read_text() == first_record  # the done trial was not re-run
     df = pd.read_csv(sweep_dir / "results.csv")
     assert df["status"].tolist() == ["completed", "completed"]
-    names = subprocess.run(["sacct", "--noheader", "-X", "--format=JobName%60", "--name", f"lnch-res-{RUN}"],
-                           env=devcluster.env(), capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    names = subprocess.run(
+        ["sacct", "--noheader", "-X", "--format=JobName%60", "--name", f"lnch-res-{RUN}"],
+        env=devcluster.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert names.count(f"lnch-res-{RUN}") == 2

@@ -53,7 +53,9 @@ def test_cancelled_by_uid_0():
 
 
 def test_timeout_failed_and_node_fail():
-    assert sacct("sacct_timeout.txt")["30"].reason("00:01:00") == "hit the job's time limit (cluster.time_limit=00:01:00)"
+    assert (
+        sacct("sacct_timeout.txt")["30"].reason("00:01:00") == "hit the job's time limit (cluster.time_limit=00:01:00)"
+    )
     failed = sacct("sacct_failed_exit3.txt")["34"]
     assert (failed.status, failed.exit_code, failed.reason()) == ("failed", 3, "job FAILED with exit code 3")
     node = sacct("sacct_node_fail.txt")["55"]
@@ -88,8 +90,10 @@ def test_array_elements_by_key():
     states = sacct("sacct_array_done.txt")
     assert sorted(states) == ["24_2", "24_3", "24_4"]
     assert {k: (v.status, v.nodelist) for k, v in states.items()} == {
-        "24_2": ("completed", "n1"), "24_3": ("completed", "n1"), "24_4": ("completed", "n2"),
-    }  # fmt: skip
+        "24_2": ("completed", "n1"),
+        "24_3": ("completed", "n1"),
+        "24_4": ("completed", "n2"),
+    }
     raw = {r.job_id: r.job_id_raw for r in parse_sacct((DATA / "sacct_array_done.txt").read_text())}
     assert (raw["24_2"], raw["24_4"]) == ("28", "24")
 
@@ -102,16 +106,23 @@ def test_pending_array_in_squeue_expands_to_its_elements():
     ]
     states = states_from_squeue(rows)
     assert sorted(states) == ["20", "24_2", "24_3", "24_4"]
-    assert (states["24_3"].status, states["24_3"].source, states["24_3"].reason()) == ("pending", "squeue", "pending (Resources)")
+    assert (states["24_3"].status, states["24_3"].source, states["24_3"].reason()) == (
+        "pending",
+        "squeue",
+        "pending (Resources)",
+    )
     assert states["20"].reason() == "running"
 
 
 def test_held_and_dependent_jobs_say_why_they_wait_only_in_squeue():
     live = states_from_squeue(parse_squeue((DATA / "squeue_held.txt").read_text()))
     assert {k: (v.status, v.queue_reason) for k, v in live.items()} == {
-        "223": ("pending", "JobHeldUser"), "224": ("pending", "Dependency"),
-        "225_0": ("pending", "JobHeldUser"), "225_1": ("pending", "JobHeldUser"), "225_2": ("pending", "JobHeldUser"),
-    }  # fmt: skip
+        "223": ("pending", "JobHeldUser"),
+        "224": ("pending", "Dependency"),
+        "225_0": ("pending", "JobHeldUser"),
+        "225_1": ("pending", "JobHeldUser"),
+        "225_2": ("pending", "JobHeldUser"),
+    }
     acct = sacct("sacct_pending.txt")  # the same jobs a moment later in sacct: PENDING, and no word on why
     assert sorted(acct) == ["223", "224", "225_0", "225_1", "225_2"]
     assert {(v.slurm_state, v.detail, v.queue_reason) for v in acct.values()} == {("PENDING", "", None)}
@@ -123,12 +134,16 @@ def test_combine_takes_squeues_reason_for_queued_jobs_and_saccts_word_on_ended_o
     keys = ["223", "225_1", "999"]
     both = combine(pending, live, keys)
     assert sorted(both) == ["223", "225_1"]  # a key neither knows is left out (the caller says "unknown")
-    assert (both["225_1"].status, both["225_1"].source, both["225_1"].reason()) == ("pending", "squeue", "pending (JobHeldUser)")
+    assert (both["225_1"].status, both["225_1"].source, both["225_1"].reason()) == (
+        "pending",
+        "squeue",
+        "pending (JobHeldUser)",
+    )
     gone = combine(ended, live, keys)  # cancelled while pending: sacct's terminal state wins over a stale squeue row
     assert {k: (v.status, v.source, v.reason()) for k, v in gone.items()} == {
         "223": ("cancelled", "sacct", "cancelled by uid 0 (scancel)"),
         "225_1": ("cancelled", "sacct", "cancelled by uid 0 (scancel)"),
-    }  # fmt: skip
+    }
     assert combine({}, live, ["224"])["224"].queue_reason == "Dependency"  # sacct does not know it yet
 
 
@@ -138,15 +153,24 @@ def test_a_requeued_job_waiting_again_keeps_saccts_count_and_takes_squeues_reaso
     acct = states_from_sacct(parse_sacct("\n".join(text) + "\n"))
     live = states_from_squeue(parse_squeue("31|PENDING|BeginTime||requeue-me\n"))
     job = combine(acct, live, ["31"])["31"]
-    assert (job.status, job.requeues, job.queue_reason, job.reason()) == ("requeued", 1, "BeginTime",
-                                                                          "requeued 1×, pending (BeginTime)")
+    assert (job.status, job.requeues, job.queue_reason, job.reason()) == (
+        "requeued",
+        1,
+        "BeginTime",
+        "requeued 1×, pending (BeginTime)",
+    )
 
 
 @pytest.mark.parametrize(
     "job_id, keys",
-    [("123", ["123"]), ("123_4", ["123_4"]), ("123_[2-4]", ["123_2", "123_3", "123_4"]),
-     ("7_[1,3-4]", ["7_1", "7_3", "7_4"]), ("9_[0-5%2]", [f"9_{i}" for i in range(6)])],
-)  # fmt: skip
+    [
+        ("123", ["123"]),
+        ("123_4", ["123_4"]),
+        ("123_[2-4]", ["123_2", "123_3", "123_4"]),
+        ("7_[1,3-4]", ["7_1", "7_3", "7_4"]),
+        ("9_[0-5%2]", [f"9_{i}" for i in range(6)]),
+    ],
+)
 def test_expand_array_id(job_id, keys):
     assert expand_array_id(job_id) == keys
 

@@ -12,8 +12,18 @@ from launcher.results.table import COLUMNS
 
 pytestmark = pytest.mark.torch_dist
 
-PUBLIC_COLUMNS = ["world_size", "nodes", "status", "tokens_per_s", "tokens_per_s_per_device", "samples_per_s",
-                  "step_time_median_s", "efficiency", "mfu", "ccr"]  # fmt: skip
+PUBLIC_COLUMNS = [
+    "world_size",
+    "nodes",
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "samples_per_s",
+    "step_time_median_s",
+    "efficiency",
+    "mfu",
+    "ccr",
+]
 
 
 def test_sweep_writes_table_with_one_row_per_size(default_sweep):
@@ -30,9 +40,7 @@ def test_sweep_writes_table_with_one_row_per_size(default_sweep):
     assert csv["tokens_per_s_per_device"].tolist() == pytest.approx((csv["tokens_per_s"] / csv["world_size"]).tolist())
     assert csv["tokens_per_s"].tolist() == pytest.approx((csv["samples_per_s"] * 64).tolist())
     assert csv["efficiency"].iloc[0] == 1.0
-    assert csv["efficiency"].iloc[1] == pytest.approx(
-        csv["tokens_per_s"].iloc[1] / (2 * csv["tokens_per_s"].iloc[0])
-    )
+    assert csv["efficiency"].iloc[1] == pytest.approx(csv["tokens_per_s"].iloc[1] / (2 * csv["tokens_per_s"].iloc[0]))
     assert csv["mfu"].isna().all()  # cluster=local has no known peak
     assert csv["ccr"].iloc[0] == 0.0 and csv["ccr"].iloc[1] > 0
     # CSV has no null but the empty cell (read back as NaN); parquet keeps None.
@@ -53,8 +61,10 @@ def test_report_states_the_recommendation(default_sweep):
 
 def test_killed_rank_is_a_failed_row_and_other_rows_are_intact(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LAUNCHER_FAULT", "kill:1:5")  # rank 1 exists only in the 2-rank trial
-    assert main(["sweep", "model=mlp", f"sweep.results_dir={tmp_path}", "sweep.name=faulty", "sweep.steps=12",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(["sweep", "model=mlp", f"sweep.results_dir={tmp_path}", "sweep.name=faulty", "sweep.steps=12", "--quiet"])
+        == 0
+    )
     df = pd.read_csv(tmp_path / "faulty" / "results.csv")
     assert df["world_size"].tolist() == [1, 2]
     ok, bad = df.iloc[0], df.iloc[1]

@@ -37,20 +37,56 @@ TRIALS = [
     ("fsdp-accum1", 16, "oom", None, None, None, None, None, None, None, None, OOM),
     ("fsdp-accum4", 4, "completed", 110376.2, 0.29687, 1.0, 0.3469, 0.061, 98.0, None, None, None),
     ("fsdp-accum4", 8, "completed", 214748.4, 0.30517, 0.9728, 0.3375, 0.1, 96.75, None, None, None),
-    ("fsdp-accum4", 16, "corrupt", 401001.9, 0.32689, 0.9083, 0.3151, 0.133, 95.0, None, None,
-     "record.json is truncated (212 bytes); the outcome says completed"),
+    (
+        "fsdp-accum4",
+        16,
+        "corrupt",
+        401001.9,
+        0.32689,
+        0.9083,
+        0.3151,
+        0.133,
+        95.0,
+        None,
+        None,
+        "record.json is truncated (212 bytes); the outcome says completed",
+    ),
     ("pipeline-accum1", 4, "completed", 65536.0, 0.125, 1.0, 0.206, 0.01, 12.5, 0.4021, 0.6, None),
     ("pipeline-accum1", 8, "completed", 104857.6, 0.15625, 0.8, 0.1648, 0.012, 11.75, 0.5519, 0.7778, None),
     ("pipeline-accum4", 4, "completed", 123361.9, 0.26562, 1.0, 0.3878, 0.004, 12.0, 0.2044, 0.2727, None),
     ("pipeline-accum4", 8, "completed", 213995.1, 0.30623, 0.8673, 0.3364, 0.005, 11.5, 0.3014, 0.4667, None),
-    ("pipeline-accum4", 16, "skipped", None, None, None, None, None, None, None, None,
-     "impossible: model.n_layers=12 is not divisible by pipeline stages pp(16) × v(1) = 16"),
-]  # fmt: skip
+    (
+        "pipeline-accum4",
+        16,
+        "skipped",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "impossible: model.n_layers=12 is not divisible by pipeline stages pp(16) × v(1) = 16",
+    ),
+]
 
 
 def _table() -> pd.DataFrame:
-    fields = ["variant", "world_size", "status", "tokens_per_s", "step_time_median_s", "efficiency", "mfu", "ccr",
-              "busbw_gbps", "bubble_measured", "bubble_theory", "reason"]  # fmt: skip
+    fields = [
+        "variant",
+        "world_size",
+        "status",
+        "tokens_per_s",
+        "step_time_median_s",
+        "efficiency",
+        "mfu",
+        "ccr",
+        "busbw_gbps",
+        "bubble_measured",
+        "bubble_theory",
+        "reason",
+    ]
     df = pd.DataFrame([dict(zip(fields, t, strict=True)) for t in TRIALS])
     df["trial_id"] = [f"{i:03d}-{v}-ws{n}" for i, (v, n) in enumerate(zip(df["variant"], df["world_size"]))]
     df["layout"], df["accum"] = df["variant"].str.split("-accum", expand=True).T.values

@@ -27,10 +27,20 @@ from launcher.trials.folder import write_trial
 from launcher.trials.spec import make_trial
 
 
-@pytest.mark.parametrize("step, steps, every, end", [
-    (0, 30, 0, 10), (10, 30, 0, 20), (25, 30, 0, 30), (0, 3, 0, 3),  # 10 steps, cut at the trial's end
-    (0, 30, 5, 5), (5, 30, 5, 10), (7, 30, 5, 10), (10, 30, 25, 20), (20, 30, 25, 25),  # periodic checkpoints
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "step, steps, every, end",
+    [
+        (0, 30, 0, 10),
+        (10, 30, 0, 20),
+        (25, 30, 0, 30),
+        (0, 3, 0, 3),  # 10 steps, cut at the trial's end
+        (0, 30, 5, 5),
+        (5, 30, 5, 10),
+        (7, 30, 5, 10),
+        (10, 30, 25, 20),
+        (20, 30, 25, 25),  # periodic checkpoints
+    ],
+)
 def test_a_window_ends_after_ten_steps_at_the_end_or_at_the_next_checkpoint(step, steps, every, end):
     assert loop.window_end(step, steps, every) == end
 
@@ -43,7 +53,10 @@ def test_the_cpu_step_clock_times_each_step_from_host_clocks():
         clock.mark()
     first, second = clock.seconds()
     assert 0.01 <= first < second
-    assert loop.timing_kind(torch.device("cpu")) == "host_clock" and loop.timing_kind(torch.device("cuda")) == "cuda_events"
+    assert (
+        loop.timing_kind(torch.device("cpu")) == "host_clock"
+        and loop.timing_kind(torch.device("cuda")) == "cuda_events"
+    )
 
 
 def test_first_nonfinite_finds_the_first_bad_loss_and_skips_ranks_without_one():
@@ -95,16 +108,30 @@ class StandIn:
 
 def stand_in_run(engine: StandIn, *, steps: int, checkpoint_dir=None, stop=None, every: int = 0) -> loop.Run:
     cfg = compose_config(["optim=sgd", "optim.lr=0.01"])
-    trial = dataclasses.replace(make_trial(cfg, index=0, world_size=1, steps=steps, warmup_steps=1),
-                                checkpoint=checkpoint_dir is not None, checkpoint_every=every)  # fmt: skip
+    trial = dataclasses.replace(
+        make_trial(cfg, index=0, world_size=1, steps=steps, warmup_steps=1),
+        checkpoint=checkpoint_dir is not None,
+        checkpoint_every=every,
+    )
     optimizer = torch.optim.SGD(engine.model.parameters(), lr=0.01)
     batches = iter(lambda: torch.ones(2, 4), None)  # an endless stream of micro-batches
     topo = dataclasses.make_dataclass("Topo", ["dp_rank", "tp_rank"])(0, 0)
     renv = RankEnv(rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, sources={})
-    return loop.Run(trial=trial, cfg=cfg, renv=renv, device=torch.device("cpu"), topo=topo, engine=engine,
-                    optimizer=optimizer, schedule=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-                    batches=batches, params=(0, 0), checkpoint_dir=checkpoint_dir, stop=stop,
-                    log=lambda *a, **k: None)  # fmt: skip
+    return loop.Run(
+        trial=trial,
+        cfg=cfg,
+        renv=renv,
+        device=torch.device("cpu"),
+        topo=topo,
+        engine=engine,
+        optimizer=optimizer,
+        schedule=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        batches=batches,
+        params=(0, 0),
+        checkpoint_dir=checkpoint_dir,
+        stop=stop,
+        log=lambda *a, **k: None,
+    )
 
 
 def test_the_stop_vote_runs_once_per_window_not_per_step(group, monkeypatch):
@@ -141,8 +168,9 @@ def test_usr1_checkpoints_at_the_window_boundary_and_stops(group, tmp_path):
 
 
 def test_periodic_checkpoints_land_on_their_steps(group, tmp_path):
-    loop.run_steps(stand_in_run(StandIn(), steps=16, checkpoint_dir=tmp_path, stop=ckpt.StopFlag(), every=7),
-                   start_step=0)  # fmt: skip
+    loop.run_steps(
+        stand_in_run(StandIn(), steps=16, checkpoint_dir=tmp_path, stop=ckpt.StopFlag(), every=7), start_step=0
+    )
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000007", "step-0000014"]
 
 

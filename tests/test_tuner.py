@@ -10,10 +10,10 @@ import pytest
 
 from launcher.cli import main
 from launcher.config.compose import compose_config
-from launcher.model.plan import from_presets_forecast, parse_gpus
 from launcher.io import atomic_write_json
 from launcher.model.comm import Topology, allreduce_s, ddp_buckets, ddp_last_bucket, group
 from launcher.model.links import LINKS
+from launcher.model.plan import from_presets_forecast, parse_gpus
 
 
 def test_gpu_ranges():
@@ -30,8 +30,16 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     less than the last bucket."""
     from launcher.model.flops import flops_per_token, param_counts
 
-    cfg = compose_config(["model=mlp", "cluster=example_gpu_site", "batch.micro=4", "batch.accum=2",
-                          "cluster.usd_per_device_hour=2", "sweep.token_budget=1e12"])  # fmt: skip
+    cfg = compose_config(
+        [
+            "model=mlp",
+            "cluster=example_gpu_site",
+            "batch.micro=4",
+            "batch.accum=2",
+            "cluster.usd_per_device_hour=2",
+            "sweep.token_budget=1e12",
+        ]
+    )
     fc = from_presets_forecast(cfg, [8, 16], assume_mfu=0.5)
     total, non_emb = param_counts(cfg.model)
     seq = cfg.model.seq_len
@@ -56,7 +64,15 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
 
 
 def test_plan_lists_a_size_the_layout_cannot_split(capsys):
-    argv = ["plan", "model=gpt_1_3b", "cluster=example_gpu_site", "parallel=fsdp_tp", "parallel.tp=8", "--gpus", "4,8,16"]
+    argv = [
+        "plan",
+        "model=gpt_1_3b",
+        "cluster=example_gpu_site",
+        "parallel=fsdp_tp",
+        "parallel.tp=8",
+        "--gpus",
+        "4,8,16",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "impossible" in out and "world size 4 is not a multiple of parallel.tp=8" in out
@@ -67,8 +83,13 @@ def _fake_sweep(tmp_path, sizes, thr_of, *, search="adaptive", threshold=0.8):
     record a payload would (tokens/s from `thr_of`), so the driver is tested on its decisions."""
     from launcher.run.sweep import create_sweep_dir, prepare_sweep
 
-    overrides = [f"sweep.world_sizes=[{','.join(map(str, sizes))}]", f"sweep.search={search}",
-                 f"sweep.threshold={threshold}", f"sweep.results_dir={tmp_path}", "sweep.name=s"]  # fmt: skip
+    overrides = [
+        f"sweep.world_sizes=[{','.join(map(str, sizes))}]",
+        f"sweep.search={search}",
+        f"sweep.threshold={threshold}",
+        f"sweep.results_dir={tmp_path}",
+        "sweep.name=s",
+    ]
     plan = prepare_sweep(overrides)
     sweep_dir = create_sweep_dir(plan.cfg, plan.items, overrides)
     ran = []
@@ -79,19 +100,32 @@ def _fake_sweep(tmp_path, sizes, thr_of, *, search="adaptive", threshold=0.8):
             thr = thr_of(t.world_size)
             step = t.global_batch * 64 / thr
             n = t.world_size
-            metrics = {"tokens_per_s": thr, "tokens_per_s_per_device": thr / n, "samples_per_s": thr / 64,
-                       "step_time_median_s": step, "allreduce_bytes": 1_882_112, "cpu_contention": 1.0,
-                       "machines": 2, "allreduce_probe": [[n, 1_882_112, 1e-3 * (n - 1)]] if n > 1 else []}  # fmt: skip
-            record = {"status": "completed", "metrics": metrics, "wall_s": 30 * step + 5, "hosts": ["h"] * n, "nodes": 1,
-                      "config": json.loads((sweep_dir / "sweep.json").read_text())["config"]}  # fmt: skip
+            metrics = {
+                "tokens_per_s": thr,
+                "tokens_per_s_per_device": thr / n,
+                "samples_per_s": thr / 64,
+                "step_time_median_s": step,
+                "allreduce_bytes": 1_882_112,
+                "cpu_contention": 1.0,
+                "machines": 2,
+                "allreduce_probe": [[n, 1_882_112, 1e-3 * (n - 1)]] if n > 1 else [],
+            }
+            record = {
+                "status": "completed",
+                "metrics": metrics,
+                "wall_s": 30 * step + 5,
+                "hosts": ["h"] * n,
+                "nodes": 1,
+                "config": json.loads((sweep_dir / "sweep.json").read_text())["config"],
+            }
             atomic_write_json(sweep_dir / "trials" / t.trial_id / "record.json", record)
 
     return plan, sweep_dir, run, ran
 
 
 def test_adaptive_driver_doubles_refines_and_closes_the_rest(tmp_path):
-    from launcher.run.adaptive import run_adaptive
     from launcher.results.table import build_table
+    from launcher.run.adaptive import run_adaptive
 
     # efficiency 1, 0.95, 0.9 (3), 0.85 (4), 0.6 (8), … → answer 4; 8 is the first bad; 6 refines
     eff = {1: 1.0, 2: 0.95, 3: 0.9, 4: 0.85, 6: 0.7, 8: 0.6, 16: 0.4}
@@ -100,7 +134,10 @@ def test_adaptive_driver_doubles_refines_and_closes_the_rest(tmp_path):
     assert ran == [1, 2, 4, 8, 6]
     df = build_table(sweep_dir).set_index("world_size")
     assert df.loc[[3, 16], "status"].tolist() == ["skipped", "skipped"]
-    assert df.loc[16, "reason"] == "adaptive search did not need it: 4 is the largest size holding efficiency ≥ 0.80; 6 falls below it"
+    assert (
+        df.loc[16, "reason"]
+        == "adaptive search did not need it: 4 is the largest size holding efficiency ≥ 0.80; 6 falls below it"
+    )
     cost = doc["cost"]
     assert (cost["trials_run"], cost["trials_in_grid"]) == (5, 7)
     assert cost["device_hours_spent"] == pytest.approx(sum(n * (30 * 8 * 64 / (1000 * eff[n]) + 5) / 3600 for n in ran))

@@ -99,8 +99,9 @@ def test_a_decision_within_noise_of_the_threshold_says_so():
     df = table([(1, 100.0)] * 3 + [(2, 150.0), (2, 166.0), (2, 180.0)])
     rec = recommend(df, Policy(threshold=0.8))
     assert rec.world_size == 2
-    assert rec.reason == ("2 ranks: largest size with weak-scaling efficiency ≥ 0.80 (0.83 [0.75–0.90], 1.66× the "
-                          "throughput of 1 rank)")  # fmt: skip
+    assert rec.reason == (
+        "2 ranks: largest size with weak-scaling efficiency ≥ 0.80 (0.83 [0.75–0.90], 1.66× the throughput of 1 rank)"
+    )
     assert rec.confidence == f"low — 2 ranks: 0.83 [0.75–0.90] — within noise of the 0.80 threshold {BASIS}"
 
 
@@ -109,14 +110,17 @@ def test_a_decision_clear_of_the_threshold_says_how_clear():
     rec = recommend(df, Policy(threshold=0.8))
     assert rec.world_size == 2
     assert rec.reason.endswith("; 4 ranks reach only 0.55 [0.50–0.60] (1.20× the speed for 2.00× the devices)")
-    assert rec.confidence == ("high — the 0.80 threshold lies outside every deciding size's interval: "
-                              f"2 ranks 0.92 [0.90–0.95], 4 ranks 0.55 [0.50–0.60] {BASIS}")  # fmt: skip
+    assert rec.confidence == (
+        "high — the 0.80 threshold lies outside every deciding size's interval: "
+        f"2 ranks 0.92 [0.90–0.95], 4 ranks 0.55 [0.50–0.60] {BASIS}"
+    )
 
 
 def test_one_repeat_says_the_spread_is_unknown():
     df = table([(1, 100.0), (2, 190.0)])
     assert recommend(df, 0.8, unknown_spread=UNKNOWN_SWEEP).confidence == (
-        "unknown — one trial per size, so the spread is unknown; set sweep.repeats=3 (or auto) to measure it")
+        "unknown — one trial per size, so the spread is unknown; set sweep.repeats=3 (or auto) to measure it"
+    )
     assert recommend(df, 0.8).confidence == ""  # a table from elsewhere, or predicted: nothing to say
 
 
@@ -124,7 +128,10 @@ def test_min_cost_within_noise_of_the_runner_up():
     df = table([(1, 100.0), (1, 90.0), (1, 110.0), (2, 190.0), (2, 200.0), (2, 210.0)])
     rec = recommend(df, Policy(name="min_cost"))
     assert rec.world_size == 2  # a tie goes to the faster, larger size
-    assert rec.confidence == f"low — 2 ranks 100 [95–105] per device vs 1 rank 100 [90–110]: within noise of each other {BASIS}"
+    assert (
+        rec.confidence
+        == f"low — 2 ranks 100 [95–105] per device vs 1 rank 100 [90–110]: within noise of each other {BASIS}"
+    )
 
 
 def test_a_size_that_oversubscribes_the_cores_is_excluded_with_its_reason():
@@ -132,18 +139,32 @@ def test_a_size_that_oversubscribes_the_cores_is_excluded_with_its_reason():
     df = table([(1, 100.0), (2, 190.0), (4, 380.0)], cpu_contention=[1.0, 1.0, 2.0], flags=[None, None, flag])
     rec = recommend(df, Policy(threshold=0.8))
     assert rec.world_size == 2  # 4 ranks' 0.95 measures contention, not scaling: not a candidate
-    assert rec.reason == ("2 ranks: largest size with weak-scaling efficiency ≥ 0.80 (0.95, 1.90× the throughput of "
-                          "1 rank); 4 ranks excluded: 4 ranks on 2 cores (cpu_contention 2.0) measure contention, "
-                          "not scaling")  # fmt: skip
+    assert rec.reason == (
+        "2 ranks: largest size with weak-scaling efficiency ≥ 0.80 (0.95, 1.90× the throughput of "
+        "1 rank); 4 ranks excluded: 4 ranks on 2 cores (cpu_contention 2.0) measure contention, "
+        "not scaling"
+    )
     only = recommend(table([(1, 100.0), (2, 100.0)], cpu_contention=[1.0, 2.0]), 0.8)
-    assert only.reason == ("1 rank: the only size measured without core contention; 2 ranks excluded: more threads "
-                           "than cores (cpu_contention 2.0) measure contention, not scaling")  # fmt: skip
+    assert only.reason == (
+        "1 rank: the only size measured without core contention; 2 ranks excluded: more threads "
+        "than cores (cpu_contention 2.0) measure contention, not scaling"
+    )
 
 
 # --- flags from the records ----------------------------------------------------------------------
 
-TRIAL = {"trial_id": "002-ws4", "world_size": 4, "nodes": 1, "layout": "ddp", "dp": 4, "micro": 8, "accum": 1,
-         "global_batch": 32, "scaling": "weak", "lr": 1e-3}  # fmt: skip
+TRIAL = {
+    "trial_id": "002-ws4",
+    "world_size": 4,
+    "nodes": 1,
+    "layout": "ddp",
+    "dp": 4,
+    "micro": 8,
+    "accum": 1,
+    "global_batch": 32,
+    "scaling": "weak",
+    "lr": 1e-3,
+}
 
 
 def _record(**metrics) -> dict:
@@ -151,8 +172,14 @@ def _record(**metrics) -> dict:
 
 
 def test_flags_name_the_straggler_rank_and_the_oversubscribed_cores():
-    m = {"cpu_contention": 2.0, "cpus_per_machine": 2, "threads_per_rank": 1, "machines": 1, "rank_spread": 0.19,
-         "rank_step_time_median_s": [0.1, 0.119, 0.1, 0.105]}  # fmt: skip
+    m = {
+        "cpu_contention": 2.0,
+        "cpus_per_machine": 2,
+        "threads_per_rank": 1,
+        "machines": 1,
+        "rank_spread": 0.19,
+        "rank_step_time_median_s": [0.1, 0.119, 0.1, 0.105],
+    }
     assert trial_row(TRIAL, _record(**m), None)["flags"] == (
         "oversubscribed: 4 ranks on 2 cores (cpu_contention 2.0); "
         "straggler: rank 1's median step is 19% over the fastest rank's (rank_spread 0.19 > 0.10)"
@@ -186,8 +213,12 @@ def test_sizes_interleave_round_by_round_locally_and_on_slurm(tmp_path):
     cfg = compose_config(["cluster=devcluster", "sweep.nodes=[1,2]", "sweep.repeats=2"])
     jobs = job_requests(cfg, tmp_path, sweep_trials(cfg))
     # One plain job each, in submission order 1,2,1,2 nodes.
-    assert [[t.trial_id for t in j.trials] for j in jobs] == [["000-ws1-r0"], ["001-ws2-r0"], ["002-ws1-r1"],
-                                                               ["003-ws2-r1"]]  # fmt: skip
+    assert [[t.trial_id for t in j.trials] for j in jobs] == [
+        ["000-ws1-r0"],
+        ["001-ws2-r0"],
+        ["002-ws1-r1"],
+        ["003-ws2-r1"],
+    ]
     assert not any(j.request.array for j in jobs)
 
 
@@ -203,17 +234,23 @@ def test_a_stored_config_with_int_repeats_still_loads():
     assert load_config(doc).sweep.repeats == 3
 
 
-@pytest.mark.parametrize("override, message", [
-    ("sweep.repeats=0", "sweep.repeats=0 must be a whole number of trials per size (≥ 1) or auto; set e.g. "
-                        "sweep.repeats=3 or sweep.repeats=auto"),
-    ("sweep.repeats=2.5", "sweep.repeats=2.5 must be a whole number"),
-    ("sweep.repeats=many", "sweep.repeats='many' must be a whole number"),
-    ("sweep.repeats=true", "sweep.repeats=True must be a whole number"),
-    ("sweep.repeats=[3]", "sweep.repeats=[3] must be a whole number"),
-    ("sweep.repeats=1001", "sweep.repeats=1001 is over 1000 trials per size; set e.g. sweep.repeats=3"),
-    ("sweep.target_ci=0", "sweep.target_ci=0.0 must be a fraction in (0, 1)"),
-    ("sweep.max_repeats=2", "sweep.max_repeats=2 must be 3 to 1000 (repeats=auto starts with 3)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "sweep.repeats=0",
+            "sweep.repeats=0 must be a whole number of trials per size (≥ 1) or auto; set e.g. "
+            "sweep.repeats=3 or sweep.repeats=auto",
+        ),
+        ("sweep.repeats=2.5", "sweep.repeats=2.5 must be a whole number"),
+        ("sweep.repeats=many", "sweep.repeats='many' must be a whole number"),
+        ("sweep.repeats=true", "sweep.repeats=True must be a whole number"),
+        ("sweep.repeats=[3]", "sweep.repeats=[3] must be a whole number"),
+        ("sweep.repeats=1001", "sweep.repeats=1001 is over 1000 trials per size; set e.g. sweep.repeats=3"),
+        ("sweep.target_ci=0", "sweep.target_ci=0.0 must be a fraction in (0, 1)"),
+        ("sweep.max_repeats=2", "sweep.max_repeats=2 must be 3 to 1000 (repeats=auto starts with 3)"),
+    ],
+)
 def test_bad_repeats_are_one_line_exit_2(override, message, tmp_path, capsys):
     assert main(["sweep", override, f"sweep.results_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
@@ -247,11 +284,23 @@ def _fake_sweep(tmp_path, overrides, thr):
             tokens = values[min(ran.count(t.world_size), len(values) - 1)]
             ran.append(t.world_size)
             step = t.global_batch * 64 / tokens
-            metrics = {"tokens_per_s": tokens, "samples_per_s": tokens / 64, "step_time_median_s": step,
-                       "allreduce_bytes": 1_882_112, "cpu_contention": 1.0, "machines": 1,
-                       "allreduce_probe": [[t.world_size, 1_882_112, 1e-3]] if t.world_size > 1 else []}  # fmt: skip
-            record = {"status": "completed", "metrics": metrics, "wall_s": 5.0, "hosts": ["h"] * t.world_size,
-                      "nodes": 1, "config": json.loads((sweep_dir / "sweep.json").read_text())["config"]}  # fmt: skip
+            metrics = {
+                "tokens_per_s": tokens,
+                "samples_per_s": tokens / 64,
+                "step_time_median_s": step,
+                "allreduce_bytes": 1_882_112,
+                "cpu_contention": 1.0,
+                "machines": 1,
+                "allreduce_probe": [[t.world_size, 1_882_112, 1e-3]] if t.world_size > 1 else [],
+            }
+            record = {
+                "status": "completed",
+                "metrics": metrics,
+                "wall_s": 5.0,
+                "hosts": ["h"] * t.world_size,
+                "nodes": 1,
+                "config": json.loads((sweep_dir / "sweep.json").read_text())["config"],
+            }
             atomic_write_json(sweep_dir / "trials" / t.trial_id / "record.json", record)
 
     return plan, sweep_dir, run_batch, ran
@@ -267,12 +316,16 @@ def test_auto_repeats_a_size_until_its_interval_is_narrow(tmp_path, monkeypatch)
     assert ran == [1, 2, 1, 2, 1, 2, 2, 2]  # three rounds of both, then 2 ranks alone to max_repeats=5
     df = result.table.set_index("trial_id")
     assert df.loc[["006-ws1-r3", "008-ws1-r4"], "status"].tolist() == ["skipped", "skipped"]
-    assert df.loc["006-ws1-r3", "reason"] == ("sweep.repeats=auto did not need it: its tokens/s interval is ±1.0% "
-                                              "after 3 repeats, within sweep.target_ci=0.05")  # fmt: skip
+    assert df.loc["006-ws1-r3", "reason"] == (
+        "sweep.repeats=auto did not need it: its tokens/s interval is ±1.0% "
+        "after 3 repeats, within sweep.target_ci=0.05"
+    )
     assert (df["status"] == "completed").sum() == 8
     report = (sweep_dir / "report.md").read_text()
-    assert ("Repeats: sweep.repeats=auto (tokens/s interval to ±5%, 3–5 repeats per size): 1 rank: ±1.0% after 3; "
-            "2 ranks: ±14.7% after 5 (above target at sweep.max_repeats).") in report  # fmt: skip
+    assert (
+        "Repeats: sweep.repeats=auto (tokens/s interval to ±5%, 3–5 repeats per size): 1 rank: ±1.0% after 3; "
+        "2 ranks: ±14.7% after 5 (above target at sweep.max_repeats)."
+    ) in report
     ran.clear()
     sweep.execute(sweep_dir, plan.cfg, [t for t, _ in plan.items], progress_bars=False)  # a resume
     assert ran == []
@@ -296,7 +349,9 @@ def test_adaptive_search_with_auto_repeats(tmp_path, monkeypatch):
     result = sweep.execute(sweep_dir, plan.cfg, [t for t, _ in plan.items], progress_bars=False)
     assert ran == [1, 1, 1, 2, 2, 2, 4, 4, 4, 4, 4]  # each size in turn, repeated until narrow (or max)
     assert result.recommendation.world_size == 2
-    assert build_table(sweep_dir).groupby("world_size")["status"].apply(lambda s: (s == "completed").sum()).tolist() == [3, 3, 5]
+    assert build_table(sweep_dir).groupby("world_size")["status"].apply(
+        lambda s: (s == "completed").sum()
+    ).tolist() == [3, 3, 5]
 
 
 # --- a real sweep --------------------------------------------------------------------------------
@@ -309,10 +364,12 @@ def test_a_sweep_with_three_repeats_prints_intervals_and_its_confidence(repeated
     for df in (csv, parquet):
         assert {"tokens_per_s_lo", "tokens_per_s_hi", "efficiency_lo", "efficiency_hi", "flags"} <= set(df.columns)
     assert csv["trial_id"].tolist() == [f"00{i}-ws{n}-r{i // 2}" for i, n in enumerate([1, 2] * 3)]
-    started = [json.loads((sweep_dir / "trials" / t / "record.json").read_text())["started_at"] for t in csv["trial_id"]]
+    started = [
+        json.loads((sweep_dir / "trials" / t / "record.json").read_text())["started_at"] for t in csv["trial_id"]
+    ]
     assert started == sorted(started)  # run in that order: 1,2,1,2,1,2
     assert (csv["status"] == "completed").all()
-    for n, rows in csv.groupby("world_size"):
+    for _, rows in csv.groupby("world_size"):
         iv = median_interval(rows["tokens_per_s"])
         assert rows["tokens_per_s_lo"].tolist() == pytest.approx([iv.lo] * 3)
         assert rows["tokens_per_s_hi"].tolist() == pytest.approx([iv.hi] * 3)
@@ -321,5 +378,7 @@ def test_a_sweep_with_three_repeats_prints_intervals_and_its_confidence(repeated
     two = csv[csv["world_size"] == 2]
     eff = f"{two['efficiency'].median():.2f} [{two['efficiency_lo'].iloc[0]:.2f}–{two['efficiency_hi'].iloc[0]:.2f}]"
     assert eff in printed and "Confidence: " in printed
-    assert ("within noise of the 0.80 threshold" in printed) == (two["efficiency_lo"].iloc[0] <= 0.8 <= two["efficiency_hi"].iloc[0])
+    assert ("within noise of the 0.80 threshold" in printed) == (
+        two["efficiency_lo"].iloc[0] <= 0.8 <= two["efficiency_hi"].iloc[0]
+    )
     assert "Confidence: " in (sweep_dir / "report.md").read_text() and eff in (sweep_dir / "report.md").read_text()

@@ -28,9 +28,7 @@ def check_sizes(key: str, sizes: list[int], local: bool = False) -> None:
     shown = list(sizes) if key.startswith("sweep.") else sizes[0]
     for n in sizes:
         if n < 1:
-            raise ConfigError(
-                f"{key}={list(sizes)} holds {n}; every size must be a positive integer, e.g. {key}=[1,2]"
-            )
+            raise ConfigError(f"{key}={list(sizes)} holds {n}; every size must be a positive integer, e.g. {key}=[1,2]")
         if local and n > MAX_LOCAL_RANKS:
             raise ConfigError(
                 f"{key}={shown} asks for {n} ranks, but cluster=local starts each rank as a process on this "

@@ -20,9 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_search_path import ConfigSearchPath
@@ -161,16 +162,21 @@ def _where_model_key(exc: OmegaConfBaseException, loader: Any, overrides: Sequen
 
 def recipe_folders_of(loader: Any) -> list[Path]:
     """The search path's folders, as the loader sees them (file:// entries only)."""
-    return [Path(p.path) for p in loader.get_search_path().config_search_path if p.path and p.provider != "hydra"
-            and not p.path.startswith("pkg://")]  # fmt: skip
+    return [
+        Path(p.path)
+        for p in loader.get_search_path().config_search_path
+        if p.path and p.provider != "hydra" and not p.path.startswith("pkg://")
+    ]
 
 
 def _named_model(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
     """A `_target_` model whose recipe sets no `name` is named after its recipe file."""
     model = data.get("model") or {}
     if model.get("_target_") == "???":  # merged onto the schema, a missing value would leave None: no model at all
-        raise ConfigError("model._target_ is not set; give the callable that builds your model, e.g. "
-                          "model._target_=mypkg.models.build")  # fmt: skip
+        raise ConfigError(
+            "model._target_ is not set; give the callable that builds your model, e.g. "
+            "model._target_=mypkg.models.build"
+        )
     if model.get("_target_") is None or model.get("name") is not None:
         return data
     return {**data, "model": {**model, "name": _model_option(loader, overrides).rsplit("/", 1)[-1]}}

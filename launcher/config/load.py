@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from typing import Any, Dict, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -44,10 +45,18 @@ def _open_recipe_class() -> type:
     told apart from ModelConfig's defaults (a `_target_` model's `vocab_size` is its callable's
     argument, never the default 256); compose_dict checks it against ModelConfig afterwards."""
     hints = typing.get_type_hints(LauncherConfig)
-    fields = [(f.name, Dict[str, Any], dataclasses.field(default_factory=dict)) if f.name == "model" else
-              (f.name, hints[f.name], dataclasses.field(default_factory=f.default_factory)
-               if f.default_factory is not dataclasses.MISSING else dataclasses.field(default=f.default))
-              for f in dataclasses.fields(LauncherConfig)]  # fmt: skip
+    fields = [
+        (f.name, dict[str, Any], dataclasses.field(default_factory=dict))
+        if f.name == "model"
+        else (
+            f.name,
+            hints[f.name],
+            dataclasses.field(default_factory=f.default_factory)
+            if f.default_factory is not dataclasses.MISSING
+            else dataclasses.field(default=f.default),
+        )
+        for f in dataclasses.fields(LauncherConfig)
+    ]
     return dataclasses.make_dataclass("LauncherRecipe", fields, kw_only=True, frozen=True)
 
 
@@ -118,10 +127,14 @@ def input_spec(key: str, value: Any) -> InputSpec:
         raise ConfigError(f"unknown config key '{key}.{unknown[0]}'; {key} has: {', '.join(sorted(_SPEC_KEYS))}")
     shape = value.get("shape", [])
     if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in shape)):
-        raise ConfigError(f"{key}.shape={shape!r} must be a list of integers (one sample's shape); e.g. {key}.shape=[1024]")
+        raise ConfigError(
+            f"{key}.shape={shape!r} must be a list of integers (one sample's shape); e.g. {key}.shape=[1024]"
+        )
     dtype = str(value.get("dtype", "float32"))
     if dtype not in InputDtype.__members__:
-        raise ConfigError(f"{key}.dtype={dtype!r} is not one of {', '.join(InputDtype.__members__)}; set e.g. {key}.dtype=int64")
+        raise ConfigError(
+            f"{key}.dtype={dtype!r} is not one of {', '.join(InputDtype.__members__)}; set e.g. {key}.dtype=int64"
+        )
     bounds = {k: value[k] for k in ("high", "low") if value.get(k) is not None}
     for k, v in bounds.items():
         if not isinstance(v, int) or isinstance(v, bool):

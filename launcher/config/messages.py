@@ -11,7 +11,8 @@ import dataclasses
 import enum
 import re
 import typing
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -69,7 +70,7 @@ def keys_under(path: str) -> list[str]:
 
 
 def _is_list(tp: Any) -> bool:
-    return typing.get_origin(tp) in (list, typing.List)
+    return typing.get_origin(tp) in (list, list)
 
 
 def _is_choice(tp: Any) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 
 def _choices(name: str, values: str) -> type[StrEnum]:
@@ -48,11 +48,11 @@ class InputSpec:
     """One tensor of a `_target_` model's synthetic batch (an input, the loss's target); load.py
     reads it (not an OmegaConf node: a frozen dataclass's lists inside a Dict refuse merging)."""
 
-    shape: List[int] = field(default_factory=list)
+    shape: list[int] = field(default_factory=list)
     """Shape of one sample, without the batch dimension ([] : one value per sample)."""
     dtype: InputDtype = InputDtype.float32
     """Element type. Integers (and bool) are drawn uniformly from [low, high); floats from N(0, 1)."""
-    high: Optional[int] = None
+    high: int | None = None
     """Integer dtypes: exclusive upper bound (a vocabulary size, a class count); required for them."""
     low: int = 0
     """Integer dtypes: inclusive lower bound."""
@@ -78,10 +78,10 @@ class ModelConfig:
     """Query attention heads (gpt, llama); d_model must be divisible by it."""
     ffn_mult: int = 4
     """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
-    ffn_hidden: Optional[int] = None
+    ffn_hidden: int | None = None
     """Feed-forward hidden width, explicitly (Llama 3 8B: 14336); null → ffn_mult × d_model. For
     llama it is the width of each of SwiGLU's gate and up projections."""
-    n_kv_heads: Optional[int] = None
+    n_kv_heads: int | None = None
     """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null →
     n_heads (multi-head attention). gpt always uses n_heads."""
     rope_theta: float = 10000.0
@@ -99,13 +99,13 @@ class ModelConfig:
     done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
     utilisation) counts. `_target_` models: `full` checkpoints each FSDP unit (parallel.fsdp_units
     or the size policy; under ddp the same modules); `selective` is refused."""
-    _target_: Optional[str] = None
+    _target_: str | None = None
     """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
     `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
     (moved into `kwargs`). Null: the built-in model of `arch` (the keys above)."""
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     """`_target_` models: the callable's keyword arguments (a recipe writes them beside `_target_`)."""
-    inputs: Dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
     """`_target_` models: the synthetic batch, name → InputSpec; each reaches the model as a keyword
     argument (`model(**inputs)`), batch dimension first."""
     target: Any = None
@@ -122,9 +122,9 @@ class ParallelConfig:
     """How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;
     pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D;
     fsdp_tp_pp: 3-D, dp = world size ÷ (tp × pp)."""
-    tp: Optional[int] = None
+    tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
-    pp: Optional[int] = None
+    pp: int | None = None
     """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout:
     the world size)."""
     schedule: Schedule = Schedule["1f1b"]
@@ -137,17 +137,17 @@ class ParallelConfig:
     """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
-    fsdp_units: List[str] = field(default_factory=list)
+    fsdp_units: list[str] = field(default_factory=list)
     """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g.
     [Block, Bottleneck]); empty: the size policy (fsdp_min_params). The root holds the rest.
     Built-in models always shard each block."""
     fsdp_min_params: int = 1_000_000
     """`_target_` models under fsdp with no fsdp_units: bottom-up, every module whose parameters
     not already in a unit below it number at least this becomes a unit (FSDP1's size policy)."""
-    tp_plan: Dict[str, str] = field(default_factory=dict)
+    tp_plan: dict[str, str] = field(default_factory=dict)
     """`_target_` models, layout tp: module name (fnmatch patterns) → colwise or rowwise (torch's
     parallelize_module), e.g. {blocks.*.fc1: colwise, blocks.*.fc2: rowwise}; engines/byo_tp.py."""
-    pp_split: List[str] = field(default_factory=list)
+    pp_split: list[str] = field(default_factory=list)
     """`_target_` models, layouts pipeline and dp_pp: module names where a pipeline stage begins,
     e.g. [blocks.2] (2 stages: len + 1 = pp), traced by torch's pipelining; engines/byo_pipeline.py."""
 
@@ -158,7 +158,7 @@ class BatchConfig:
     """Samples per rank per forward/backward (micro-batch)."""
     accum: int = 1
     """Micro-steps per optimizer step (gradient accumulation)."""
-    global_batch: Optional[int] = None
+    global_batch: int | None = None
     """Optional global batch; fixing it makes a sweep strong-scaling. Per trial, accum left at 1
     is derived as global_batch ÷ (micro × dp); any other accum must agree. (Was `batch.global`.)"""
 
@@ -190,14 +190,14 @@ class DataConfig:
     kind: DataKind = DataKind.synthetic
     """`synthetic`: seeded token sequences (a `_target_` model: drawn from model.inputs). `file`:
     a flat binary token file. `dataset`: your own map-style Dataset (`_target_`)."""
-    path: Optional[str] = None
+    path: str | None = None
     """Token file for kind=file (little-endian integers of `dtype`)."""
     dtype: TokenDtype = TokenDtype.uint16
     """Element type of the token file."""
-    _target_: Optional[str] = None
+    _target_: str | None = None
     """kind=dataset: a callable returning a map-style torch Dataset, e.g. `mypkg.data.make`
     (Hydra's `instantiate` with `kwargs`); its items: launcher/train/data.py, `as_dict`."""
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     """kind=dataset: the callable's keyword arguments (written beside `_target_`, moved here)."""
 
 
@@ -215,12 +215,12 @@ class ClusterConfig:
     torch.cuda.get_device_name reports it), "MI300X". On CUDA a name the table does not know
     (this default "cpu", "unknown") gives way to the one torch reports, recorded as
     `metrics.cuda_device_name`; on CPU no table row applies."""
-    peak_flops_per_device: Optional[float] = None
+    peak_flops_per_device: float | None = None
     """Dense peak FLOP/s of one device at the precision its matmuls run in (bf16/fp16, or tf32 for
     fp32 on CUDA), overriding the table. null → the table's peak for the device; a device the
     table does not know (every CPU) → MFU is null. An explicit peak that does not fit the
     precision on a known device (H100's bf16 9.89e14 for an fp32 run) is flagged in the report."""
-    usd_per_device_hour: Optional[float] = None
+    usd_per_device_hour: float | None = None
     """Price of one device-hour (one GPU-hour on GPU clusters); null → $ columns are null
     (device-hours per 1M tokens are always shown)."""
     spot_discount: float = 0.0
@@ -230,7 +230,7 @@ class ClusterConfig:
     inter_link: Link = Link.ib400
     """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says
     otherwise."""
-    nics_per_node: Optional[int] = None
+    nics_per_node: int | None = None
     """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
     DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
     threads_per_rank: int = 1
@@ -239,20 +239,20 @@ class ClusterConfig:
     """local: a trial still running after this many seconds is killed and recorded as failed."""
     pg_timeout_s: float = 120.0
     """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
-    device_memory_gb: Optional[float] = None
+    device_memory_gb: float | None = None
     """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
     per-rank memory is estimated (launcher/model/memory.py); one that cannot fit is recorded as
     a predicted `oom` and not launched. Null: GPU trials are not checked."""
-    host_memory_gb: Optional[float] = None
+    host_memory_gb: float | None = None
     """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
     trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,
     else no check."""
     # --- slurm only ---------------------------------------------------------------------
-    partition: Optional[str] = None
+    partition: str | None = None
     """`--partition`; null → the cluster's default partition."""
-    account: Optional[str] = None
+    account: str | None = None
     """`--account` to charge."""
-    qos: Optional[str] = None
+    qos: str | None = None
     """`--qos`."""
     time_limit: str = "00:30:00"
     """`--time` per job ([D-]HH:MM:SS or minutes)."""
@@ -261,22 +261,22 @@ class ClusterConfig:
     gpus_per_node: int = 0
     """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU: each rank uses the GPU at its
     local rank among those it sees (CUDA_VISIBLE_DEVICES), never one another rank uses."""
-    tasks_per_node: Optional[int] = None
+    tasks_per_node: int | None = None
     """Ranks per node; null → gpus_per_node, or 1 without GPUs."""
     cpus_per_task: int = 1
     """CPUs for each rank: `--cpus-per-task` of the job and of its srun step (torchrun launch: the
     one task per node gets ranks per node × this). Slurm: at least threads_per_rank."""
-    mem: Optional[str] = None
+    mem: str | None = None
     """`--mem` per node, e.g. 64G; null → the partition's default."""
-    constraint: Optional[str] = None
+    constraint: str | None = None
     """`--constraint` (node features), e.g. a100&ib."""
     exclusive: bool = False
     """`--exclusive`: no other job shares the nodes (clean measurements)."""
-    sbatch_extra: List[str] = field(default_factory=list)
+    sbatch_extra: list[str] = field(default_factory=list)
     """Extra `#SBATCH` options, one per item, e.g. ["--mail-type=END"]."""
-    setup: List[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
     """Shell lines run before training (module load, venv activation): the user's own code, verbatim."""
-    env: List[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
     """Environment variables for every rank, `NAME=value` each, exported after the setup lines.
     Values are quoted in the script, so they stay data, except `${NAME}`, which expands when the job
     runs (unset → empty): `PATH=/opt/x/bin:${PATH}` (in YAML or an override, write `\\${PATH}`:
@@ -284,13 +284,13 @@ class ClusterConfig:
     reach jobs through the environment sbatch inherits from your shell."""
     launch: Launch = Launch.srun
     """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
-    python: Optional[str] = None
+    python: str | None = None
     """Python that runs the payload (and torchrun's module) on the nodes; null → `python` from the
     job's PATH when there are setup lines (what `module load` or an activation put there), else the
     launcher's own interpreter (nodes that share this filesystem and its venv)."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
-    slurm_conf: Optional[str] = None
+    slurm_conf: str | None = None
     """SLURM_CONF for the Slurm client commands (the dev cluster's); null → Slurm's own default."""
     serialize_trials: bool = False
     """Run a sweep's jobs one at a time (`--dependency=singleton`): needed where nodes share cores."""
@@ -298,9 +298,9 @@ class ClusterConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class SweepConfig:
-    world_sizes: List[int] = field(default_factory=lambda: [1, 2])
+    world_sizes: list[int] = field(default_factory=lambda: [1, 2])
     """World sizes (ranks) to measure; each becomes one trial (local; slurm when `nodes` is null)."""
-    nodes: Optional[List[int]] = None
+    nodes: list[int] | None = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
     """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at
@@ -329,15 +329,15 @@ class SweepConfig:
     """How to pick the size: `max_efficient` (largest with efficiency ≥ threshold), `min_cost`
     (lowest cost per token), `fastest_within_budget` (highest throughput whose cost of
     `token_budget` tokens fits budget_device_hours and/or budget_usd)."""
-    token_budget: Optional[float] = None
+    token_budget: float | None = None
     """Tokens the real run will train on; adds hours and $ to that budget per size."""
-    budget_device_hours: Optional[float] = None
+    budget_device_hours: float | None = None
     """fastest_within_budget: device-hours (GPU-hours) the run may spend on token_budget tokens."""
-    budget_usd: Optional[float] = None
+    budget_usd: float | None = None
     """fastest_within_budget: dollars the run may spend on token_budget tokens."""
     results_dir: str = "results"
     """Folder that receives `<sweep-id>/`."""
-    name: Optional[str] = None
+    name: str | None = None
     """Sweep id; default is `<timestamp>-<model>-<layout>`."""
     pending_timeout_s: float = 600.0
     """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the

@@ -8,7 +8,7 @@ the user's own options (--recipes) marked.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 

@@ -9,8 +9,17 @@ from pathlib import Path
 
 from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.errors import ConfigError
-from launcher.config.schema import BatchConfig, ClusterConfig, DataConfig, LauncherConfig, Layout, ModelConfig
-from launcher.config.schema import OptimConfig, RunConfig, SweepConfig
+from launcher.config.schema import (
+    BatchConfig,
+    ClusterConfig,
+    DataConfig,
+    LauncherConfig,
+    Layout,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    SweepConfig,
+)
 from launcher.config.validate_byo import check_byo
 from launcher.config.validate_slurm import check_slurm
 from launcher.trials.layout import PIPELINE_LAYOUTS, check_byo_layout, set_degrees
@@ -80,7 +89,8 @@ def _check_llama_heads(m: ModelConfig) -> None:
     if m.n_heads % kv:
         raise ConfigError(
             f"model.n_heads={m.n_heads} is not a multiple of model.n_kv_heads={kv}; each kv head serves a "
-            f"whole group of query heads: pick n_kv_heads dividing n_heads, e.g. model.n_kv_heads={_divisor_near(m.n_heads, kv)}"
+            "whole group of query heads: pick n_kv_heads dividing n_heads, e.g. "
+            f"model.n_kv_heads={_divisor_near(m.n_heads, kv)}"
         )
     head_dim = m.d_model // m.n_heads
     if head_dim % 2:
@@ -134,13 +144,18 @@ def _check_optim(o: OptimConfig) -> None:
 
 def _check_data(d: DataConfig, m: ModelConfig) -> None:
     if d.kind == "dataset" and not d._target_:
-        raise ConfigError("data=dataset needs data._target_, a callable returning a map-style Dataset; "
-                          "set e.g. data._target_=mypkg.data.make")  # fmt: skip
+        raise ConfigError(
+            "data=dataset needs data._target_, a callable returning a map-style Dataset; "
+            "set e.g. data._target_=mypkg.data.make"
+        )
     if d.kind != "dataset" and (d._target_ or d.kwargs):
-        raise ConfigError(f"data._target_={d._target_} (or data.kwargs) is set but data={d.kind} ignores it; "
-                          "add data=dataset")  # fmt: skip
+        raise ConfigError(
+            f"data._target_={d._target_} (or data.kwargs) is set but data={d.kind} ignores it; add data=dataset"
+        )
     if d.kind != "file" and d.path:  # else ignored: the sweep would quietly train on synthetic tokens
-        raise ConfigError(f"data.path is set but data={d.kind} ignores it; add data=file (data=file data.path={d.path})")
+        raise ConfigError(
+            f"data.path is set but data={d.kind} ignores it; add data=file (data=file data.path={d.path})"
+        )
     if d.kind != "file":
         return
     if not d.path:
@@ -148,7 +163,9 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
     try:
         size = Path(d.path).stat().st_size if Path(d.path).is_file() else None
     except OSError as exc:  # e.g. a name too long for the filesystem
-        raise ConfigError(f"data.path={short(d.path)} is not a readable file ({exc.strerror}); point it at a token file") from None
+        raise ConfigError(
+            f"data.path={short(d.path)} is not a readable file ({exc.strerror}); point it at a token file"
+        ) from None
     if size is None:
         raise ConfigError(f"data.path={d.path!r} is not a readable file; point it at a token file")
     tokens = size // _ITEMSIZE[d.dtype]
@@ -164,12 +181,16 @@ def _check_compile(cfg: LauncherConfig) -> None:
     if not cfg.train.compile:
         return
     if cfg.parallel.layout not in ("ddp", "fsdp"):
-        raise ConfigError(f"train.compile=true is supported with parallel.layout=ddp or fsdp, not "
-                          f"{cfg.parallel.layout}; use one of those, or set train.compile=false")  # fmt: skip
+        raise ConfigError(
+            f"train.compile=true is supported with parallel.layout=ddp or fsdp, not "
+            f"{cfg.parallel.layout}; use one of those, or set train.compile=false"
+        )
     for group, warmup in (("sweep", cfg.sweep.warmup_steps), ("run", cfg.run.warmup_steps)):
         if warmup < 1:
-            raise ConfigError(f"train.compile=true compiles during the first steps, but {group}.warmup_steps={warmup} "
-                              f"would time them; set {group}.warmup_steps=2 or more")  # fmt: skip
+            raise ConfigError(
+                f"train.compile=true compiles during the first steps, but {group}.warmup_steps={warmup} "
+                f"would time them; set {group}.warmup_steps=2 or more"
+            )
 
 
 def _check_cluster(c: ClusterConfig) -> None:
@@ -177,14 +198,14 @@ def _check_cluster(c: ClusterConfig) -> None:
     if c.peak_flops_per_device is not None:
         positive("cluster.peak_flops_per_device", c.peak_flops_per_device, 3.12e14)
         _check_peak(c.peak_flops_per_device)
-    if c.usd_per_device_hour is not None and not (
-        math.isfinite(c.usd_per_device_hour) and c.usd_per_device_hour >= 0
-    ):
+    if c.usd_per_device_hour is not None and not (math.isfinite(c.usd_per_device_hour) and c.usd_per_device_hour >= 0):
         raise ConfigError(
             f"cluster.usd_per_device_hour={c.usd_per_device_hour} must be ≥ 0; set e.g. cluster.usd_per_device_hour=2.5"
         )
     if not (math.isfinite(c.spot_discount) and 0 <= c.spot_discount < 1):
-        raise ConfigError(f"cluster.spot_discount={c.spot_discount} must be in [0, 1); set e.g. cluster.spot_discount=0.6")
+        raise ConfigError(
+            f"cluster.spot_discount={c.spot_discount} must be in [0, 1); set e.g. cluster.spot_discount=0.6"
+        )
     at_least("cluster.threads_per_rank", c.threads_per_rank, 1, 1)
     positive("cluster.trial_timeout_s", c.trial_timeout_s, 600)
     positive("cluster.pg_timeout_s", c.pg_timeout_s, 120)
@@ -214,10 +235,15 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
     if s.nodes is not None:
         check_sizes("sweep.nodes", s.nodes)
         if c.kind != "slurm":
-            raise ConfigError(f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)")
+            raise ConfigError(
+                f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)"
+            )
     _check_repeats(s)
     if not s.pending_timeout_s >= 0:  # `not >=` also refuses NaN
-        raise ConfigError(f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. sweep.pending_timeout_s=600")
+        raise ConfigError(
+            f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. "
+            "sweep.pending_timeout_s=600"
+        )
     _check_results_dir(s.results_dir, c.kind)
     if s.pack and s.search == "adaptive":
         raise ConfigError(
@@ -241,8 +267,10 @@ def parse_repeats(value: object) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"sweep.repeats={value!r} must be a whole number of trials per size (≥ 1) or auto; "
-                          "set e.g. sweep.repeats=3 or sweep.repeats=auto")  # fmt: skip
+        raise ConfigError(
+            f"sweep.repeats={value!r} must be a whole number of trials per size (≥ 1) or auto; "
+            "set e.g. sweep.repeats=3 or sweep.repeats=auto"
+        )
     if value > MAX_REPEATS:
         raise ConfigError(f"sweep.repeats={value} is over {MAX_REPEATS} trials per size; set e.g. sweep.repeats=3")
     return value
@@ -251,14 +279,20 @@ def parse_repeats(value: object) -> int | None:
 def _check_repeats(s: SweepConfig) -> None:
     auto = parse_repeats(s.repeats) is None
     if not (isinstance(s.target_ci, (int, float)) and 0 < s.target_ci < 1):
-        raise ConfigError(f"sweep.target_ci={s.target_ci} must be a fraction in (0, 1) (the interval's half-width "
-                          "÷ the median); set e.g. sweep.target_ci=0.05")  # fmt: skip
+        raise ConfigError(
+            f"sweep.target_ci={s.target_ci} must be a fraction in (0, 1) (the interval's half-width "
+            "÷ the median); set e.g. sweep.target_ci=0.05"
+        )
     if not AUTO_FIRST_REPEATS <= s.max_repeats <= MAX_REPEATS:
-        raise ConfigError(f"sweep.max_repeats={s.max_repeats} must be {AUTO_FIRST_REPEATS} to {MAX_REPEATS} "
-                          f"(repeats=auto starts with {AUTO_FIRST_REPEATS}); set e.g. sweep.max_repeats=5")  # fmt: skip
+        raise ConfigError(
+            f"sweep.max_repeats={s.max_repeats} must be {AUTO_FIRST_REPEATS} to {MAX_REPEATS} "
+            f"(repeats=auto starts with {AUTO_FIRST_REPEATS}); set e.g. sweep.max_repeats=5"
+        )
     if auto and s.pack:
-        raise ConfigError("sweep.repeats=auto decides each round from the last, but sweep.pack=true runs every trial "
-                          "in one allocation planned up front; use a number of repeats, e.g. sweep.repeats=3")  # fmt: skip
+        raise ConfigError(
+            "sweep.repeats=auto decides each round from the last, but sweep.pack=true runs every trial "
+            "in one allocation planned up front; use a number of repeats, e.g. sweep.repeats=3"
+        )
 
 
 def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
@@ -278,9 +312,11 @@ def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
 
 
 def _check_policy(s: SweepConfig, c: ClusterConfig) -> None:
-    for key, value, example in (("sweep.token_budget", s.token_budget, "2e11"),
-                                ("sweep.budget_device_hours", s.budget_device_hours, 10000),
-                                ("sweep.budget_usd", s.budget_usd, 50000)):  # fmt: skip
+    for key, value, example in (
+        ("sweep.token_budget", s.token_budget, "2e11"),
+        ("sweep.budget_device_hours", s.budget_device_hours, 10000),
+        ("sweep.budget_usd", s.budget_usd, 50000),
+    ):
         if value is not None:
             positive(key, value, example)
     if s.budget_usd is not None and c.usd_per_device_hour is None:
@@ -292,11 +328,13 @@ def _check_policy(s: SweepConfig, c: ClusterConfig) -> None:
         return
     if s.token_budget is None:
         raise ConfigError(
-            "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. sweep.token_budget=2e11"
+            "sweep.policy=fastest_within_budget needs the tokens the run will train on; set e.g. "
+            "sweep.token_budget=2e11"
         )
     if s.budget_device_hours is None and s.budget_usd is None:
         raise ConfigError(
-            "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or sweep.budget_usd=50000"
+            "sweep.policy=fastest_within_budget needs a budget; set sweep.budget_device_hours=10000 and/or "
+            "sweep.budget_usd=50000"
         )
 
 
@@ -333,4 +371,3 @@ def _check_steps(group: str, steps: int, warmup: int) -> None:
 
 def _divisor_near(width: int, heads: int) -> int:
     return min((h for h in range(1, width + 1) if width % h == 0), key=lambda h: abs(h - heads))
-

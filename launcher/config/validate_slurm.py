@@ -59,7 +59,9 @@ def _check_slurm_values(c: ClusterConfig) -> None:
             "set e.g. cluster.time_limit=01:00:00"
         )
     if c.mem is not None and not _SLURM_MEM.fullmatch(c.mem):
-        raise ConfigError(f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G")
+        raise ConfigError(
+            f"cluster.mem={c.mem!r} is not a Slurm memory size (number with K/M/G/T); set e.g. cluster.mem=64G"
+        )
 
 
 def _check_script_lines(c: ClusterConfig) -> None:
@@ -90,11 +92,15 @@ def _check_node_shape(c: ClusterConfig) -> None:
         at_least("cluster.tasks_per_node", c.tasks_per_node, 1, 1)
     at_least("cluster.cpus_per_task", c.cpus_per_task, 1, 1)
     # Past any node that exists: refused here, not by sbatch after the sweep folder exists.
-    for key, value, most in (("cluster.gpus_per_node", c.gpus_per_node, 64),
-                             ("cluster.tasks_per_node", c.tasks_per_node or 1, 4096),
-                             ("cluster.cpus_per_task", c.cpus_per_task, 4096)):  # fmt: skip
+    for key, value, most in (
+        ("cluster.gpus_per_node", c.gpus_per_node, 64),
+        ("cluster.tasks_per_node", c.tasks_per_node or 1, 4096),
+        ("cluster.cpus_per_task", c.cpus_per_task, 4096),
+    ):
         if value > most:
-            raise ConfigError(f"{key}={value} is more than any node has (at most {most}); set it to what one node holds")
+            raise ConfigError(
+                f"{key}={value} is more than any node has (at most {most}); set it to what one node holds"
+            )
     at_least("cluster.signal_warning_s", c.signal_warning_s, 0, 120)
     if c.signal_warning_s > 65535:
         raise ConfigError(
@@ -122,8 +128,10 @@ def _check_binding(c: ClusterConfig) -> None:
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Set by the launcher or Slurm for each rank; a user value would break the rendezvous.
-_ENV_RESERVED = re.compile(r"^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|SLURM_.*|"
-                           r"OMP_NUM_THREADS|MKL_NUM_THREADS)$")  # fmt: skip
+_ENV_RESERVED = re.compile(
+    r"^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|SLURM_.*|"
+    r"OMP_NUM_THREADS|MKL_NUM_THREADS)$"
+)
 _ENV_SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE_?KEY)", re.IGNORECASE)
 
 
@@ -139,7 +147,9 @@ def env_pairs(items: list[str]) -> list[tuple[str, str]]:
                 "write e.g. cluster.env=['NCCL_DEBUG=WARN']"
             )
         if _ENV_RESERVED.fullmatch(name):
-            raise ConfigError(f"cluster.env sets {name}, which the launcher sets for each rank; remove it from cluster.env")
+            raise ConfigError(
+                f"cluster.env sets {name}, which the launcher sets for each rank; remove it from cluster.env"
+            )
         if _ENV_SECRET.search(name):
             raise ConfigError(
                 f"cluster.env sets {name}, which looks like a secret, and the script is a file others may read; "

@@ -8,13 +8,12 @@ the compute rate and links, so an accumulation sweep calibrates them together.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
-
-from dataclasses import fields
 
 from launcher.config.derived import BatchMath
 from launcher.config.schema import ModelConfig
@@ -22,9 +21,8 @@ from launcher.model.fit import fit
 from launcher.model.links import LINKS
 from launcher.model.shapes import LayoutSpec, layout_shape
 from launcher.model.step import Observation, PerfModel, Shape
-from launcher.trials.layout import pipeline_bubble
 from launcher.trials.folder import read_record, read_trial, trial_dirs
-
+from launcher.trials.layout import pipeline_bubble
 
 MEASURED_GRADIENT = ("ddp", "fsdp", "fsdp_tp")
 """Layouts whose recorded all-reduce (`allreduce_bytes`) is one rank's whole gradient."""
@@ -86,8 +84,14 @@ def load_measured(sweep_dir: Path, unreadable: list[str] | None = None) -> list[
             if unreadable is not None:
                 unreadable.append(f"{tdir.name}: {rec.reason if rec.doc is None else spec.reason}")
             continue
-        out.append(Measured(trial=spec.doc["trial"], metrics=m, config=rec.doc.get("config") or {},
-                            wall_s=rec.doc.get("wall_s") or 0.0))  # fmt: skip
+        out.append(
+            Measured(
+                trial=spec.doc["trial"],
+                metrics=m,
+                config=rec.doc.get("config") or {},
+                wall_s=rec.doc.get("wall_s") or 0.0,
+            )
+        )
     return out
 
 
@@ -182,8 +186,13 @@ def observation(m: Measured) -> Observation:
     shape = shape_at(m)
     assert shape is not None  # the trial ran at its own size
     probe = tuple((int(n), int(b), float(s)) for n, b, s in m.metrics.get("allreduce_probe") or () if s > 0)
-    return Observation(shape=shape, step_s=m.step_s, allreduce=probe,
-                       probe_group="pp" if m.layout == "pipeline" else "dp", gathers=_tp_collectives(m))  # fmt: skip
+    return Observation(
+        shape=shape,
+        step_s=m.step_s,
+        allreduce=probe,
+        probe_group="pp" if m.layout == "pipeline" else "dp",
+        gathers=_tp_collectives(m),
+    )
 
 
 def _tp_collectives(m: Measured) -> tuple[tuple[int, int, int, float], ...]:
@@ -228,14 +237,24 @@ def predictions(measured: Sequence[Measured], models: dict[str, PerfModel], size
             p = models[template.layout].predict(shape)
             thr = p.tokens_per_s(shape.global_batch, seq)
             low, high = p.tokens_per_s_interval(shape.global_batch, seq)
-            rows.append({
-                "variant": variant, "world_size": n, "predicted_tokens_per_s": thr, "low_tokens_per_s": low,
-                "high_tokens_per_s": high, "measured_tokens_per_s": _median(measured_at.get(n, [])),
-                "predicted_step_s": p.step_s, "predicted_efficiency": thr * n0 / (thr0 * n),
-                "efficiency_high": high * n0 / (thr0 * n), "compute_s": p.compute_s, "comm_s": p.comm_s,
-                "bubble_s": p.bubble_s, "overhead_s": p.overhead_s,
-                "trial_device_hours": n * (template.trial["steps"] * p.step_s + _startup_s(mine)) / 3600,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "variant": variant,
+                    "world_size": n,
+                    "predicted_tokens_per_s": thr,
+                    "low_tokens_per_s": low,
+                    "high_tokens_per_s": high,
+                    "measured_tokens_per_s": _median(measured_at.get(n, [])),
+                    "predicted_step_s": p.step_s,
+                    "predicted_efficiency": thr * n0 / (thr0 * n),
+                    "efficiency_high": high * n0 / (thr0 * n),
+                    "compute_s": p.compute_s,
+                    "comm_s": p.comm_s,
+                    "bubble_s": p.bubble_s,
+                    "overhead_s": p.overhead_s,
+                    "trial_device_hours": n * (template.trial["steps"] * p.step_s + _startup_s(mine)) / 3600,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -98,8 +98,10 @@ class Topology:
 
     def __post_init__(self) -> None:
         if self.ranks_per_node < 1 or self.nics_per_node < 1:
-            raise ValueError(f"topology: ranks_per_node and nics_per_node must be ≥ 1, got "
-                             f"{self.ranks_per_node}, {self.nics_per_node}")  # fmt: skip
+            raise ValueError(
+                f"topology: ranks_per_node and nics_per_node must be ≥ 1, got "
+                f"{self.ranks_per_node}, {self.nics_per_node}"
+            )
 
     def share(self, g: Group) -> float:
         """Inter-node links' worth a spanning group's ring gets: g·k/rpn (see the module docstring)."""

@@ -72,8 +72,9 @@ _HELD_AT = {1: 0.0, 2: 0.0}
 stands) and overhead 0 (whatever it is, compute absorbs it)."""
 
 
-def _design(obs: Sequence[Observation], intra: Link, inter: Link, gamma: float,
-            c: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _design(
+    obs: Sequence[Observation], intra: Link, inter: Link, gamma: float, c: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows of step_s = X + x · (c, u, o) with the exposures at compute rate `c`: compute work
     over (1 − bubble), the communication the overlap model hides (T − X), 1; and each row's X,
     the communication it leaves exposed."""
@@ -97,8 +98,10 @@ def _fixed_terms(x: np.ndarray) -> dict[int, tuple[float, str]]:
     n = len(x)
     fixed: dict[int, tuple[float, str]] = {}
     if not np.any(x[:, 1] > 0):
-        fixed[1] = (_HELD_AT[1], "fixed at 0 (no trial has communication the overlap model hides, so its "
-                                 "exposed share is unidentifiable)")
+        fixed[1] = (
+            _HELD_AT[1],
+            "fixed at 0 (no trial has communication the overlap model hides, so its exposed share is unidentifiable)",
+        )
     for j in (2, 1):
         value = _HELD_AT[j]
         if j not in fixed and n < 3 - len(fixed):
@@ -121,8 +124,9 @@ def _fix_inseparable(x: np.ndarray, fixed: dict[int, tuple[float, str]]) -> dict
     return {**fixed, **{j: (_HELD_AT[j], f"fixed at {_HELD_AT[j]:g} ({why})") for j in drop}}
 
 
-def _solve(x: np.ndarray, y: np.ndarray, exposed: np.ndarray,
-           fixed: dict[int, tuple[float, str]]) -> tuple[np.ndarray, list[int], list[int]]:  # fmt: skip
+def _solve(
+    x: np.ndarray, y: np.ndarray, exposed: np.ndarray, fixed: dict[int, tuple[float, str]]
+) -> tuple[np.ndarray, list[int], list[int]]:
     """Bounded relative least squares for the terms not fixed: (c, u, o), the columns solved for,
     and those of them left strictly inside their bounds."""
     a = x / y[:, None]
@@ -138,8 +142,9 @@ def _solve(x: np.ndarray, y: np.ndarray, exposed: np.ndarray,
     return params, cols, [cols[i] for i in free_local]
 
 
-def _step_sources(n: int, params: np.ndarray, cols: list[int], free_idx: list[int],
-                  fixed: dict[int, tuple[float, str]]) -> dict[str, str]:  # fmt: skip
+def _step_sources(
+    n: int, params: np.ndarray, cols: list[int], free_idx: list[int], fixed: dict[int, tuple[float, str]]
+) -> dict[str, str]:
     sources: dict[str, str] = {}
     for j in cols:
         if j in free_idx:
@@ -178,9 +183,16 @@ def _fit_steps(obs: Sequence[Observation], intra: Link, inter: Link, gamma: floa
     if free_idx:
         af = (x / y[:, None])[:, free_idx]
         cov = tuple(tuple(float(v) for v in row) for row in sigma**2 * np.linalg.pinv(af.T @ af))
-    return _StepFit(params=(float(params[0]), float(params[1]), float(params[2])), free_idx=tuple(free_idx),
-                    n_parameters=p, sigma_measured=measured, cov=cov, sse=sse, gamma=gamma,
-                    sources=_step_sources(n, params, cols, free_idx, fixed))  # fmt: skip
+    return _StepFit(
+        params=(float(params[0]), float(params[1]), float(params[2])),
+        free_idx=tuple(free_idx),
+        n_parameters=p,
+        sigma_measured=measured,
+        cov=cov,
+        sse=sse,
+        gamma=gamma,
+        sources=_step_sources(n, params, cols, free_idx, fixed),
+    )
 
 
 def _profile_gamma(obs: Sequence[Observation], intra: Link, inter: Link) -> tuple[_StepFit, str]:
@@ -221,8 +233,9 @@ def _holdout_errors(obs: Sequence[Observation], intra: Link, inter: Link, gamma:
     return errors
 
 
-def _scatter(obs: Sequence[Observation], intra: Link, inter: Link, best: _StepFit,
-             level: float) -> tuple[Scatter, float | None, float | None]:  # fmt: skip
+def _scatter(
+    obs: Sequence[Observation], intra: Link, inter: Link, best: _StepFit, level: float
+) -> tuple[Scatter, float | None, float | None]:
     """The interval's scatter (interval.scatter) and the numbers behind it: held-out RMS error
     when more shapes than parameters leave a degree of freedom, and the repeat noise."""
     groups = _shape_groups(obs)
@@ -235,8 +248,9 @@ def _scatter(obs: Sequence[Observation], intra: Link, inter: Link, best: _StepFi
         errors = np.array(_holdout_errors(obs, intra, inter, best.gamma))
         holdout = float(math.sqrt(np.mean(errors**2)))
     repeat, repeat_dof = repeat_noise([[obs[i].step_s for i in idx] for idx in groups.values()])
-    found = scatter(holdout=holdout, holdout_dof=dof, repeat=repeat, repeat_dof=repeat_dof,
-                    assumed=SIGMA_WITHOUT_DOF, level=level)  # fmt: skip
+    found = scatter(
+        holdout=holdout, holdout_dof=dof, repeat=repeat, repeat_dof=repeat_dof, assumed=SIGMA_WITHOUT_DOF, level=level
+    )
     return found, holdout, repeat
 
 

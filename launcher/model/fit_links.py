@@ -15,8 +15,9 @@ from launcher.model.lstsq import nonnegative, rank
 from launcher.model.step import Observation
 
 
-def _fit_link(samples: list[tuple[float, float, float, float]], preset: Link, label: str,
-              noun: str) -> tuple[Link, str]:  # fmt: skip
+def _fit_link(
+    samples: list[tuple[float, float, float, float]], preset: Link, label: str, noun: str
+) -> tuple[Link, str]:
     """Stage 1 for one link class: (B, α) from measured collectives, each as (bytes term x1, hops
     x2, seconds, and the seconds of the largest all-reduce its trial measured), t = x1 / B + x2 · α,
     least squares on that trial's scale."""
@@ -64,8 +65,9 @@ def _fit_bandwidth_and_latency(a: np.ndarray, y: np.ndarray, preset: Link, name:
     )
 
 
-def _fit_bandwidth_only(a: np.ndarray, y: np.ndarray, t: np.ndarray, preset: Link, name: str,
-                        noun: str) -> tuple[Link, str]:  # fmt: skip
+def _fit_bandwidth_only(
+    a: np.ndarray, y: np.ndarray, t: np.ndarray, preset: Link, name: str, noun: str
+) -> tuple[Link, str]:
     """One direction only (one rank count and one message size): the split between bandwidth and
     latency is invisible, so trust the preset latency and attribute the rest to bandwidth."""
     m = len(a)

@@ -36,7 +36,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from launcher.config.schema import InputSpec
 
-
 FLOPS_FILE = "flops.json"
 """The cache file in a sweep folder: {key: FlopCount as a dict}."""
 
@@ -49,8 +48,13 @@ def torch_dtype(spec: InputSpec) -> torch.dtype:
     return dtype
 
 
-def random_tensor(spec: InputSpec, leading: tuple[int, ...], *, device: torch.device | str = "cpu",
-                  generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def random_tensor(
+    spec: InputSpec,
+    leading: tuple[int, ...],
+    *,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """A tensor of shape `leading` + spec.shape: integers (and bool) uniform in [low, high), floats N(0, 1)."""
     shape, dtype = (*leading, *spec.shape), torch_dtype(spec)
     if dtype.is_floating_point:
@@ -139,13 +143,21 @@ def count_flops(
         fwd, bwd = _count_on(torch.device("cpu"), build, batch, step)
         where = "cpu"
     per_sample = (fwd + bwd) / micro
-    return FlopCount(forward=fwd, backward=bwd, micro=micro, per_sample=per_sample, tokens_per_sample=tokens_per_sample,
-                     per_token=per_sample / tokens_per_sample if tokens_per_sample else None, counted_on=where,
-                     meta_error=why)  # fmt: skip
+    return FlopCount(
+        forward=fwd,
+        backward=bwd,
+        micro=micro,
+        per_sample=per_sample,
+        tokens_per_sample=tokens_per_sample,
+        per_token=per_sample / tokens_per_sample if tokens_per_sample else None,
+        counted_on=where,
+        meta_error=why,
+    )
 
 
-def _count_on(device: torch.device, build: Callable[[], nn.Module], batch: Mapping[str, torch.Tensor],
-              step: Step) -> tuple[int, int]:  # fmt: skip
+def _count_on(
+    device: torch.device, build: Callable[[], nn.Module], batch: Mapping[str, torch.Tensor], step: Step
+) -> tuple[int, int]:
     """(forward, backward) FLOPs of one micro-batch on `device`."""
     with torch.random.fork_rng(devices=[]), torch.device(device):  # the count leaves the caller's RNG alone
         model = build()
@@ -156,8 +168,10 @@ def _count_on(device: torch.device, build: Callable[[], nn.Module], batch: Mappi
     with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
         loss = step(model, here)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise ValueError(f"the loss is {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}, "
-                             "not a scalar tensor; give the recipe a `loss` or return a scalar from forward")  # fmt: skip
+            raise ValueError(
+                f"the loss is {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}, "
+                "not a scalar tensor; give the recipe a `loss` or return a scalar from forward"
+            )
         forward = counter.get_total_flops()
         loss.backward()
         total = counter.get_total_flops()

@@ -56,13 +56,19 @@ def model_parts(m: ModelConfig) -> ModelParts:
         kv_width = kv_heads(m) * (d // m.n_heads)
         # q and proj d×d, k and v d×kv_width; SwiGLU's w1, w3 (d×f) and w2 (f×d); two RMSNorms; no biases.
         block = 2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d
-        return ModelParts(embedding=m.vocab_size * d, block=block, block_norms=2 * d, head=d * m.vocab_size,
-                          final_norm=d)  # fmt: skip
+        return ModelParts(
+            embedding=m.vocab_size * d, block=block, block_norms=2 * d, head=d * m.vocab_size, final_norm=d
+        )
     ffn = d * f + f + f * d + d
     norms = (2 if m.arch == "gpt" else 1) * 2 * d
     attention = 4 * (d * d + d) if m.arch == "gpt" else 0
-    return ModelParts(embedding=(m.vocab_size + m.seq_len) * d, block=attention + ffn + norms, block_norms=norms,
-                      head=d * m.vocab_size, final_norm=2 * d)  # fmt: skip
+    return ModelParts(
+        embedding=(m.vocab_size + m.seq_len) * d,
+        block=attention + ffn + norms,
+        block_norms=norms,
+        head=d * m.vocab_size,
+        final_norm=2 * d,
+    )
 
 
 def stage_params(parts: ModelParts, n_layers: int, *, tp: int, pp: int, pp_rank: int) -> tuple[float, float]:
@@ -70,7 +76,9 @@ def stage_params(parts: ModelParts, n_layers: int, *, tp: int, pp: int, pp_rank:
     before any FSDP sharding: tp splits all but the norms; the first stage also holds the
     embeddings, the last the head and the final norm (one stage: both)."""
     block = (parts.block - parts.block_norms) / tp + parts.block_norms
-    root = (parts.embedding / tp if pp_rank == 0 else 0.0) + (parts.head / tp + parts.final_norm if pp_rank == pp - 1 else 0.0)
+    root = (parts.embedding / tp if pp_rank == 0 else 0.0) + (
+        parts.head / tp + parts.final_norm if pp_rank == pp - 1 else 0.0
+    )
     return n_layers / pp * block + root, root
 
 

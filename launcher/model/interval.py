@@ -72,8 +72,9 @@ class Scatter:
     variance too; see PerfModel.param_var_in_sigma)."""
 
 
-def scatter(*, holdout: float | None, holdout_dof: int, repeat: float | None, repeat_dof: int,
-            assumed: float, level: float) -> Scatter:  # fmt: skip
+def scatter(
+    *, holdout: float | None, holdout_dof: int, repeat: float | None, repeat_dof: int, assumed: float, level: float
+) -> Scatter:
     """The scatter for intervals at nominal coverage `level`: the held-out error with a t quantile
     on its degrees of freedom, never below the repeat noise; without held-out errors, the repeat
     noise (t on its own dof) or else the `assumed` std with a normal quantile."""
@@ -82,15 +83,31 @@ def scatter(*, holdout: float | None, holdout_dof: int, repeat: float | None, re
     p = (1 + level) / 2
     if holdout is not None and holdout_dof > 0:
         if repeat is not None and repeat > holdout:
-            return Scatter(sigma=repeat, quantile=t_quantile(p, holdout_dof),
-                           source=f"repeat noise {repeat:.1%} (above the held-out error {holdout:.1%})", held_out=True)  # fmt: skip
-        return Scatter(sigma=holdout, quantile=t_quantile(p, holdout_dof),
-                       source=f"held-out error {holdout:.1%} (leave one shape out, t on {holdout_dof} dof)", held_out=True)  # fmt: skip
+            return Scatter(
+                sigma=repeat,
+                quantile=t_quantile(p, holdout_dof),
+                source=f"repeat noise {repeat:.1%} (above the held-out error {holdout:.1%})",
+                held_out=True,
+            )
+        return Scatter(
+            sigma=holdout,
+            quantile=t_quantile(p, holdout_dof),
+            source=f"held-out error {holdout:.1%} (leave one shape out, t on {holdout_dof} dof)",
+            held_out=True,
+        )
     if repeat is not None and repeat_dof > 0:
-        return Scatter(sigma=repeat, quantile=t_quantile(p, repeat_dof),
-                       source=f"repeat noise {repeat:.1%} (too few shapes to hold one out)", held_out=False)  # fmt: skip
-    return Scatter(sigma=assumed, quantile=t_quantile(p, 1e6),
-                   source=f"assumed {assumed:.0%} (too few shapes to hold one out, no repeats)", held_out=False)  # fmt: skip
+        return Scatter(
+            sigma=repeat,
+            quantile=t_quantile(p, repeat_dof),
+            source=f"repeat noise {repeat:.1%} (too few shapes to hold one out)",
+            held_out=False,
+        )
+    return Scatter(
+        sigma=assumed,
+        quantile=t_quantile(p, 1e6),
+        source=f"assumed {assumed:.0%} (too few shapes to hold one out, no repeats)",
+        held_out=False,
+    )
 
 
 def coverage(cases: Sequence[tuple[float, float, float]]) -> tuple[int, int]:

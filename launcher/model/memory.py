@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.trials.spec import Trial
 
@@ -168,8 +168,13 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     o = cfg.optim
     states = OPTIMIZER_STATES.get(o.name, 1 if o.momentum else 0)
     activations = activation_bytes(cfg, trial, pp_rank, device)
-    return RankMemory(params=params, grads=grads, optimizer=local * FP32 * states, activations=activations,
-                      runtime=RUNTIME_BYTES[device])  # fmt: skip
+    return RankMemory(
+        params=params,
+        grads=grads,
+        optimizer=local * FP32 * states,
+        activations=activations,
+        runtime=RUNTIME_BYTES[device],
+    )
 
 
 def estimate(cfg: LauncherConfig, trial: Trial, device: str = "cpu") -> RankMemory:

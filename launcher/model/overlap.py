@@ -85,8 +85,16 @@ class CommTerms:
         return self.total_s - self.exposed_s
 
 
-def comm_terms(traffic: Traffic, groups: Groups, topo: Topology, intra: Link, inter: Link, *,
-               compute_s: float, backward_share: float) -> CommTerms:  # fmt: skip
+def comm_terms(
+    traffic: Traffic,
+    groups: Groups,
+    topo: Topology,
+    intra: Link,
+    inter: Link,
+    *,
+    compute_s: float,
+    backward_share: float,
+) -> CommTerms:
     """The step's communication given its compute (seconds, bubble excluded)."""
     t = traffic
     pass_s = compute_s / t.passes
@@ -104,8 +112,13 @@ def comm_terms(traffic: Traffic, groups: Groups, topo: Topology, intra: Link, in
     if t.pp_sends and groups.pp.size > 1:
         crosses = groups.pp.spans_nodes
         pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
-    return CommTerms(dp_total_s=dp_total, dp_exposed_s=dp_exposed, tp_total_s=tp_total,
-                     tp_exposed_s=TP_EXPOSED * tp_total, pp_total_s=pp_total)  # fmt: skip
+    return CommTerms(
+        dp_total_s=dp_total,
+        dp_exposed_s=dp_exposed,
+        tp_total_s=tp_total,
+        tp_exposed_s=TP_EXPOSED * tp_total,
+        pp_total_s=pp_total,
+    )
 
 
 def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window: float) -> tuple[float, float]:
@@ -114,8 +127,9 @@ def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window:
     return total, max(last, total - window)
 
 
-def _fsdp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, *, forward: float,
-          backward: float) -> tuple[float, float]:  # fmt: skip
+def _fsdp(
+    t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, *, forward: float, backward: float
+) -> tuple[float, float]:
     L = t.blocks
     blocks = 1.0 - t.root_share
 

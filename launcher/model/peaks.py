@@ -57,19 +57,44 @@ PEAKS: tuple[DevicePeak, ...] = (
     DevicePeak(device="H100 PCIe", pattern=r"H100.*PCIE", bf16=756e12, tf32=378e12, fp32=51.2e12, source=_NV_H100),
     DevicePeak(device="H100 NVL", pattern=r"H100.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H100),
     # torch reports the SXM5 part as "NVIDIA H100 80GB HBM3"; a bare "H100" could be a PCIe card: unknown.
-    DevicePeak(device="H100 SXM5", pattern=r"(?<![A-Z0-9])H100.*(SXM|HBM3)", bf16=989.4e12, tf32=494.7e12,
-               fp32=66.9e12, source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column)"),  # fmt: skip
+    DevicePeak(
+        device="H100 SXM5",
+        pattern=r"(?<![A-Z0-9])H100.*(SXM|HBM3)",
+        bf16=989.4e12,
+        tf32=494.7e12,
+        fp32=66.9e12,
+        source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column)",
+    ),
     DevicePeak(device="H200 NVL", pattern=r"H200.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H200),
     # H200 ships as SXM or NVL only; torch reports the SXM part as "NVIDIA H200".
-    DevicePeak(device="H200 SXM", pattern=r"(?<![A-Z0-9])H200", bf16=989.5e12, tf32=494.5e12, fp32=67e12,
-               source=_NV_H200),  # fmt: skip
+    DevicePeak(
+        device="H200 SXM", pattern=r"(?<![A-Z0-9])H200", bf16=989.5e12, tf32=494.5e12, fp32=67e12, source=_NV_H200
+    ),
     # HGX B200 (1,000 W). A GB200 superchip's B200 runs at 1,200 W with higher peaks: not matched ("GB200").
-    DevicePeak(device="B200 (HGX)", pattern=r"(?<![A-Z0-9])B200", bf16=2.25e15, tf32=1.1e15, fp32=75e12,
-               source="NVIDIA HGX B200 specifications, NVIDIA Blackwell datasheet (sparse figures halved)"),  # fmt: skip
-    DevicePeak(device="L40S", pattern=r"L40S", bf16=362.05e12, tf32=183e12, fp32=91.6e12,
-               source="NVIDIA L40S GPU Datasheet (dense figures)"),  # fmt: skip
-    DevicePeak(device="MI300X", pattern=r"MI300X", bf16=1307.4e12, tf32=653.7e12, fp32=163.4e12,
-               source="AMD Instinct MI300X Accelerator Data Sheet (dense figures)"),  # fmt: skip
+    DevicePeak(
+        device="B200 (HGX)",
+        pattern=r"(?<![A-Z0-9])B200",
+        bf16=2.25e15,
+        tf32=1.1e15,
+        fp32=75e12,
+        source="NVIDIA HGX B200 specifications, NVIDIA Blackwell datasheet (sparse figures halved)",
+    ),
+    DevicePeak(
+        device="L40S",
+        pattern=r"L40S",
+        bf16=362.05e12,
+        tf32=183e12,
+        fp32=91.6e12,
+        source="NVIDIA L40S GPU Datasheet (dense figures)",
+    ),
+    DevicePeak(
+        device="MI300X",
+        pattern=r"MI300X",
+        bf16=1307.4e12,
+        tf32=653.7e12,
+        fp32=163.4e12,
+        source="AMD Instinct MI300X Accelerator Data Sheet (dense figures)",
+    ),
 )
 
 
@@ -115,12 +140,17 @@ def choose_peak(*, device_name: str | None, dtype: str, explicit: float | None) 
     row = find_device(device_name)
     if explicit:
         note = mismatch(row, dtype, explicit) if row is not None else None
-        return PeakChoice(flops=explicit, source="cluster.peak_flops_per_device",
-                          device=row.device if row is not None else None, mismatch=note)  # fmt: skip
+        return PeakChoice(
+            flops=explicit,
+            source="cluster.peak_flops_per_device",
+            device=row.device if row is not None else None,
+            mismatch=note,
+        )
     if row is None:
         return PeakChoice(flops=None, source=None, device=None, mismatch=None)
-    return PeakChoice(flops=row.flops(dtype), source=f"{row.device} dense {dtype}: {row.source}", device=row.device,
-                      mismatch=None)  # fmt: skip
+    return PeakChoice(
+        flops=row.flops(dtype), source=f"{row.device} dense {dtype}: {row.source}", device=row.device, mismatch=None
+    )
 
 
 def mismatch(row: DevicePeak, dtype: str, explicit: float) -> str | None:
@@ -130,13 +160,17 @@ def mismatch(row: DevicePeak, dtype: str, explicit: float) -> str | None:
     494.7 TF) is the bf16 peak, so MFU would read half of what it is."""
     expected = row.flops(dtype)
     ratio = explicit / expected
-    other = next((d for d in MATH_DTYPES if not _close(row.flops(d), expected) and _close(row.flops(d), explicit)), None)
+    other = next(
+        (d for d in MATH_DTYPES if not _close(row.flops(d), expected) and _close(row.flops(d), explicit)), None
+    )
     if other is None and 1 / MISMATCH_RATIO <= ratio <= MISMATCH_RATIO:
         return None
     looks = f" (the {row.device} {other} peak)" if other else ""
-    return (f"peak/precision mismatch: cluster.peak_flops_per_device={explicit:.3g}{looks} but the trials' "
-            f"matmuls ran in {dtype} on {row.device}, whose dense {dtype} peak is {expected:.3g}: the MFU shown is "
-            f"{1 / ratio:.2g}× the MFU against that peak")  # fmt: skip
+    return (
+        f"peak/precision mismatch: cluster.peak_flops_per_device={explicit:.3g}{looks} but the trials' "
+        f"matmuls ran in {dtype} on {row.device}, whose dense {dtype} peak is {expected:.3g}: the MFU shown is "
+        f"{1 / ratio:.2g}× the MFU against that peak"
+    )
 
 
 def _close(a: float, b: float) -> bool:

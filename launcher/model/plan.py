@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
@@ -39,9 +39,13 @@ def parse_gpus(spec: str) -> list[int]:
             if not sizes or sizes[0] < 1:
                 raise ValueError
     except ValueError:
-        raise ConfigError(f"--gpus {spec!r} is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24")
+        raise ConfigError(
+            f"--gpus {spec!r} is not a size range; write e.g. --gpus 8..16384 (doubling) or --gpus 8,16,24"
+        ) from None
     if len(sizes) > MAX_SIZES:
-        raise ConfigError(f"--gpus {spec!r} names {len(sizes)} sizes; at most {MAX_SIZES}, e.g. a doubling range 8..16384")
+        raise ConfigError(
+            f"--gpus {spec!r} names {len(sizes)} sizes; at most {MAX_SIZES}, e.g. a doubling range 8..16384"
+        )
     return sizes
 
 
@@ -59,7 +63,9 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     if spec.missing:
         raise ConfigError(f"--from {str(sweep_dir)!r} is not a sweep folder (no sweep.json); pass results/<sweep-id>")
     if not spec.ok:
-        raise ConfigError(f"--from {str(sweep_dir)!r}: {spec.reason}; its overrides cannot be read, so nothing can be planned")
+        raise ConfigError(
+            f"--from {str(sweep_dir)!r}: {spec.reason}; its overrides cannot be read, so nothing can be planned"
+        )
     return [*map(_current_spelling, expand(spec.doc["overrides"])[0].overrides), *user]
 
 
@@ -82,9 +88,14 @@ def main(args: argparse.Namespace) -> int:
     else:
         cfg = compose_config(args.overrides, args.recipes)
         result = from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)
-    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, unit="GPU", everything=None,
-                title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
-                footer=f"model: {result.source}")  # fmt: skip
+    print_table(
+        result.table.dropna(axis=1, how="all"),
+        result.recommendation,
+        unit="GPU",
+        everything=None,
+        title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
+        footer=f"model: {result.source}",
+    )
     if args.output:
         write_output(result.table, args.output)
         print(f"table written to {args.output}")

@@ -12,9 +12,9 @@ A size the recipe cannot run is `impossible` with the reason, by the rule the sw
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -36,8 +36,19 @@ from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.scaling import add_scaling
 from launcher.trials.spec import make_trial
 
-OUTPUT_FIRST = ("gpus", "nodes", "status", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
-                "tokens_per_s_per_device", "efficiency", "mfu", "hfu", "reason")  # fmt: skip
+OUTPUT_FIRST = (
+    "gpus",
+    "nodes",
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_lo",
+    "tokens_per_s_hi",
+    "tokens_per_s_per_device",
+    "efficiency",
+    "mfu",
+    "hfu",
+    "reason",
+)
 """The columns `--output` writes first, in this order (the rest of the table follows)."""
 OUTPUT_SUFFIXES = (".csv", ".parquet")
 
@@ -80,8 +91,13 @@ def work_of(cfg: LauncherConfig) -> Work:
     peak = choose_peak(device_name=cfg.cluster.device_name, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device)
     if cfg.model._target_ is not None:
         return _target_work(cfg, peak, dtype)
-    return Work(model_flops=flops_per_token(cfg.model, non_emb), hardware_flops=hardware_flops_per_token(cfg.model, non_emb),
-                peak=peak, dtype=dtype, tokens_per_sample=cfg.model.seq_len)  # fmt: skip
+    return Work(
+        model_flops=flops_per_token(cfg.model, non_emb),
+        hardware_flops=hardware_flops_per_token(cfg.model, non_emb),
+        peak=peak,
+        dtype=dtype,
+        tokens_per_sample=cfg.model.seq_len,
+    )
 
 
 def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
@@ -96,15 +112,22 @@ def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
     flops = counted_flops_per_token(cfg.model, cfg.batch.micro)
     with torch.device("meta"):
         numel = sum(p.numel() for p in build_target(cfg.model).parameters())
-    return Work(model_flops=flops, hardware_flops=flops, peak=peak, dtype=dtype,
-                tokens_per_sample=tokens_per_sample(cfg.model), numel=numel)  # fmt: skip
+    return Work(
+        model_flops=flops,
+        hardware_flops=flops,
+        peak=peak,
+        dtype=dtype,
+        tokens_per_sample=tokens_per_sample(cfg.model),
+        numel=numel,
+    )
 
 
 def check_output(path: str | None) -> None:
     """Before anything is computed: an --output the table cannot be written as is refused."""
     if path is not None and Path(path).suffix.lower() not in OUTPUT_SUFFIXES:
-        raise ConfigError(f"--output {path!r} must end in .csv or .parquet (the format follows the suffix); "
-                          "e.g. --output plan.csv")  # fmt: skip
+        raise ConfigError(
+            f"--output {path!r} must end in .csv or .parquet (the format follows the suffix); e.g. --output plan.csv"
+        )
 
 
 def write_output(table: pd.DataFrame, path: str) -> None:
@@ -124,8 +147,15 @@ def write_output(table: pd.DataFrame, path: str) -> None:
     tmp.replace(p)
 
 
-def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None, seq: int, reason: str | None,
-         interval_log: float | None = None) -> dict:  # fmt: skip
+def _row(
+    n: int,
+    nodes: int | None,
+    shape: Shape | None,
+    model: PerfModel | None,
+    seq: int,
+    reason: str | None,
+    interval_log: float | None = None,
+) -> dict:
     """One size's predicted figures; the interval × / ÷ exp(interval_log) where given (presets),
     else the model's own (calibrated on a sweep)."""
     if shape is None or model is None:
@@ -136,10 +166,19 @@ def _row(n: int, nodes: int | None, shape: Shape | None, model: PerfModel | None
     if interval_log is not None:
         low, high = thr * math.exp(-interval_log), thr * math.exp(interval_log)
     return {
-        "world_size": n, "nodes": nodes, "dp": shape.dp, "global_batch": shape.global_batch, "status": "completed",
-        "tokens_per_s": thr, "model_lo": low, "model_hi": high, "tokens_per_s_per_device": thr / n,
-        "step_time_median_s": p.step_s, "comm_share": p.comm_s / p.step_s if p.step_s else None, "reason": None,
-    }  # fmt: skip
+        "world_size": n,
+        "nodes": nodes,
+        "dp": shape.dp,
+        "global_batch": shape.global_batch,
+        "status": "completed",
+        "tokens_per_s": thr,
+        "model_lo": low,
+        "model_hi": high,
+        "tokens_per_s_per_device": thr / n,
+        "step_time_median_s": p.step_s,
+        "comm_share": p.comm_s / p.step_s if p.step_s else None,
+        "reason": None,
+    }
 
 
 def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, given: float | None) -> tuple[float, str]:
@@ -147,8 +186,10 @@ def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, giv
     if given is None and work.peak.mismatch:
         # A peak that does not fit the named device says the name is not the device: no family is assumed.
         given = fit.mfu_any_device
-        said = (f"fitted on {fit.rows} published runs of every device; cluster.peak_flops_per_device is not "
-                f"{cfg.cluster.device_name}'s, so no device's own fit applies")  # fmt: skip
+        said = (
+            f"fitted on {fit.rows} published runs of every device; cluster.peak_flops_per_device is not "
+            f"{cfg.cluster.device_name}'s, so no device's own fit applies"
+        )
     elif given is None:
         given, said = fit.mfu_for(cfg.cluster.device_name, work.dtype)
     else:
@@ -163,20 +204,27 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     `mfu` of the peak, the config's links, the replay's interval."""
     c = cfg.cluster
     per_sample = work.hardware_flops * work.tokens_per_sample
-    return from_presets(compute_s_per_sample=per_sample / (work.peak.flops * mfu), intra=LINKS[c.intra_link],
-                        inter=LINKS[c.inter_link], rel_uncertainty=fit.rel_half_width)  # fmt: skip
+    return from_presets(
+        compute_s_per_sample=per_sample / (work.peak.flops * mfu),
+        intra=LINKS[c.intra_link],
+        inter=LINKS[c.inter_link],
+        rel_uncertainty=fit.rel_half_width,
+    )
 
 
 def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
     """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
     MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
     if cfg.model._target_ is not None and cfg.parallel.layout not in ("ddp", "fsdp"):  # --from a sweep models any
-        raise ConfigError(f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
-                          f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that")  # fmt: skip
+        raise ConfigError(
+            f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
+            f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that"
+        )
     work = work_of(cfg)
     if work.peak.flops is None:
         raise ConfigError(
-            f"launcher plan without a measured sweep needs the device's peak: cluster.device_name={cfg.cluster.device_name!r} "
+            "launcher plan without a measured sweep needs the device's peak: "
+            f"cluster.device_name={cfg.cluster.device_name!r} "
             "is not in the peak table, so set cluster.peak_flops_per_device (e.g. cluster=example_gpu_site), "
             "or pass --from results/<sweep-id>"
         )
@@ -187,8 +235,17 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
     rows = []
     for n in sizes:
         try:
-            rows.append(_row(n, math.ceil(n / rpn), shape_for(cfg, n, numel=work.numel), model, work.tokens_per_sample,
-                             None, fit.interval_log))  # fmt: skip
+            rows.append(
+                _row(
+                    n,
+                    math.ceil(n / rpn),
+                    shape_for(cfg, n, numel=work.numel),
+                    model,
+                    work.tokens_per_sample,
+                    None,
+                    fit.interval_log,
+                )
+            )
         except ConfigError as exc:
             rows.append(_row(n, None, None, None, work.tokens_per_sample, str(exc)))
     source = (
@@ -208,12 +265,15 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
     trials of its first variant's layout; a size the sweep itself would refuse is impossible."""
     measured = load_measured(sweep_dir)
     if not measured:
-        raise ConfigError(f"{str(sweep_dir)!r} has no completed trial to calibrate on; run the sweep (or collect it) first")
+        raise ConfigError(
+            f"{str(sweep_dir)!r} has no completed trial to calibrate on; run the sweep (or collect it) first"
+        )
     variant = sorted({m.variant for m in measured})[0]
     mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
     template = mine[-1]
-    models = fit_layouts([m for m in measured if m.layout == template.layout], cfg.cluster.intra_link,
-                         cfg.cluster.inter_link)  # fmt: skip
+    models = fit_layouts(
+        [m for m in measured if m.layout == template.layout], cfg.cluster.intra_link, cfg.cluster.inter_link
+    )
     model = models[template.layout]
     seq = template.tokens_per_sample
     rows = []
@@ -225,7 +285,11 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
             rows.append(_row(n, None, None, None, seq, str(exc)))
             continue
         shape = shape_at(template, n)
-        reason = None if shape else f"{template.layout} with tp×pp={template.trial['tp'] * template.trial['pp']} cannot split {n}"
+        reason = (
+            None
+            if shape
+            else f"{template.layout} with tp×pp={template.trial['tp'] * template.trial['pp']} cannot split {n}"
+        )
         rows.append(_row(n, nodes, shape, model if shape else None, seq, reason))
     inter = model.inter
     source = (
@@ -234,7 +298,11 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
         + f": {model.compute_s_per_sample * 1e3:.3g} ms/sample, inter-node {inter.bandwidth_gbps:.3g} GB/s "
         f"α {inter.latency_s * 1e6:.3g} µs ({model.source('inter')}), {model.exposed_comm:.0%} of the all-reduce "
         f"exposed, {residual_phrase(model)}; {interval_phrase(model)}; "
-        + ("all ranks on this machine, as measured" if template.local else f"{template.ranks_per_node} ranks per node as measured")
+        + (
+            "all ranks on this machine, as measured"
+            if template.local
+            else f"{template.ranks_per_node} ranks per node as measured"
+        )
     )
     return _finish(rows, cfg, source, work_of(cfg))
 

@@ -46,8 +46,9 @@ class PresetFit:
     def __post_init__(self) -> None:
         values = [*self.mfu.values(), self.mfu_any_device]
         if not all(0 < v <= 1 for v in values) or not (self.interval_log >= 0 and 0 < self.quantile < 1):
-            raise ValueError(f"preset fit out of range: mfu {values}, interval_log {self.interval_log}, "
-                             f"quantile {self.quantile}")  # fmt: skip
+            raise ValueError(
+                f"preset fit out of range: mfu {values}, interval_log {self.interval_log}, quantile {self.quantile}"
+            )
 
     @property
     def rel_half_width(self) -> float:
@@ -85,6 +86,9 @@ def load(path: Path = PACKAGED) -> PresetFit:
 
 def save(fit: PresetFit, path: Path = PACKAGED) -> None:
     """Written by the replay; sorted keys so a rerun's diff shows only what changed."""
-    doc = {"about": "written by benchmarks/published_replay.py from benchmarks/data/published_scaling.csv; "
-                    "do not edit by hand", **asdict(fit)}  # fmt: skip
+    doc = {
+        "about": "written by benchmarks/published_replay.py from benchmarks/data/published_scaling.csv; "
+        "do not edit by hand",
+        **asdict(fit),
+    }
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")

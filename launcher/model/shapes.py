@@ -156,9 +156,15 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
     describe (a `_target_` model, counted on its module)."""
     dp, tp, pp = layout_degrees(cfg, world_size)
     par, device = cfg.parallel, planned_device(cfg)
-    spec = LayoutSpec(layout=par.layout, model=cfg.model, precision=resolve_precision(cfg.precision, device),
-                      reshard_after_forward=par.reshard_after_forward, microbatches=par.microbatches,
-                      virtual=virtual_stages(par), measured_numel=numel)  # fmt: skip
+    spec = LayoutSpec(
+        layout=par.layout,
+        model=cfg.model,
+        precision=resolve_precision(cfg.precision, device),
+        reshard_after_forward=par.reshard_after_forward,
+        microbatches=par.microbatches,
+        virtual=virtual_stages(par),
+        measured_numel=numel,
+    )
     return layout_shape(
         spec,
         world_size=world_size,

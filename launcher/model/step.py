@@ -86,8 +86,10 @@ class Shape:
             if getattr(self, name) < 1:
                 raise ValueError(f"shape: {name} must be ≥ 1, got {getattr(self, name)}")
         if self.dp * self.tp * self.pp != self.world_size:
-            raise ValueError(f"shape: dp({self.dp}) × tp({self.tp}) × pp({self.pp}) = {self.dp * self.tp * self.pp} "
-                             f"≠ world_size {self.world_size}")  # fmt: skip
+            raise ValueError(
+                f"shape: dp({self.dp}) × tp({self.tp}) × pp({self.pp}) = {self.dp * self.tp * self.pp} "
+                f"≠ world_size {self.world_size}"
+            )
         if not 0.0 <= self.bubble < 1.0:
             raise ValueError(f"shape: bubble must be in [0, 1), got {self.bubble}")
         if not self.contention >= 1.0:
@@ -113,8 +115,9 @@ class Shape:
     def groups(self) -> Groups:
         """Ranks laid out dp × pp × tp, tp innermost (train/engines/base.py)."""
         rpn = self.ranks_per_node
-        return Groups(dp=group(self.dp, self.tp * self.pp, rpn), tp=group(self.tp, 1, rpn),
-                      pp=group(self.pp, self.tp, rpn))  # fmt: skip
+        return Groups(
+            dp=group(self.dp, self.tp * self.pp, rpn), tp=group(self.tp, 1, rpn), pp=group(self.pp, self.tp, rpn)
+        )
 
     @property
     def topology(self) -> Topology:
@@ -127,8 +130,15 @@ class Shape:
 
 def comm_at(shape: Shape, intra: Link, inter: Link, compute_s: float) -> CommTerms:
     """The shape's communication (all, and exposed per the overlap model) at `compute_s`."""
-    return comm_terms(shape.traffic, shape.groups, shape.topology, intra, inter, compute_s=compute_s,
-                      backward_share=shape.backward_share)  # fmt: skip
+    return comm_terms(
+        shape.traffic,
+        shape.groups,
+        shape.topology,
+        intra,
+        inter,
+        compute_s=compute_s,
+        backward_share=shape.backward_share,
+    )
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -283,7 +293,9 @@ class PerfModel:
             raise ValueError(f"level must be in (0, 1) or None, got {self.level}")
         if len(self.cov) != len(self.free) or any(len(row) != len(self.free) for row in self.cov):
             shape = [len(row) for row in self.cov]
-            raise ValueError(f"cov must be {len(self.free)}×{len(self.free)} for free={self.free}, got row lengths {shape}")
+            raise ValueError(
+                f"cov must be {len(self.free)}×{len(self.free)} for free={self.free}, got row lengths {shape}"
+            )
 
     def source(self, key: str) -> str:
         """Where parameter `key` ("intra", "inter", or a field name) came from."""

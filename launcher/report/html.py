@@ -72,7 +72,8 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 {% endfor %}{% for note in figure_notes %}<p class="figure-note">{{ note | inline_code }}</p>
 {% endfor %}{% if inside %}<h2>Inside the trials</h2>
 <ul class="inside">
-{% for t in inside %}<li><code>{{ t.trial_id }}</code>:{% if t.trace %} <a href="{{ t.trace }}">profiler trace</a>{% endif %}
+{% for t in inside %}<li><code>{{ t.trial_id }}</code>:
+{%- if t.trace %} <a href="{{ t.trace }}">profiler trace</a>{% endif %}
 {%- if t.trace and t.gpu %} ·{% endif %}{% if t.gpu %} {{ t.gpu }}{% endif %}</li>
 {% endfor %}</ul>
 {% if inside_note %}<p class="notes">{{ inside_note | inline_code }}</p>
@@ -118,23 +119,54 @@ def _image(caption: str, png: Path) -> dict:
     return {"caption": caption, "data": base64.b64encode(Path(png).read_bytes()).decode("ascii")}
 
 
-def render_html(*, title: str, summary: str, recommendation: str, table: pd.DataFrame,
-                images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
-                figure_notes: Sequence[str] = (), confidence: str = "", inside: Sequence[Any] = (),
-                inside_note: str = "") -> str:  # fmt: skip
+def render_html(
+    *,
+    title: str,
+    summary: str,
+    recommendation: str,
+    table: pd.DataFrame,
+    images: Sequence[tuple[str, Path]],
+    notes: Sequence[str] = (),
+    figure_notes: Sequence[str] = (),
+    confidence: str = "",
+    inside: Sequence[Any] = (),
+    inside_note: str = "",
+) -> str:
     """The page as a string (see write_html)."""
     columns, rows = _rows(table)
-    return _environment().from_string(_TEMPLATE).render(
-        title=title, summary=summary, recommendation=recommendation, confidence=confidence, columns=columns, rows=rows,
-        images=[_image(caption, png) for caption, png in images], notes=list(notes),
-        figure_notes=list(figure_notes), inside=list(inside), inside_note=inside_note,
-    )  # fmt: skip
+    return (
+        _environment()
+        .from_string(_TEMPLATE)
+        .render(
+            title=title,
+            summary=summary,
+            recommendation=recommendation,
+            confidence=confidence,
+            columns=columns,
+            rows=rows,
+            images=[_image(caption, png) for caption, png in images],
+            notes=list(notes),
+            figure_notes=list(figure_notes),
+            inside=list(inside),
+            inside_note=inside_note,
+        )
+    )
 
 
-def write_html(*, path: Path, title: str, summary: str, recommendation: str, table: pd.DataFrame,
-               images: Sequence[tuple[str, Path]], notes: Sequence[str] = (),
-               figure_notes: Sequence[str] = (), confidence: str = "", inside: Sequence[Any] = (),
-               inside_note: str = "") -> Path:  # fmt: skip
+def write_html(
+    *,
+    path: Path,
+    title: str,
+    summary: str,
+    recommendation: str,
+    table: pd.DataFrame,
+    images: Sequence[tuple[str, Path]],
+    notes: Sequence[str] = (),
+    figure_notes: Sequence[str] = (),
+    confidence: str = "",
+    inside: Sequence[Any] = (),
+    inside_note: str = "",
+) -> Path:
     """Write report.html atomically. `table` is the display table (strings; headers are column
     names); its cells are data and are escaped. A row whose `status` is not "completed" is
     highlighted. `images` are (caption, PNG path) pairs, inlined so the file stands alone;
@@ -142,9 +174,18 @@ def write_html(*, path: Path, title: str, summary: str, recommendation: str, tab
     `confidence` a line under the recommendation saying how sure it is; `inside` each trial's
     profiler trace (linked relative to the page: the trial folders stay beside it) and NVML
     figures (markdown.Inside), `inside_note` a line under them."""
-    text = render_html(title=title, summary=summary, recommendation=recommendation, table=table, images=images,
-                       notes=notes, figure_notes=figure_notes, confidence=confidence, inside=inside,
-                       inside_note=inside_note)  # fmt: skip
+    text = render_html(
+        title=title,
+        summary=summary,
+        recommendation=recommendation,
+        table=table,
+        images=images,
+        notes=notes,
+        figure_notes=figure_notes,
+        confidence=confidence,
+        inside=inside,
+        inside_note=inside_note,
+    )
     # Non-ASCII (—, ×, ≥) as character references: atomic_write_text writes in the locale's
     # encoding, and the page must read the same whatever that was.
     atomic_write_text(path, text.encode("ascii", "xmlcharrefreplace").decode("ascii"))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -37,30 +38,44 @@ def priced(df: pd.DataFrame, sweep_dir: Path) -> bool:
     return "usd_per_1m_tokens" in df and bool(df["usd_per_1m_tokens"].notna().any())
 
 
-def draw_plots(df: pd.DataFrame, *, threshold: float, sweep_dir: Path, model: ModelSummary | None,
-               has_price: bool) -> tuple[list[tuple[str, Path]], list[str]]:  # fmt: skip
+def draw_plots(
+    df: pd.DataFrame, *, threshold: float, sweep_dir: Path, model: ModelSummary | None, has_price: bool
+) -> tuple[list[tuple[str, Path]], list[str]]:
     """Every PNG of the sweep as (caption, path), and a line for each plot left out (no price:
     no cost.png, and an earlier one is removed so no folder shows a stale or empty cost plot)."""
     images = [
         ("Throughput vs GPUs, with the ideal linear line", plots.plot_throughput(df, sweep_dir / "throughput.png")),
-        ("Scaling efficiency vs GPUs, with the threshold", plots.plot_efficiency(df, threshold, sweep_dir / "efficiency.png")),
-    ]  # fmt: skip
+        (
+            "Scaling efficiency vs GPUs, with the threshold",
+            plots.plot_efficiency(df, threshold, sweep_dir / "efficiency.png"),
+        ),
+    ]
     left_out = []
     if has_price:
         images.append(("$ per 1M tokens vs GPUs", plots.plot_cost(df, sweep_dir / "cost.png")))
     else:
         (sweep_dir / "cost.png").unlink(missing_ok=True)
         left_out.append(f"$ per 1M tokens: {plots.NO_PRICE}")
-    images.append(("Throughput and efficiency side by side (scaling.png)",
-                   plots.plot_scaling(df, threshold, sweep_dir / "scaling.png")))  # fmt: skip
+    images.append(
+        (
+            "Throughput and efficiency side by side (scaling.png)",
+            plots.plot_scaling(df, threshold, sweep_dir / "scaling.png"),
+        )
+    )
     if model is not None and model.predictions is not None:
-        images.append(("Measured vs predicted throughput (calibrated model, interval shaded)",
-                       plots.plot_predicted(model.predictions, sweep_dir / "predicted.png")))  # fmt: skip
+        images.append(
+            (
+                "Measured vs predicted throughput (calibrated model, interval shaded)",
+                plots.plot_predicted(model.predictions, sweep_dir / "predicted.png"),
+            )
+        )
     return images, left_out
 
 
-TRACE_VIEWERS = ("Profiler traces open in Perfetto (ui.perfetto.dev) or chrome://tracing, or in TensorBoard's "
-                 "profiler plugin with `tensorboard --logdir trials`.")  # fmt: skip
+TRACE_VIEWERS = (
+    "Profiler traces open in Perfetto (ui.perfetto.dev) or chrome://tracing, or in TensorBoard's "
+    "profiler plugin with `tensorboard --logdir trials`."
+)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -125,9 +140,18 @@ def inside_lines(found: Sequence[Inside]) -> list[str]:
     return [*lines, ""]
 
 
-def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summary: str, threshold: float,
-                 sweep_dir: Path, model: ModelSummary | None = None, notes: Sequence[str] = (),
-                 has_price: bool | None = None) -> None:  # fmt: skip
+def write_report(
+    df: pd.DataFrame,
+    rec: Recommendation,
+    *,
+    sweep_id: str,
+    summary: str,
+    threshold: float,
+    sweep_dir: Path,
+    model: ModelSummary | None = None,
+    notes: Sequence[str] = (),
+    has_price: bool | None = None,
+) -> None:
     """report.md and a self-contained report.html, both showing every PNG written beside them.
     `has_price` None: read from the sweep folder (see priced)."""
     has_price = priced(df, sweep_dir) if has_price is None else has_price
@@ -141,24 +165,43 @@ def write_report(df: pd.DataFrame, rec: Recommendation, *, sweep_id: str, summar
     # The table's footer: an MFU not to trust, and trials whose figures are not what they seem.
     flags = [line for line in [peak_mismatch_line(df)] if line] + [f"flagged: {line}" for line in flag_lines(df)]
     inside = insides(sweep_dir)
-    text = "\n".join([
-        f"# Sweep {sweep_id}", "", summary, "",
-        f"**Recommended world size: {size}** — {rec.reason}", "",
-        *[f"{line}\n" for line in confidence],
-        markdown_table(df), "",
-        *[f"**{line}**\n" for line in flags],
-        *[f"{n}\n" for n in notes],
-        *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)], "",
-        *[f"![{caption}]({path.name})" for caption, path in images], "",
-        *[f"{line}\n" for line in left_out],
-        *inside_lines(inside),
-        "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`. "
-        "The same report as one file: `report.html`.", "",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            f"# Sweep {sweep_id}",
+            "",
+            summary,
+            "",
+            f"**Recommended world size: {size}** — {rec.reason}",
+            "",
+            *[f"{line}\n" for line in confidence],
+            markdown_table(df),
+            "",
+            *[f"**{line}**\n" for line in flags],
+            *[f"{n}\n" for n in notes],
+            *[f"- {line}" if i else f"{line}\n" for i, line in enumerate(model_lines)],
+            "",
+            *[f"![{caption}]({path.name})" for caption, path in images],
+            "",
+            *[f"{line}\n" for line in left_out],
+            *inside_lines(inside),
+            "Every column, per trial: `results.csv` / `results.parquet`. Per-trial records and logs: `trials/`. "
+            "The same report as one file: `report.html`.",
+            "",
+        ]
+    )
     atomic_write_text(sweep_dir / "report.md", text)
     header, rows = display_rows(df)
     short = [c if c == "status" else SHORT.get(c, c) for c in header]  # the terminal's compact headers
-    write_html(path=sweep_dir / "report.html", title=f"Sweep {sweep_id}", summary=summary, recommendation=recommendation,
-               table=pd.DataFrame(rows, columns=short), images=images, notes=[*flags, *notes, *model_lines],
-               figure_notes=left_out, confidence=" ".join(confidence), inside=inside,
-               inside_note=TRACE_VIEWERS if any(t.trace for t in inside) else "")  # fmt: skip
+    write_html(
+        path=sweep_dir / "report.html",
+        title=f"Sweep {sweep_id}",
+        summary=summary,
+        recommendation=recommendation,
+        table=pd.DataFrame(rows, columns=short),
+        images=images,
+        notes=[*flags, *notes, *model_lines],
+        figure_notes=left_out,
+        confidence=" ".join(confidence),
+        inside=inside,
+        inside_note=TRACE_VIEWERS if any(t.trace for t in inside) else "",
+    )

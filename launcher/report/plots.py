@@ -169,8 +169,9 @@ def plot_efficiency(df: pd.DataFrame, threshold: float, path: Path) -> Path:
     sizes = _summary(df)
     fig, ax = _figure()
     top = _efficiency_top(sizes)
-    ax.set(xlabel=XLABEL, ylabel="efficiency", title=f"{_scaling_kind(df).capitalize()}-scaling efficiency",
-           ylim=(0, top))  # fmt: skip
+    ax.set(
+        xlabel=XLABEL, ylabel="efficiency", title=f"{_scaling_kind(df).capitalize()}-scaling efficiency", ylim=(0, top)
+    )
     if sizes.empty:
         _message(ax, NO_TRIALS)
     for variant, g in sizes.groupby("variant"):
@@ -223,13 +224,21 @@ def plot_predicted(pred: pd.DataFrame, path: Path) -> Path:
         prefix = f"{name}: " if several else ""
         line = ax.plot(g["world_size"], g["predicted_tokens_per_s"], "-", label=f"{prefix}predicted")[0]
         if {"low_tokens_per_s", "high_tokens_per_s"} <= set(g.columns):
-            ax.fill_between(g["world_size"], g["low_tokens_per_s"], g["high_tokens_per_s"], color=line.get_color(),
-                            alpha=0.2, linewidth=0, label=f"{prefix}interval")  # fmt: skip
+            ax.fill_between(
+                g["world_size"],
+                g["low_tokens_per_s"],
+                g["high_tokens_per_s"],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+                label=f"{prefix}interval",
+            )
         if "measured_tokens_per_s" in g:
             m = g[g["measured_tokens_per_s"].notna()]
             if not m.empty:
-                ax.plot(m["world_size"], m["measured_tokens_per_s"], "o", color=line.get_color(),
-                        label=f"{prefix}measured")  # fmt: skip
+                ax.plot(
+                    m["world_size"], m["measured_tokens_per_s"], "o", color=line.get_color(), label=f"{prefix}measured"
+                )
     _set_sizes(ax, _world_sizes(pred))
     _finish(ax)
     return _save(fig, path)
@@ -252,8 +261,12 @@ def plot_scaling(df: pd.DataFrame, threshold: float, path: Path) -> Path:
     ax2.axhline(threshold, color="red", linestyle=":", label=f"threshold {threshold:.2f}")
     scaling = _scaling_kind(df)
     ax1.set(xlabel="world size (ranks)", ylabel="tokens/s", title="Throughput")
-    ax2.set(xlabel="world size (ranks)", ylabel="efficiency", title=f"{scaling.capitalize()}-scaling efficiency",
-            ylim=(0, _efficiency_top(sizes)))  # fmt: skip
+    ax2.set(
+        xlabel="world size (ranks)",
+        ylabel="efficiency",
+        title=f"{scaling.capitalize()}-scaling efficiency",
+        ylim=(0, _efficiency_top(sizes)),
+    )
     for ax in (ax1, ax2):
         if sizes.empty:
             _message(ax, NO_TRIALS)

@@ -7,8 +7,9 @@ and a footer line names the ones left out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 from rich.cells import cell_len
@@ -26,29 +27,72 @@ from launcher.results.uncertainty import interval_text
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
-    "world_size": "ranks", "tokens_per_s": "tokens/s", "tokens_per_s_per_device": "tok/s/dev",
-    "samples_per_s": "samples/s", "step_time_median_s": "step s", "efficiency": "eff", "busbw_gbps": "busbw GB/s",
-    "usd_per_1m_tokens": "$/1M tok", "bubble_measured": "bubble", "bubble_theory": "theory",
-    "hours_to_budget": "h to budget", "device_hours_to_budget": "dev-h to budget", "usd_to_budget": "$ to budget",
-    "device_hours_per_1m_tokens": "dev-h/1M tok", "jobs_per_hour": "runs/h", "tokens_per_s_interval": "interval",
-    "comm_share": "comm", "flagged": "flags",
-}  # fmt: skip
+    "world_size": "ranks",
+    "tokens_per_s": "tokens/s",
+    "tokens_per_s_per_device": "tok/s/dev",
+    "samples_per_s": "samples/s",
+    "step_time_median_s": "step s",
+    "efficiency": "eff",
+    "busbw_gbps": "busbw GB/s",
+    "usd_per_1m_tokens": "$/1M tok",
+    "bubble_measured": "bubble",
+    "bubble_theory": "theory",
+    "hours_to_budget": "h to budget",
+    "device_hours_to_budget": "dev-h to budget",
+    "usd_to_budget": "$ to budget",
+    "device_hours_per_1m_tokens": "dev-h/1M tok",
+    "jobs_per_hour": "runs/h",
+    "tokens_per_s_interval": "interval",
+    "comm_share": "comm",
+    "flagged": "flags",
+}
 
 # Columns shown to people (the CSV/parquet keep them all), with their number formats.
 DISPLAY = [
-    ("variant", "{}"), ("world_size", "{:d}"), ("nodes", "{:d}"), ("status", "{}"), ("repeats", "{:d}"),
+    ("variant", "{}"),
+    ("world_size", "{:d}"),
+    ("nodes", "{:d}"),
+    ("status", "{}"),
+    ("repeats", "{:d}"),
     ("tokens_per_s", "{:,.0f}"),
-    ("tokens_per_s_interval", "{}"), ("tokens_per_s_per_device", "{:,.0f}"), ("comm_share", "{:.0%}"),
-    ("samples_per_s", "{:,.1f}"), ("step_time_median_s", "{:.4f}"), ("efficiency", "{:.2f}"), ("mfu", "{:.3f}"),
-    ("ccr", "{:.3f}"), ("busbw_gbps", "{:.2f}"), ("bubble_measured", "{:.2f}"), ("bubble_theory", "{:.2f}"),
-    ("hours", "{:,.1f}"), ("jobs_per_hour", "{:.4f}"), ("usd_per_1m_tokens", "{:.4f}"),
-    ("hours_to_budget", "{:,.1f}"), ("device_hours_to_budget", "{:,.0f}"), ("usd_to_budget", "{:,.0f}"),
-    ("flagged", "{}"), ("reason", "{}"),
-]  # fmt: skip
+    ("tokens_per_s_interval", "{}"),
+    ("tokens_per_s_per_device", "{:,.0f}"),
+    ("comm_share", "{:.0%}"),
+    ("samples_per_s", "{:,.1f}"),
+    ("step_time_median_s", "{:.4f}"),
+    ("efficiency", "{:.2f}"),
+    ("mfu", "{:.3f}"),
+    ("ccr", "{:.3f}"),
+    ("busbw_gbps", "{:.2f}"),
+    ("bubble_measured", "{:.2f}"),
+    ("bubble_theory", "{:.2f}"),
+    ("hours", "{:,.1f}"),
+    ("jobs_per_hour", "{:.4f}"),
+    ("usd_per_1m_tokens", "{:.4f}"),
+    ("hours_to_budget", "{:,.1f}"),
+    ("device_hours_to_budget", "{:,.0f}"),
+    ("usd_to_budget", "{:,.0f}"),
+    ("flagged", "{}"),
+    ("reason", "{}"),
+]
 FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other status is a failure, shown red
 # Shown only when some row has a value; the rest always (a dash says "not measured").
-OPTIONAL = {"reason", "variant", "nodes", "repeats", "flagged", "tokens_per_s_interval", "comm_share", "bubble_measured", "bubble_theory", "hours", "jobs_per_hour", "hours_to_budget",
-            "device_hours_to_budget", "usd_to_budget"}  # fmt: skip
+OPTIONAL = {
+    "reason",
+    "variant",
+    "nodes",
+    "repeats",
+    "flagged",
+    "tokens_per_s_interval",
+    "comm_share",
+    "bubble_measured",
+    "bubble_theory",
+    "hours",
+    "jobs_per_hour",
+    "hours_to_budget",
+    "device_hours_to_budget",
+    "usd_to_budget",
+}
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -143,8 +187,19 @@ def flag_lines(df: pd.DataFrame, unit: str = "rank") -> list[str]:
 
 # What a reader deciding "how many GPUs" needs first; every other column follows in DISPLAY
 # order. `reason` only matters for failed rows and may wrap, so it comes after the key numbers.
-PRIORITY = ("variant", "world_size", "status", "tokens_per_s", "efficiency", "nodes", "tokens_per_s_per_device",
-            "step_time_median_s", "mfu", "usd_per_1m_tokens", "reason")  # fmt: skip
+PRIORITY = (
+    "variant",
+    "world_size",
+    "status",
+    "tokens_per_s",
+    "efficiency",
+    "nodes",
+    "tokens_per_s_per_device",
+    "step_time_median_s",
+    "mfu",
+    "usd_per_1m_tokens",
+    "reason",
+)
 REASON_MIN = 20  # narrower than this a wrapped reason is a column of word fragments: leave it out instead
 _TEXT = ("variant", "status", "reason")  # left-aligned; every other column is a number, right-aligned
 _BORDER = 3  # rich's default box: one rule and a space of padding either side per column (+1 for the last rule)
@@ -226,8 +281,9 @@ def _table(fit: Fit, header: list[str], rows: list[list[str]], statuses: Sequenc
     table = Table(title=title)
     for col, width in zip(fit.columns, fit.widths, strict=True):
         # An explicit width is one rich never shrinks; fit_columns made it hold every cell whole.
-        table.add_column(header_name(col, unit), justify="left" if col in _TEXT else "right",
-                         width=width, overflow="fold")  # fmt: skip
+        table.add_column(
+            header_name(col, unit), justify="left" if col in _TEXT else "right", width=width, overflow="fold"
+        )
     shown = [header.index(c) for c in fit.columns]
     for row, status in zip(rows, statuses, strict=True):
         # Cells are data (reasons quote logs with [brackets]), never rich markup.
@@ -248,8 +304,16 @@ def _left_out(width: int, names: list[str], where: str) -> str:
     return "\n".join(lines)
 
 
-def print_table(df: pd.DataFrame, rec: Recommendation, title: str, footer: str = "", unit: str = "rank", *,
-                console: Console | None = None, everything: str | None = "results.csv") -> None:  # fmt: skip
+def print_table(
+    df: pd.DataFrame,
+    rec: Recommendation,
+    title: str,
+    footer: str = "",
+    unit: str = "rank",
+    *,
+    console: Console | None = None,
+    everything: str | None = "results.csv",
+) -> None:
     """The table at the console's width, then its notes and the recommendation. `everything`
     names where the columns left out can be read (None: nowhere but a wider terminal)."""
     console = console or stdout_console()

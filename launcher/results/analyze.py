@@ -46,7 +46,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
         return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     except Exception as exc:  # noqa: BLE001 — any unreadable table is the user's input error
         raise ConfigError(f"table {str(path)!r} cannot be read as {'parquet' if p.suffix == '.parquet' else 'CSV'}: "
-                          f"{str(exc).splitlines()[0]}") from None  # fmt: skip
+                          f"{str(exc).splitlines()[0]}") from None
 
 
 def _pick(df: pd.DataFrame, names) -> str | None:
@@ -119,11 +119,11 @@ def check_policy(policy: Policy, pricing: Pricing) -> None:
 def main(args: argparse.Namespace) -> int:
     """`launcher analyze TABLE`: judge a scaling table measured anywhere."""
     policy = Policy(name=args.policy, threshold=args.threshold, budget_device_hours=args.budget_gpu_hours,
-                    budget_usd=args.budget_usd)  # fmt: skip
+                    budget_usd=args.budget_usd)
     pricing = Pricing(usd_per_device_hour=args.usd_per_gpu_hour, spot_discount=args.spot_discount,
-                      token_budget=args.token_budget)  # fmt: skip
+                      token_budget=args.token_budget)
     for flag, value in (("--usd-per-gpu-hour", args.usd_per_gpu_hour), ("--token-budget", args.token_budget),
-                        ("--budget-gpu-hours", args.budget_gpu_hours), ("--budget-usd", args.budget_usd)):  # fmt: skip
+                        ("--budget-gpu-hours", args.budget_gpu_hours), ("--budget-usd", args.budget_usd)):
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} {value:g} must be a positive number")
     check_policy(policy, pricing)

@@ -43,7 +43,7 @@ def max_efficient(done: pd.DataFrame, pick: int, threshold: float, unit: str) ->
     across = [r for r in deciding if _known(r, "efficiency") and r["efficiency_lo"] <= threshold <= r["efficiency_hi"]]
     if across:
         said = "; ".join(f"{count(int(r['world_size']), unit)}: {efficiency_text(r)} — within noise of the "
-                         f"{threshold:.2f} threshold" for r in across)  # fmt: skip
+                         f"{threshold:.2f} threshold" for r in across)
         return f"low — {said} {_basis(deciding)}"
     if unknown := _unknown_at(deciding, "efficiency", unit):
         return f"unknown — the spread is unknown at {unknown} (fewer than 2 completed repeats there)"
@@ -82,7 +82,7 @@ def within_budget(rows: list[pd.Series], col: str, cap: float, metric: str, unit
         lo, hi = r[col] * r[metric] / r[f"{metric}_hi"], r[col] * r[metric] / r[f"{metric}_lo"]
         if lo <= cap <= hi:
             across.append(f"{count(int(r['world_size']), unit)}: {interval_text(r[col], lo, hi, fmt='{:,.4g}')} "
-                          f"— within noise of the budget {cap:,.4g}")  # fmt: skip
+                          f"— within noise of the budget {cap:,.4g}")
     if across:
         return f"low — {'; '.join(across)} {_basis(rows)}"
     return f"high — the budget {cap:,.4g} lies outside the deciding sizes' intervals {_basis(rows)}"

@@ -50,4 +50,4 @@ def pricing_of(cfg: LauncherConfig) -> Pricing:
     """The cost inputs of a config (cluster price and spot discount, sweep token budget)."""
     c = cfg.cluster
     return Pricing(usd_per_device_hour=c.usd_per_device_hour, spot_discount=c.spot_discount,
-                   token_budget=cfg.sweep.token_budget)  # fmt: skip
+                   token_budget=cfg.sweep.token_budget)

@@ -53,7 +53,7 @@ ONLY_FREE = "the only size measured without core contention"
 
 
 def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens_per_s", unit: str = "rank",
-              unknown_spread: str | None = None) -> Recommendation:  # fmt: skip
+              unknown_spread: str | None = None) -> Recommendation:
     """The size to use under `policy` (a bare float is max_efficient at that threshold), with
     the evidence and its confidence. Several combinations: the best pick over all of them. A size
     whose trials oversubscribed the cores (cpu_contention > 1) is left out, with the reason.
@@ -133,7 +133,7 @@ def _max_efficient(groups, policy: Policy, metric: str, unit: str) -> Recommenda
             f"({nxt[metric] / pick[metric]:.2f}× the speed for {m / n:.2f}× the devices"
             + (f", {nxt['usd_per_1m_tokens'] / pick['usd_per_1m_tokens']:.2f}× the $ per token)"
                if pd.notna(pick.get("usd_per_1m_tokens")) else ")")
-        )  # fmt: skip
+        )
     sure = conf.max_efficient(done, n, threshold, unit)
     return Recommendation(world_size=n, reason=reason, variant=variant, confidence=sure)
 
@@ -148,7 +148,7 @@ def _efficiency_text(row: pd.Series, threshold: float) -> str:
     "reach only 0.80"."""
     e = row["efficiency"]
     d = next((d for d in range(2, MAX_DECIMALS) if (round(e, d) >= round(threshold, d)) == (e >= threshold)),
-             MAX_DECIMALS)  # fmt: skip
+             MAX_DECIMALS)
     return interval_text(e, row.get("efficiency_lo", math.nan), row.get("efficiency_hi", math.nan), f"{{:.{d}f}}")
 
 
@@ -194,7 +194,7 @@ def _within_budget(groups, policy: Policy, metric: str, unit: str) -> Recommenda
         spend = limits[0][2].format(cheapest[limits[0][0]])
         return Recommendation(world_size=None, variant=v, reason=(
             f"no size fits the budget of {budget}; the cheapest, {_count(int(cheapest['world_size']), unit)}, "
-            f"needs {spend}"))  # fmt: skip
+            f"needs {spend}"))
     variant, best = max(fits, key=lambda vr: (vr[1][metric], -vr[1]["world_size"]))
     n = int(best["world_size"])
     spend = " and ".join(fmt.format(best[col]) for col, _, fmt in limits)
@@ -214,4 +214,4 @@ def policy_of(cfg: LauncherConfig) -> Policy:
     """The recommendation policy of a config."""
     s = cfg.sweep
     return Policy(name=s.policy, threshold=s.threshold, budget_device_hours=s.budget_device_hours,
-                  budget_usd=s.budget_usd)  # fmt: skip
+                  budget_usd=s.budget_usd)

@@ -25,7 +25,7 @@ def _done(df: pd.DataFrame, metric: str) -> pd.Series:
 
 
 _MEDIANS = ("usd_per_1m_tokens", "device_hours_per_1m_tokens", "hours_to_budget", "usd_to_budget",
-            "device_hours_to_budget")  # fmt: skip
+            "device_hours_to_budget")
 EXACT = Interval(median=1.0, lo=1.0, hi=1.0)
 """The base size's efficiency: 1 by definition, whatever its repeats spread."""
 

@@ -29,7 +29,7 @@ COLUMNS = [
     "rank_spread", "peak_memory_mb", "loss_first", "loss_last", "usd_per_1m_tokens", "device_hours_per_1m_tokens",
     "hours_to_budget", "device_hours_to_budget", "usd_to_budget", "device_hours", "allreduce_bytes", "cpu_contention",
     "ranks_per_node", "lr", "precision", "peak_source", "peak_mismatch", "hosts", "flags", "reason",
-]  # fmt: skip
+]
 _LAYOUT_COLUMNS = ["bubble_measured", "bubble_theory", "collective_time_s"]
 # What MFU means: the precision that ran and the peak it was divided by (metrics of the record).
 _PEAK_COLUMNS = ["precision", "peak_flops_per_device", "peak_source", "peak_mismatch"]
@@ -38,13 +38,13 @@ _METRIC_COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_median_s", "step_time_p10_s",
     "step_time_p90_s", "mfu", "hfu", "ccr", "busbw_gbps", "allreduce_time_s", "compute_time_s", "rank_spread",
     "loss_first", "loss_last", "allreduce_bytes", "cpu_contention",
-]  # fmt: skip
+]
 
 
 def _blank_row(trial: dict[str, Any]) -> dict[str, Any]:
     """The spec's columns, every measurement empty."""
     row: dict[str, Any] = {k: trial.get(k) for k in ("trial_id", "world_size", "nodes", "layout", "dp", "tp", "pp",
-                                                     "micro", "accum", "global_batch", "scaling", "lr")}  # fmt: skip
+                                                     "micro", "accum", "global_batch", "scaling", "lr")}
     row["repeat"] = trial.get("repeat", 0)
     row["variant"] = trial.get("variant") or None  # null, not "", when nothing was swept (CSV == parquet)
     row.update({k: None for k in _METRIC_COLUMNS + _LAYOUT_COLUMNS + _PEAK_COLUMNS})
@@ -153,7 +153,7 @@ def _planned(sweep_dir: Path) -> dict[str, dict[str, Any]]:
 
 # Added from the other rows (scaling, intervals, cost), not read from a trial's own files.
 _DERIVED = ["speedup", "efficiency", *interval_columns(), "usd_per_1m_tokens", "device_hours_per_1m_tokens",
-                 "hours_to_budget", "device_hours_to_budget", "usd_to_budget"]  # fmt: skip
+                 "hours_to_budget", "device_hours_to_budget", "usd_to_budget"]
 
 
 def build_table(sweep_dir: Path, pricing: Pricing | None = None) -> pd.DataFrame:

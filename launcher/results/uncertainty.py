@@ -56,7 +56,7 @@ def _percentiles(draws: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def median_interval(values: Sequence[float], *, level: float = LEVEL, n_boot: int = N_BOOT,
-                    seed: int = SEED) -> Interval:  # fmt: skip
+                    seed: int = SEED) -> Interval:
     """Median of `values` and a percentile-bootstrap interval of it (NaN ends with < 2 values)."""
     a = _clean(values)
     if len(a) == 0:
@@ -69,7 +69,7 @@ def median_interval(values: Sequence[float], *, level: float = LEVEL, n_boot: in
 
 
 def efficiency_interval(values: Sequence[float], base: Sequence[float], *, size: float, base_size: float,
-                        level: float = LEVEL, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:  # fmt: skip
+                        level: float = LEVEL, n_boot: int = N_BOOT, seed: int = SEED) -> Interval:
     """Efficiency median(values)·base_size / (median(base)·size), with both sizes' repeats
     resampled independently, so the base size's own noise widens every other size's interval."""
     a, b = _clean(values), _clean(base)

@@ -14,16 +14,16 @@ Nothing is dropped quietly: each step in search.json says whether the model boun
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
-from launcher.results.cost import pricing_of
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
 from launcher.model.calibrate import Measured, fit_layouts, load_measured, predictions
+from launcher.results.cost import pricing_of
 from launcher.results.table import build_table
 from launcher.run.next_size import Decision, next_size
 from launcher.trials.folder import close_skipped, is_done, read_document
@@ -94,8 +94,13 @@ def _entry(d: Decision, bound: Bound, **fields: object) -> dict:
     return {**entry, "unreadable_trials": list(bound.unreadable)} if bound.unreadable else entry
 
 
-def run_adaptive(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], run: Callable[[list[Trial]], None],
-                 log: Callable[[str], None] = print) -> dict:  # fmt: skip
+def run_adaptive(
+    sweep_dir: Path,
+    cfg: LauncherConfig,
+    trials: list[Trial],
+    run: Callable[[list[Trial]], None],
+    log: Callable[[str], None] = print,
+) -> dict:
     """Measure sizes one at a time until the search ends for every variant; returns search.json."""
     variants = sorted({t.variant for t in trials})
     decisions: dict[str, Decision] = {}
@@ -122,8 +127,9 @@ def run_adaptive(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], run:
     return _write(sweep_dir, history, decisions, bounds, spent=_cost(sweep_dir, cfg, trials))
 
 
-def _close_unneeded(sweep_dir: Path, trials: list[Trial], decisions: dict[str, Decision],
-                    log: Callable[[str], None]) -> None:  # fmt: skip
+def _close_unneeded(
+    sweep_dir: Path, trials: list[Trial], decisions: dict[str, Decision], log: Callable[[str], None]
+) -> None:
     """Close every trial the search did not need as `skipped`, with the decision's reason."""
     for t in trials:
         left = close_skipped(sweep_dir, t, f"adaptive search did not need it: {decisions[t.variant].reason}")
@@ -150,15 +156,18 @@ def _cost(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> dict:
     if note is None and math.isnan(estimate):
         note = "the model cannot predict some skipped size"
     cost = {
-        "trials_run": len(trials) - len(skipped), "trials_in_grid": len(trials), "device_hours_spent": spent,
+        "trials_run": len(trials) - len(skipped),
+        "trials_in_grid": len(trials),
+        "device_hours_spent": spent,
         "device_hours_grid_estimate": estimate,
         "ratio": spent / estimate if estimate and math.isfinite(estimate) else None,
-    }  # fmt: skip
+    }
     return {**cost, "estimate_note": note} if note else cost
 
 
-def _write(sweep_dir: Path, history: list[dict], decisions: dict[str, Decision], bounds: dict[str, Bound],
-           spent: dict | None) -> dict:  # fmt: skip
+def _write(
+    sweep_dir: Path, history: list[dict], decisions: dict[str, Decision], bounds: dict[str, Bound], spent: dict | None
+) -> dict:
     final = {v: _entry(d, bounds[v], predicted_bad=list(d.predicted_bad)) for v, d in decisions.items()}
     doc = {"steps": history, "final": final if spent is not None else None, "cost": spent}
     atomic_write_json(sweep_dir / SEARCH_FILE, doc)
@@ -172,7 +181,9 @@ def _bound_note(doc: dict) -> str:
     steps += [s for s in (doc.get("final") or {}).values() if isinstance(s, dict) and "model_bound" in s]
     off = [str(s["model_bound"]) for s in steps if s["model_bound"] not in ("on", NOT_YET)]
     unreadable = sorted({u for s in steps for u in s.get("unreadable_trials") or []})
-    parts = [f" The model's upper bound was off at {len(off)} decision(s): {off[-1].removeprefix('off: ')}."] if off else []
+    parts = (
+        [f" The model's upper bound was off at {len(off)} decision(s): {off[-1].removeprefix('off: ')}."] if off else []
+    )
     if unreadable:
         parts.append(f" Calibration skipped {len(unreadable)} unreadable trial(s): {'; '.join(unreadable)}.")
     return "".join(parts)

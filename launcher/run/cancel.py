@@ -15,8 +15,10 @@ REASON = "cancelled by the user (launcher cancel)"
 def main(args: argparse.Namespace) -> int:
     path, cfg, _ = load_sweep(args.sweep_dir)
     if cfg.cluster.kind != "slurm":
-        print(f"nothing to cancel: sweep {path.name} runs locally (cluster={cfg.cluster.name}), inside the launcher "
-              "that started it; Ctrl-C there stops it")  # fmt: skip
+        print(
+            f"nothing to cancel: sweep {path.name} runs locally (cluster={cfg.cluster.name}), inside the launcher "
+            "that started it; Ctrl-C there stops it"
+        )
         return 0
     ids = cancel_trials(path, cfg, REASON)
     if not ids:

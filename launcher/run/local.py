@@ -14,14 +14,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
 from launcher.io import last_lines
-from launcher.trials.ends import NEAR_LIMIT, memory_limit_bytes, meminfo_bytes, oom_kill_count, rss_bytes
+from launcher.trials.ends import NEAR_LIMIT, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
 
 # The launcher shares the cores with the ranks it measures: poll gently.
@@ -65,9 +65,10 @@ class MemoryWatch:
     """rank → resident bytes at the last look."""
 
     @classmethod
-    def start(cls) -> "MemoryWatch":
-        return cls(oom_kills_before=oom_kill_count(), limit_bytes=memory_limit_bytes(),
-                   total_bytes=meminfo_bytes("MemTotal"))  # fmt: skip
+    def start(cls) -> MemoryWatch:
+        return cls(
+            oom_kills_before=oom_kill_count(), limit_bytes=memory_limit_bytes(), total_bytes=meminfo_bytes("MemTotal")
+        )
 
     def look(self, procs: list[subprocess.Popen]) -> None:
         """Sample each live rank's RSS and the machine's available memory (cheap /proc reads)."""
@@ -166,7 +167,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, world_size: int, port: int, threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+def rank_env(
+    rank: int, world_size: int, port: int, threads: int, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra or {})  # cluster.env; what the launcher sets below wins
     env.update(
@@ -237,8 +240,15 @@ def run_local(
     try:
         for rank in range(world_size):
             logs.append(open(trial_dir / f"rank{rank}.log", "wb"))
-            procs.append(subprocess.Popen(argv, env=rank_env(rank, world_size, port, threads, user_env),
-                                          stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env=rank_env(rank, world_size, port, threads, user_env),
+                    stdout=logs[-1],
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
         outcome.ranks = _wait_all(procs, outcome, start=start, timeout_s=timeout_s, on_poll=on_poll)
     except BaseException:
         _stop(procs)
@@ -251,8 +261,14 @@ def run_local(
     return outcome
 
 
-def _wait_all(procs: list[subprocess.Popen], outcome: LocalOutcome, *, start: float, timeout_s: float,
-              on_poll: Callable[[], None] | None) -> list[RankExit]:  # fmt: skip
+def _wait_all(
+    procs: list[subprocess.Popen],
+    outcome: LocalOutcome,
+    *,
+    start: float,
+    timeout_s: float,
+    on_poll: Callable[[], None] | None,
+) -> list[RankExit]:
     """Wait for every rank; once one fails (or time runs out) give the rest GRACE_S, then stop
     them: a rank blocked in a collective with a dead peer never exits on its own."""
     stopped: set[int] = set()
@@ -276,8 +292,16 @@ def _wait_all(procs: list[subprocess.Popen], outcome: LocalOutcome, *, start: fl
         if failed_at is not None and now - failed_at >= (0 if outcome.timed_out else GRACE_S):
             stopped |= _stop(procs)
         time.sleep(POLL_S)
-    return [RankExit(rank=i, returncode=p.returncode, stopped_by_launcher=i in stopped, exit_seq=exit_seq.get(i, i),
-                     last_rss_bytes=outcome.memory.last_rss.get(i)) for i, p in enumerate(procs)]  # fmt: skip
+    return [
+        RankExit(
+            rank=i,
+            returncode=p.returncode,
+            stopped_by_launcher=i in stopped,
+            exit_seq=exit_seq.get(i, i),
+            last_rss_bytes=outcome.memory.last_rss.get(i),
+        )
+        for i, p in enumerate(procs)
+    ]
 
 
 def _stop(procs: list[subprocess.Popen]) -> set[int]:
@@ -298,8 +322,15 @@ def _stop(procs: list[subprocess.Popen]) -> set[int]:
 _STEP = re.compile(rb"step (\d+)/(\d+)")
 
 
-def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float,
-                  on_step: Callable[[int], None] | None = None, extra_args: list[str] | None = None) -> dict:  # fmt: skip
+def run_trial_dir(
+    tdir: Path,
+    *,
+    world_size: int,
+    threads: int,
+    timeout_s: float,
+    on_step: Callable[[int], None] | None = None,
+    extra_args: list[str] | None = None,
+) -> dict:
     """Run the trial in `tdir` locally; write and return its outcome.json."""
     log0 = tdir / "rank0.log"
 
@@ -310,8 +341,9 @@ def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float
                 on_step(int(hits[-1][0]))
 
     try:
-        outcome = run_local(tdir, world_size=world_size, threads=threads, timeout_s=timeout_s,
-                            extra_args=extra_args, on_poll=poll)  # fmt: skip
+        outcome = run_local(
+            tdir, world_size=world_size, threads=threads, timeout_s=timeout_s, extra_args=extra_args, on_poll=poll
+        )
     except KeyboardInterrupt:
         write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})
         raise
@@ -327,8 +359,15 @@ def run_trial_dir(tdir: Path, *, world_size: int, threads: int, timeout_s: float
         "timed_out": outcome.timed_out,
         "oom": outcome.oom,
         "wall_s": outcome.wall_s,
-        "ranks": [{"rank": r.rank, "returncode": r.returncode, "stopped_by_launcher": r.stopped_by_launcher,
-                   "last_rss_bytes": r.last_rss_bytes} for r in outcome.ranks],  # fmt: skip
+        "ranks": [
+            {
+                "rank": r.rank,
+                "returncode": r.returncode,
+                "stopped_by_launcher": r.stopped_by_launcher,
+                "last_rss_bytes": r.last_rss_bytes,
+            }
+            for r in outcome.ranks
+        ],
     }
     write_outcome(tdir, doc)
     return doc

@@ -8,8 +8,8 @@ the exhaustive grid gives when efficiency falls with size, at a fraction of its 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -37,7 +37,9 @@ def next_size(
         rest = [n for n in grid if n not in efficiency]
         if not rest:
             return Decision(size=None, reason="no size completed")
-        return Decision(size=rest[0], reason="baseline" if not efficiency else f"no size completed yet; trying {rest[0]}")
+        return Decision(
+            size=rest[0], reason="baseline" if not efficiency else f"no size completed yet; trying {rest[0]}"
+        )
     good = [n for n in completed if efficiency[n] >= threshold]  # type: ignore[operator]
     last_good = max(good) if good else min(completed)
     ruled_out: list[int] = []
@@ -58,7 +60,9 @@ def next_size(
         # Doubling: the first grid size at or past 2× the last good one (or the largest left).
         target = next((n for n in above if n >= 2 * last_good), above[-1] if above else None)
         if target is None:
-            return Decision(size=None, reason=f"every size up to the largest, {last_good}, holds efficiency ≥ {threshold:.2f}")
+            return Decision(
+                size=None, reason=f"every size up to the largest, {last_good}, holds efficiency ≥ {threshold:.2f}"
+            )
         if not bad(target):
             return Decision(size=target, reason=f"doubling: {last_good} holds {efficiency[last_good]:.2f}")
         first_bad = target
@@ -67,8 +71,11 @@ def next_size(
         mid = between[(len(between) - 1) // 2]
         if not bad(mid):
             below = "predicted below" if first_bad in ruled_out else "below"
-            return Decision(size=mid, reason=f"refining between {last_good} (good) and {first_bad} ({below} {threshold:.2f})",
-                            predicted_bad=tuple(ruled_out))  # fmt: skip
+            return Decision(
+                size=mid,
+                reason=f"refining between {last_good} (good) and {first_bad} ({below} {threshold:.2f})",
+                predicted_bad=tuple(ruled_out),
+            )
         first_bad = mid
         between = [n for n in between if n < mid]
     return Decision(

@@ -11,8 +11,8 @@ resumed sweep carries on where it stopped.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -39,7 +39,9 @@ def judge(values: Sequence[float], ran: int, plan: RepeatPlan) -> str | None:
     if half <= plan.target_ci:
         return f"its tokens/s interval is {spread} after {ran} repeats, within {target}"
     if ran >= plan.planned:
-        return f"its tokens/s interval is still {spread} after {ran} repeats (sweep.max_repeats={plan.planned}; {target})"
+        return (
+            f"its tokens/s interval is still {spread} after {ran} repeats (sweep.max_repeats={plan.planned}; {target})"
+        )
     return None
 
 
@@ -50,8 +52,9 @@ def _sizes(trials: Sequence[Trial]) -> dict[tuple[str, int], list[Trial]]:
     return out
 
 
-def next_round(df: pd.DataFrame, trials: Sequence[Trial], plan: RepeatPlan,
-               done: Callable[[Trial], bool]) -> tuple[list[Trial], dict[tuple[str, int], str]]:  # fmt: skip
+def next_round(
+    df: pd.DataFrame, trials: Sequence[Trial], plan: RepeatPlan, done: Callable[[Trial], bool]
+) -> tuple[list[Trial], dict[tuple[str, int], str]]:
     """The next round (one trial of each size still short of its target, in sweep order) and, for
     every size whose repeats are over, why."""
     rows = df.set_index("trial_id")
@@ -71,8 +74,13 @@ def next_round(df: pd.DataFrame, trials: Sequence[Trial], plan: RepeatPlan,
     return sorted(batch, key=lambda t: t.index), over
 
 
-def run_repeats(sweep_dir: Path, cfg: LauncherConfig, trials: Sequence[Trial], run: Callable[[list[Trial]], None],
-                log: Callable[[str], None] = print) -> None:  # fmt: skip
+def run_repeats(
+    sweep_dir: Path,
+    cfg: LauncherConfig,
+    trials: Sequence[Trial],
+    run: Callable[[list[Trial]], None],
+    log: Callable[[str], None] = print,
+) -> None:
     """Run `trials` (any sizes) by the sweep's repeat plan: all not yet done, in order, for a
     fixed count; round by round for `auto`, closing what no size needed."""
     plan = repeat_plan(cfg.sweep)
@@ -113,6 +121,10 @@ def summary(df: pd.DataFrame, cfg: LauncherConfig, unit: str = "rank") -> str | 
         half = median_interval(rows["tokens_per_s"]).half_width()
         spread = f"±{half:.1%}" if math.isfinite(half) else "spread unknown"
         short = " (above target at sweep.max_repeats)" if half > plan.target_ci and len(rows) >= plan.planned else ""
-        parts.append(f"{variant + ' ' if variant else ''}{int(n)} {unit}{'s' * (n != 1)}: {spread} after {len(rows)}{short}")
-    return (f"Repeats: sweep.repeats=auto (tokens/s interval to ±{plan.target_ci:.0%}, {plan.first}–{plan.planned} "
-            f"repeats per size): " + "; ".join(parts) + ".")  # fmt: skip
+        parts.append(
+            f"{variant + ' ' if variant else ''}{int(n)} {unit}{'s' * (n != 1)}: {spread} after {len(rows)}{short}"
+        )
+    return (
+        f"Repeats: sweep.repeats=auto (tokens/s interval to ±{plan.target_ci:.0%}, {plan.first}–{plan.planned} "
+        f"repeats per size): " + "; ".join(parts) + "."
+    )

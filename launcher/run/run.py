@@ -29,8 +29,9 @@ def as_sweep(cfg: LauncherConfig) -> LauncherConfig:
     """A single run is a one-trial sweep: same folder layout, record and table."""
     r = cfg.run
     sizes = {"nodes": [cfg.cluster.nodes]} if cfg.cluster.kind == "slurm" else {"world_sizes": [r.world_size]}
-    sweep = dataclasses.replace(cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False,
-                                search="grid")  # fmt: skip
+    sweep = dataclasses.replace(
+        cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False, search="grid"
+    )
     return dataclasses.replace(cfg, sweep=sweep)
 
 
@@ -38,7 +39,9 @@ def run_trials(cfg: LauncherConfig) -> list[Trial]:
     """The one trial of `launcher run`, checkpointing when asked to."""
     r = cfg.run
     checkpoint = bool(r.checkpoint_every or r.requeue)
-    return [dataclasses.replace(t, checkpoint=checkpoint, checkpoint_every=r.checkpoint_every) for t in sweep_trials(cfg)]
+    return [
+        dataclasses.replace(t, checkpoint=checkpoint, checkpoint_every=r.checkpoint_every) for t in sweep_trials(cfg)
+    ]
 
 
 def dry_run(cfg: LauncherConfig, overrides: list[str]) -> int:
@@ -56,7 +59,11 @@ def dry_run(cfg: LauncherConfig, overrides: list[str]) -> int:
         env = rank_env(rank, trial.world_size, 0, cfg.cluster.threads_per_rank)
         keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
         argv = payload_argv(Path("<trial-dir>/trial.json"), Path("<trial-dir>/record.json"), [])
-        print(" ".join([*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]))
+        print(
+            " ".join(
+                [*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]
+            )
+        )
     return 0
 
 
@@ -72,20 +79,31 @@ def main(args: argparse.Namespace) -> int:
     if result is None:
         return 0
     row = result.table.iloc[0]
-    print("\n".join(run_summary(result.sweep_dir, row["trial_id"], status=row["status"], reason=row["reason"],
-                                 usd_per_1m_tokens=row.get("usd_per_1m_tokens"))))  # fmt: skip
+    print(
+        "\n".join(
+            run_summary(
+                result.sweep_dir,
+                row["trial_id"],
+                status=row["status"],
+                reason=row["reason"],
+                usd_per_1m_tokens=row.get("usd_per_1m_tokens"),
+            )
+        )
+    )
     return 0 if row["status"] == "completed" else 1
 
 
 # --- what a finished run says -------------------------------------------------------------------
+
 
 def _num(value: Any) -> float | None:
     """A finite number, or None for null, NaN and anything else."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def run_summary(sweep_dir: Path, trial_id: str, *, status: str, reason: Any = None,
-                usd_per_1m_tokens: Any = None) -> list[str]:  # fmt: skip
+def run_summary(
+    sweep_dir: Path, trial_id: str, *, status: str, reason: Any = None, usd_per_1m_tokens: Any = None
+) -> list[str]:
     """The lines `launcher run` prints: what ran and how it ended, its figures (from record.json),
     and where its checkpoints, logs and report are."""
     tdir = trial_dir(sweep_dir, trial_id)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 from rich.console import Console
@@ -26,7 +26,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from launcher import __version__
 from launcher.config.compose import compose_config
-from launcher.results.cost import pricing_of
 from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
@@ -36,6 +35,7 @@ from launcher.model.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
 from launcher.results.confidence import UNKNOWN_SWEEP
+from launcher.results.cost import pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 from launcher.run.adaptive import run_adaptive
@@ -108,8 +108,10 @@ def predict_oom(items: Sequence[tuple[Trial, LauncherConfig]]) -> dict[str, str]
 def record_predicted_oom(sweep_dir: Path, predicted: dict[str, str]) -> None:
     """Close each predicted trial as `oom` (final: no executor ever starts it)."""
     for trial_id, reason in predicted.items():
-        write_outcome(trial_dir(sweep_dir, trial_id), {"executor": "estimate", "status": "oom", "predicted": True,
-                                                       "final": True, "reason": reason})  # fmt: skip
+        write_outcome(
+            trial_dir(sweep_dir, trial_id),
+            {"executor": "estimate", "status": "oom", "predicted": True, "final": True, "reason": reason},
+        )
 
 
 def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> PreparedSweep:
@@ -132,11 +134,15 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
             skipped.append(f"{v.label}: {exc}")
             continue
         if base is not None and cfg.cluster != base.cluster:
-            raise ConfigError(f"{v.label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps")
+            raise ConfigError(
+                f"{v.label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps"
+            )
         base = base or cfg
         items += [(t, cfg) for t in sweep_trials(cfg, first_index=len(items), variant=v.label, skipped=skipped)]
     if not items:
-        raise ConfigError(f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+        raise ConfigError(
+            f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else "")
+        )
     assert base is not None
     refuse_unrunnable(base, items)
     return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=predict_oom(items))
@@ -148,13 +154,20 @@ def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, Launcher
     ran, as seen on an H100), and a `_target_` model that does not import, build or take its inputs."""
     if cfg.cluster.kind == "local" and items:
         check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
-    if any(c.model._target_ or c.data._target_ for _, c in items):  # lazy: torch and the user's package, for `_target_`s only
+    if any(
+        c.model._target_ or c.data._target_ for _, c in items
+    ):  # lazy: torch and the user's package, for `_target_`s only
         from launcher.train.models.byo_check import check_targets  # (imports, builds, takes its inputs: one line)
+
         check_targets([c for _, c in items])
 
 
-def create_sweep_dir(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]], overrides: Sequence[str],
-                     skipped: Sequence[str] = ()) -> Path:  # fmt: skip
+def create_sweep_dir(
+    cfg: LauncherConfig,
+    items: Sequence[tuple[Trial, LauncherConfig]],
+    overrides: Sequence[str],
+    skipped: Sequence[str] = (),
+) -> Path:
     """Make the sweep folder and write its spec and every trial.json. Never reuses a folder."""
     now = time.time()
     root = Path(cfg.sweep.results_dir)
@@ -195,8 +208,10 @@ def load_sweep(sweep_dir: str | Path) -> tuple[Path, LauncherConfig, list[Trial]
     if spec.missing:
         raise ConfigError(f"{str(sweep_dir)!r} is not a sweep folder (no {SWEEP_FILE}); pass results/<sweep-id>")
     if spec.doc is None:
-        raise ConfigError(f"{sweep_dir}: {spec.reason}; it holds the sweep's config and trial list, so the "
-                          "sweep cannot be read without it (each trials/*/trial.json keeps its own trial)")  # fmt: skip
+        raise ConfigError(
+            f"{sweep_dir}: {spec.reason}; it holds the sweep's config and trial list, so the "
+            "sweep cannot be read without it (each trials/*/trial.json keeps its own trial)"
+        )
     try:
         trials = [Trial(**t) for t in spec.doc["trials"]]
     except TypeError as exc:  # not a mapping, or fields this launcher does not know
@@ -220,15 +235,27 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
     notes = [n for n in [search_summary(sweep_dir), repeats_summary(df, cfg)] if n]
-    write_report(df, rec, sweep_id=sweep_dir.name, summary=summary, threshold=cfg.sweep.threshold, sweep_dir=sweep_dir,
-                 model=model_summary(sweep_dir, cfg), notes=notes)  # fmt: skip
+    write_report(
+        df,
+        rec,
+        sweep_id=sweep_dir.name,
+        summary=summary,
+        threshold=cfg.sweep.threshold,
+        sweep_dir=sweep_dir,
+        model=model_summary(sweep_dir, cfg),
+        notes=notes,
+    )
     return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
 
 
 def show(result: SweepResult) -> None:
     d = result.sweep_dir
-    print_table(result.table, result.recommendation, title=f"sweep {d.name}",
-                footer=f"results: {d}/results.csv, results.parquet, report.md, report.html")  # fmt: skip
+    print_table(
+        result.table,
+        result.recommendation,
+        title=f"sweep {d.name}",
+        footer=f"results: {d}/results.csv, results.parquet, report.md, report.html",
+    )
 
 
 def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progress_bars: bool) -> None:
@@ -255,9 +282,14 @@ def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
     jobs = job_requests(cfg, sweep_dir, trials, first_index=len(done))
     write_scripts(sweep_dir, jobs)
     console = Console(stderr=True)
-    submit_jobs(sweep_dir, jobs, env_for(cfg),
-                on_submit=lambda job, job_id: console.print(f"submitted {job.name} as job {job_id}: "
-                                                            f"{', '.join(t.trial_id for t in job.trials)}"))  # fmt: skip
+    submit_jobs(
+        sweep_dir,
+        jobs,
+        env_for(cfg),
+        on_submit=lambda job, job_id: console.print(
+            f"submitted {job.name} as job {job_id}: {', '.join(t.trial_id for t in job.trials)}"
+        ),
+    )
 
 
 def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progress_bars: bool) -> None:
@@ -271,8 +303,9 @@ def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progres
     track(sweep_dir, cfg, batch, progress_bars=progress_bars)
 
 
-def execute(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
-            detach: bool = False) -> SweepResult | None:  # fmt: skip
+def execute(
+    sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True, detach: bool = False
+) -> SweepResult | None:
     """Run (local) or submit and track (slurm) the trials not yet done, round by round
     (run/repeats.py); then build the table. With detach (slurm), return None right after
     submission; also (detached) when the sweep stalled in the queue. An adaptive search or
@@ -317,18 +350,26 @@ def _cancel_on_interrupt(sweep_dir: Path, cfg: LauncherConfig, detach: bool) -> 
         return
     console = Console(stderr=True)
     if detach:
-        console.print(f"interrupted; the jobs submitted so far keep running (--detach); cancel them with: "
-                      f"launcher cancel {escape(str(sweep_dir))}", soft_wrap=True)  # fmt: skip
+        console.print(
+            f"interrupted; the jobs submitted so far keep running (--detach); cancel them with: "
+            f"launcher cancel {escape(str(sweep_dir))}",
+            soft_wrap=True,
+        )
         return
     try:
         ids = cancel_trials(sweep_dir, cfg, CTRL_C_REASON)
     except SlurmError as exc:
-        console.print(f"interrupted, but cancelling the sweep's jobs failed: {escape(str(exc))}; retry with: "
-                      f"launcher cancel {escape(str(sweep_dir))}", soft_wrap=True)  # fmt: skip
+        console.print(
+            f"interrupted, but cancelling the sweep's jobs failed: {escape(str(exc))}; retry with: "
+            f"launcher cancel {escape(str(sweep_dir))}",
+            soft_wrap=True,
+        )
         return
     if ids:
-        console.print(f"interrupted: cancelled Slurm job(s) {', '.join(ids)}; their trials are recorded as cancelled",
-                      soft_wrap=True)  # fmt: skip
+        console.print(
+            f"interrupted: cancelled Slurm job(s) {', '.join(ids)}; their trials are recorded as cancelled",
+            soft_wrap=True,
+        )
 
 
 def _detach_stalled(sweep_dir: Path, cfg: LauncherConfig, stalled: Stalled) -> None:
@@ -336,13 +377,18 @@ def _detach_stalled(sweep_dir: Path, cfg: LauncherConfig, stalled: Stalled) -> N
     print(f"{stalled}; waiting:")
     for line in stalled.waiting:
         print(f"  {line}")
-    again = f"  —  carry on the search with: launcher sweep --resume {sweep_dir}" if cfg.sweep.search == "adaptive" else ""
-    print(f"detached, jobs left queued; follow with: launcher status {sweep_dir}  —  table with: launcher collect "
-          f"{sweep_dir}  —  cancel with: launcher cancel {sweep_dir}{again}")  # fmt: skip
+    again = (
+        f"  —  carry on the search with: launcher sweep --resume {sweep_dir}" if cfg.sweep.search == "adaptive" else ""
+    )
+    print(
+        f"detached, jobs left queued; follow with: launcher status {sweep_dir}  —  table with: launcher collect "
+        f"{sweep_dir}  —  cancel with: launcher cancel {sweep_dir}{again}"
+    )
 
 
-def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: bool = True,
-              detach: bool = False) -> SweepResult | None:  # fmt: skip
+def run_sweep(
+    plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: bool = True, detach: bool = False
+) -> SweepResult | None:
     """Every trial is planned and checked (prepare_sweep) before this runs; create the folder, then execute."""
     cfg, trials = plan.cfg, [t for t, _ in plan.items]
     console = Console(stderr=True)
@@ -353,7 +399,9 @@ def run_sweep(plan: PreparedSweep, overrides: Sequence[str], *, progress_bars: b
         planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
         job_requests(cfg, planned, trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
-    console.print(f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True)
+    console.print(
+        f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True
+    )
     record_predicted_oom(sweep_dir, plan.predicted_oom)
     for trial_id, reason in plan.predicted_oom.items():
         console.print(f"{trial_id}: not launched, oom {escape(reason)}", soft_wrap=True)
@@ -378,17 +426,23 @@ def main(args: argparse.Namespace) -> int:
     """`launcher sweep`: plan and check every trial, then run (local) or submit and track (Slurm)."""
     if args.resume:
         if args.overrides:
-            raise ConfigError(f"--resume takes no overrides (got {' '.join(args.overrides)}); the sweep folder holds its config")
+            raise ConfigError(
+                f"--resume takes no overrides (got {' '.join(args.overrides)}); the sweep folder holds its config"
+            )
         return show_and_exit_code(resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach))
     prepared = prepare_sweep(args.overrides, args.recipes)
     if args.detach and prepared.cfg.cluster.kind != "slurm":
         raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
     if args.detach and prepared.cfg.sweep.search == "adaptive":
-        raise ConfigError("--detach with sweep.search=adaptive: the search picks each size from the last result, "
-                          "so it must stay attached; use sweep.search=grid to detach")  # fmt: skip
+        raise ConfigError(
+            "--detach with sweep.search=adaptive: the search picks each size from the last result, "
+            "so it must stay attached; use sweep.search=grid to detach"
+        )
     if args.detach and repeat_plan(prepared.cfg.sweep).auto:
-        raise ConfigError("--detach with sweep.repeats=auto: each round of repeats is decided from the last, so it "
-                          "must stay attached; set a number of repeats (e.g. sweep.repeats=3) to detach")  # fmt: skip
+        raise ConfigError(
+            "--detach with sweep.repeats=auto: each round of repeats is decided from the last, so it "
+            "must stay attached; set a number of repeats (e.g. sweep.repeats=3) to detach"
+        )
     return show_and_exit_code(run_sweep(prepared, args.overrides, progress_bars=not args.quiet, detach=args.detach))
 
 

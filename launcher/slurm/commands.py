@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
 
 SACCT_FORMAT = "JobIDRaw,JobID,JobName%40,State,ExitCode,Elapsed,NodeList,Start,End"
 SQUEUE_FORMAT = "%i|%T|%r|%N|%j"
@@ -170,9 +170,21 @@ def parse_sacct(text: str) -> list[SacctRow]:
         raw, job_id, name, state, code, elapsed, nodelist, start, end = parts
         word, _, detail = state.partition(" ")
         exit_code, signal = _exit(code)
-        rows.append(SacctRow(job_id_raw=raw, job_id=job_id, name=name.strip(), state=word, state_detail=detail,
-                             exit_code=exit_code, signal=signal, elapsed=elapsed, nodelist=nodelist, start=start,
-                             end=end))  # fmt: skip
+        rows.append(
+            SacctRow(
+                job_id_raw=raw,
+                job_id=job_id,
+                name=name.strip(),
+                state=word,
+                state_detail=detail,
+                exit_code=exit_code,
+                signal=signal,
+                elapsed=elapsed,
+                nodelist=nodelist,
+                start=start,
+                end=end,
+            )
+        )
     return rows
 
 
@@ -220,9 +232,18 @@ def states_from_sacct(rows: list[SacctRow]) -> dict[str, JobState]:
                 jobs[key] = row
                 requeues[key] = requeues.get(key, 0) + (row.state == "REQUEUED")
     return {
-        key: JobState(key=key, slurm_state=r.state, status=_status(r.state, requeues[key], steps.get(key, ())),
-                      source="sacct", detail=r.state_detail, exit_code=r.exit_code, signal=r.signal,
-                      nodelist=r.nodelist, steps=tuple(steps.get(key, ())), requeues=requeues[key])  # fmt: skip
+        key: JobState(
+            key=key,
+            slurm_state=r.state,
+            status=_status(r.state, requeues[key], steps.get(key, ())),
+            source="sacct",
+            detail=r.state_detail,
+            exit_code=r.exit_code,
+            signal=r.signal,
+            nodelist=r.nodelist,
+            steps=tuple(steps.get(key, ())),
+            requeues=requeues[key],
+        )
         for key, r in jobs.items()
     }
 
@@ -231,8 +252,14 @@ def states_from_squeue(rows: list[SqueueRow]) -> dict[str, JobState]:
     out = {}
     for row in rows:
         for key in expand_array_id(row.job_id):
-            out[key] = JobState(key=key, slurm_state=row.state, status=_status(row.state), source="squeue",
-                                detail=row.reason, nodelist=row.nodelist)  # fmt: skip
+            out[key] = JobState(
+                key=key,
+                slurm_state=row.state,
+                status=_status(row.state),
+                source="squeue",
+                detail=row.reason,
+                nodelist=row.nodelist,
+            )
     return out
 
 
@@ -254,8 +281,14 @@ def oom_step(steps: list[tuple[str, str, int, int]] | tuple) -> str | None:
 
 def _run(argv: list[str], env: Mapping[str, str] | None, timeout: float = 60) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, env=dict(env) if env else None, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.run(
+            argv,
+            env=dict(env) if env else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} is not installed or not on PATH; is this a Slurm login node?") from None
 
@@ -290,8 +323,9 @@ def query(keys: list[str], env: Mapping[str, str]) -> tuple[dict[str, JobState],
     acct: dict[str, JobState] = {}
     if not ids:
         return acct, notes
-    proc = _run(["sacct", "--noheader", "--parsable2", "--duplicates", f"--format={SACCT_FORMAT}",
-                 "-j", ",".join(ids)], env)  # fmt: skip
+    proc = _run(
+        ["sacct", "--noheader", "--parsable2", "--duplicates", f"--format={SACCT_FORMAT}", "-j", ",".join(ids)], env
+    )
     if proc.returncode == 0:
         acct = states_from_sacct(parse_sacct(proc.stdout))
     else:

@@ -19,10 +19,10 @@ import jinja2
 
 from launcher import __version__
 from launcher.config.compose import bundled
+from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate_slurm import env_pairs
-from launcher.config.derived import ranks_per_node
 from launcher.trials.spec import Trial
 
 TEMPLATES = bundled("sbatch_templates")  # in the package when installed, else the top-level folder
@@ -122,7 +122,7 @@ def env_word(value: str) -> str:
     parts, at = [], 0
     for m in ENV_REFERENCE.finditer(value):
         if m.start() > at:
-            parts.append(shlex.quote(value[at:m.start()]))
+            parts.append(shlex.quote(value[at : m.start()]))
         parts.append(f'"${{{m.group(1)}-}}"')
         at = m.end()
     if at < len(value) or not parts:

@@ -16,13 +16,16 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json, atomic_write_text, last_lines
+from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
+from launcher.slurm.render import JobRequest, job_request, render_script
 from launcher.trials.folder import (
     FileRead,
     read_document,
@@ -35,8 +38,6 @@ from launcher.trials.folder import (
     write_submission,
 )
 from launcher.trials.spec import Trial
-from launcher.slurm.render import JobRequest, job_request, render_script
-from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -69,8 +70,14 @@ def env_for(cfg: LauncherConfig) -> dict[str, str]:
     return slurm_env(cfg.cluster.slurm_conf)
 
 
-def job_requests(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, first_index: int = 0,
-              payload_args: tuple[str, ...] = ()) -> list[PreparedJob]:  # fmt: skip
+def job_requests(
+    cfg: LauncherConfig,
+    sweep_dir: Path,
+    trials: list[Trial],
+    *,
+    first_index: int = 0,
+    payload_args: tuple[str, ...] = (),
+) -> list[PreparedJob]:
     """Render every job of these trials (pure apart from reading templates)."""
     sweep_dir = sweep_dir.resolve()
     python = cfg.cluster.python or sys.executable
@@ -87,7 +94,9 @@ def job_requests(cfg: LauncherConfig, sweep_dir: Path, trials: list[Trial], *, f
             payload_args=payload_args,
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
         )
-        jobs.append(PreparedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request)))
+        jobs.append(
+            PreparedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request))
+        )
     return jobs
 
 
@@ -104,8 +113,12 @@ def record_path(sweep_dir: Path, job_name: str) -> Path:
     return sweep_dir / "jobs" / f"{job_name}{RECORD_SUFFIX}"
 
 
-def submit_jobs(sweep_dir: Path, jobs: list[PreparedJob], env: dict[str, str],
-                on_submit: Callable[[PreparedJob, str], None] | None = None) -> None:  # fmt: skip
+def submit_jobs(
+    sweep_dir: Path,
+    jobs: list[PreparedJob],
+    env: dict[str, str],
+    on_submit: Callable[[PreparedJob, str], None] | None = None,
+) -> None:
     """sbatch each job between two fsync'd writes of its record, then derive its trials'
     submission.json (see the module docstring)."""
     for job in jobs:
@@ -120,9 +133,14 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
     interrupt between sbatch and the second write would leave a job that no record names, so
     that nothing could cancel it."""
     path = record_path(sweep_dir, job.name)
-    record: dict[str, Any] = {"job": job.name, "script": f"jobs/{job.name}.sbatch", "job_id": None,
-                              "trials": [t.trial_id for t in job.trials], "array": job.request.array,
-                              "pack": job.request.pack}  # fmt: skip
+    record: dict[str, Any] = {
+        "job": job.name,
+        "script": f"jobs/{job.name}.sbatch",
+        "job_id": None,
+        "trials": [t.trial_id for t in job.trials],
+        "array": job.request.array,
+        "pack": job.request.pack,
+    }
     with _interrupt_deferred():
         atomic_write_json(path, record)  # from here on its trials count as submitted
         try:
@@ -158,9 +176,14 @@ def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     job_id, docs = record["job_id"], {}
     for i, trial_id in enumerate(record["trials"]):
         key = f"{job_id}_{i}" if job_id is not None and record["array"] else job_id
-        docs[trial_id] = {"job_id": job_id, "key": key, "script": record["script"],
-                          "pack_step": i if record["pack"] else None, "submitted_at": record.get("submitted_at"),
-                          "record": f"jobs/{record['job']}{RECORD_SUFFIX}"}  # fmt: skip
+        docs[trial_id] = {
+            "job_id": job_id,
+            "key": key,
+            "script": record["script"],
+            "pack_step": i if record["pack"] else None,
+            "submitted_at": record.get("submitted_at"),
+            "record": f"jobs/{record['job']}{RECORD_SUFFIX}",
+        }
     return docs
 
 
@@ -287,32 +310,63 @@ def refresh(sweep_dir: Path, cfg: LauncherConfig, known: dict[str, dict] | None 
     return outcomes
 
 
-def _outcome(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, read: FileRead, states: dict[str, JobState],
-             notes: dict[str, str]) -> dict:  # fmt: skip
+def _outcome(
+    sweep_dir: Path, cfg: LauncherConfig, tdir: Path, read: FileRead, states: dict[str, JobState], notes: dict[str, str]
+) -> dict:
     """One trial's outcome.json: Slurm's word on its job, and the trial's own files on a failure."""
     if read.doc is None:
         # Final: with the job id lost nothing will ever say more, and `track` must not wait for it.
-        return {"executor": "slurm", "job": None, "status": "corrupt", "final": True, "source": read.name,
-                "reason": f"{read.reason}; its job cannot be asked about"}  # fmt: skip
+        return {
+            "executor": "slurm",
+            "job": None,
+            "status": "corrupt",
+            "final": True,
+            "source": read.name,
+            "reason": f"{read.reason}; its job cannot be asked about",
+        }
     sub = read.doc
     if sub["key"] is None:  # the launcher stopped between sbatch and recording the job id (see `submissions`)
-        return {"executor": "slurm", "job": None, "status": "unknown", "final": True, "source": read.name,
-                "reason": f"handed to sbatch as {sub['script']}, but the launcher stopped before recording the job "
-                          f"id; `sacct --name=lnch-{sweep_dir.resolve().name}` lists the sweep's jobs"}  # fmt: skip
+        return {
+            "executor": "slurm",
+            "job": None,
+            "status": "unknown",
+            "final": True,
+            "source": read.name,
+            "reason": f"handed to sbatch as {sub['script']}, but the launcher stopped before recording the job "
+            f"id; `sacct --name=lnch-{sweep_dir.resolve().name}` lists the sweep's jobs",
+        }
     st = states.get(sub["key"])
     if st is None:
         why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
-        return {"executor": "slurm", "job": sub["key"], "status": "unknown", "final": False, "source": "none",
-                "reason": f"job {sub['key']} state unknown ({why})"}  # fmt: skip
+        return {
+            "executor": "slurm",
+            "job": sub["key"],
+            "status": "unknown",
+            "final": False,
+            "source": "none",
+            "reason": f"job {sub['key']} state unknown ({why})",
+        }
     status, reason = _status_and_reason(sweep_dir, cfg, tdir, sub, st)
-    return {"executor": "slurm", "job": sub["key"], "slurm_state": st.slurm_state, "status": status,
-            "final": st.terminal, "source": st.source, "exit_code": st.exit_code, "signal": st.signal,
-            "nodelist": st.nodelist, "reason": reason, "slurm_reason": st.queue_reason,
-            "steps": [list(s) for s in st.steps], "requeues": st.requeues}  # fmt: skip
+    return {
+        "executor": "slurm",
+        "job": sub["key"],
+        "slurm_state": st.slurm_state,
+        "status": status,
+        "final": st.terminal,
+        "source": st.source,
+        "exit_code": st.exit_code,
+        "signal": st.signal,
+        "nodelist": st.nodelist,
+        "reason": reason,
+        "slurm_reason": st.queue_reason,
+        "steps": [list(s) for s in st.steps],
+        "requeues": st.requeues,
+    }
 
 
-def _status_and_reason(sweep_dir: Path, cfg: LauncherConfig, tdir: Path, sub: dict,
-                       st: JobState) -> tuple[str, str | None]:  # fmt: skip
+def _status_and_reason(
+    sweep_dir: Path, cfg: LauncherConfig, tdir: Path, sub: dict, st: JobState
+) -> tuple[str, str | None]:
     """The trial's status and reason from its job's state (a packed trial: its own step's)."""
     status, reason = st.status, st.reason(cfg.cluster.time_limit)
     step = pack_step_state(sub, st)
@@ -348,9 +402,19 @@ def cancel_trials(sweep_dir: Path, cfg: LauncherConfig, reason: str) -> list[str
         scancel(ids, env_for(cfg))
         now = time.time()
         for trial_id, sub in open_.items():
-            write_outcome(trial_dir(sweep_dir, trial_id), {
-                "executor": "slurm", "job": sub["key"], "status": "cancelled", "slurm_state": "CANCELLED",
-                "final": True, "source": "launcher", "reason": reason, "cancelled_at": now})  # fmt: skip
+            write_outcome(
+                trial_dir(sweep_dir, trial_id),
+                {
+                    "executor": "slurm",
+                    "job": sub["key"],
+                    "status": "cancelled",
+                    "slurm_state": "CANCELLED",
+                    "final": True,
+                    "source": "launcher",
+                    "reason": reason,
+                    "cancelled_at": now,
+                },
+            )
     return ids
 
 

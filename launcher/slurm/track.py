@@ -42,14 +42,21 @@ class Stalled(Exception):
     """No job of the sweep ran for longer than sweep.pending_timeout_s."""
 
     def __init__(self, *, waiting: list[str], waited_s: float, timeout_s: float) -> None:
-        super().__init__(f"none of the sweep's jobs ran in the last {waited_s:.0f} s (sweep.pending_timeout_s="
-                         f"{timeout_s:g})")  # fmt: skip
+        super().__init__(
+            f"none of the sweep's jobs ran in the last {waited_s:.0f} s (sweep.pending_timeout_s={timeout_s:g})"
+        )
         self.waiting = waiting
         """One line per trial still waiting: its job, state and Slurm's Reason."""
 
 
-def track(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True,
-          backoff: Backoff = Backoff()) -> None:  # fmt: skip
+def track(
+    sweep_dir: Path,
+    cfg: LauncherConfig,
+    trials: list[Trial],
+    *,
+    progress_bars: bool = True,
+    backoff: Backoff = Backoff(),
+) -> None:
     """Poll until every trial has reached a terminal state, showing each one's state. Raises
     Stalled when none of them has run for longer than sweep.pending_timeout_s (0: never)."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
@@ -87,8 +94,9 @@ def _show(progress: Progress, tasks: dict[str, TaskID], outcomes: dict[str, dict
     return changed
 
 
-def _time_left(cfg: LauncherConfig, outcomes: dict[str, dict], open_: list[str], stalled_since: float | None,
-               now: float) -> float:  # fmt: skip
+def _time_left(
+    cfg: LauncherConfig, outcomes: dict[str, dict], open_: list[str], stalled_since: float | None, now: float
+) -> float:
     """Seconds until the sweep counts as stalled (inf: it is not stalling); raise Stalled once it is."""
     timeout = cfg.sweep.pending_timeout_s
     if not timeout or stalled_since is None:

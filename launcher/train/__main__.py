@@ -53,8 +53,17 @@ class Payload:
     def write(self, status: str, reason: str | None, **fields: Any) -> None:
         """Rank 0 writes the record (atomically); the other ranks write nothing."""
         if self.renv.rank == 0:
-            atomic_write_json(self.record, make_record(status=status, reason=reason, doc=self.doc, started=self.started,
-                                                       world_size=self.renv.world_size, **fields))  # fmt: skip
+            atomic_write_json(
+                self.record,
+                make_record(
+                    status=status,
+                    reason=reason,
+                    doc=self.doc,
+                    started=self.started,
+                    world_size=self.renv.world_size,
+                    **fields,
+                ),
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     if trial.checkpoint and payload.renv.rank == 0:
         set_aside_earlier_record(args.record)
     torch.set_num_threads(cfg.cluster.threads_per_rank)
-    return run(payload, save_params=args.save_params,
-               checkpoint_dir=args.record.parent / "checkpoint" if trial.checkpoint else None,
-               stop=flag if trial.checkpoint else None)  # fmt: skip
+    return run(
+        payload,
+        save_params=args.save_params,
+        checkpoint_dir=args.record.parent / "checkpoint" if trial.checkpoint else None,
+        stop=flag if trial.checkpoint else None,
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -126,10 +138,25 @@ def train_and_record(
     device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
     backend = tdist.pick_backend(cfg.parallel.backend, device)
     tdist.init(renv, backend, device, cfg.cluster.pg_timeout_s)
-    out = train(trial, cfg, renv, device, save_params=save_params, checkpoint_dir=checkpoint_dir, stop=stop,
-                trace_dir=payload.record.parent)  # sweep.profile's trace goes beside the record
-    payload.write("completed", None, nodes=len(set(out["hosts"])), device=str(device.type),
-                  device_name=cfg.cluster.device_name, backend=backend, **out)  # fmt: skip
+    out = train(
+        trial,
+        cfg,
+        renv,
+        device,
+        save_params=save_params,
+        checkpoint_dir=checkpoint_dir,
+        stop=stop,
+        trace_dir=payload.record.parent,
+    )  # sweep.profile's trace goes beside the record
+    payload.write(
+        "completed",
+        None,
+        nodes=len(set(out["hosts"])),
+        device=str(device.type),
+        device_name=cfg.cluster.device_name,
+        backend=backend,
+        **out,
+    )
     dist.barrier()  # the record is on disk before any rank starts tearing down
     dist.destroy_process_group()
     return 0

@@ -44,7 +44,7 @@ class StopFlag:
     def __init__(self) -> None:
         self.set = False
 
-    def install(self) -> "StopFlag":
+    def install(self) -> StopFlag:
         signal.signal(signal.SIGUSR1, lambda signum, frame: setattr(self, "set", True))
         return self
 

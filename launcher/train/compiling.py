@@ -29,7 +29,6 @@ from torch import nn
 from launcher.config.schema import LauncherConfig
 from launcher.train.models.byo import is_byo, unit_modules
 
-
 BACKEND = "inductor"
 """torch.compile's backend: inductor, torch's default and what a real run compiles with
 (tests/test_compile.py swaps in aot_eager to leave out its C++ build time)."""
@@ -41,8 +40,10 @@ class CompileFailed(RuntimeError):
     def __init__(self, exc: BaseException) -> None:
         cause = getattr(exc, "inner_exception", None) or exc  # a backend's failure wraps the compiler's own error
         first = (str(cause).splitlines() or [""])[0][:160]
-        super().__init__(f"train.compile=true: torch.compile failed ({type(cause).__name__}: {first}); "
-                         "set train.compile=false, or give the nodes a C++ compiler (inductor's CPU code needs one)")  # fmt: skip
+        super().__init__(
+            f"train.compile=true: torch.compile failed ({type(cause).__name__}: {first}); "
+            "set train.compile=false, or give the nodes a C++ compiler (inductor's CPU code needs one)"
+        )
 
 
 def is_compile_error(exc: BaseException) -> bool:

@@ -91,8 +91,10 @@ def user_dataset(data: DataConfig, model: ModelConfig) -> Dataset:
     """data._target_(**data.kwargs), checked on its first item, its items as dicts (`Keyed`)."""
     built = instantiate({"_target_": data._target_, **data.kwargs}, _convert_="all")
     if not (hasattr(built, "__getitem__") and hasattr(built, "__len__")):
-        raise TypeError(f"data._target_={data._target_} returned {type(built).__name__}, not a map-style Dataset; "
-                        "return an object with __len__ and __getitem__ (a torch.utils.data.Dataset)")  # fmt: skip
+        raise TypeError(
+            f"data._target_={data._target_} returned {type(built).__name__}, not a map-style Dataset; "
+            "return an object with __len__ and __getitem__ (a torch.utils.data.Dataset)"
+        )
     if len(built) == 0:
         raise ValueError(f"data._target_={data._target_} returned an empty dataset (len 0); give it samples")
     keyed = Keyed(built, item_names(model), data._target_)  # type: ignore[arg-type]
@@ -100,8 +102,10 @@ def user_dataset(data: DataConfig, model: ModelConfig) -> Dataset:
     row = (model.seq_len + 1,)
     if model._target_ is None and not (isinstance(first, torch.Tensor) and tuple(first.shape) == row):
         got = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
-        raise ValueError(f"data._target_={data._target_}: item 0 is {got}, but model={model.name} takes rows of "
-                         f"model.seq_len+1={row[0]} token ids; return such a tensor per item")  # fmt: skip
+        raise ValueError(
+            f"data._target_={data._target_}: item 0 is {got}, but model={model.name} takes rows of "
+            f"model.seq_len+1={row[0]} token ids; return such a tensor per item"
+        )
     return keyed
 
 
@@ -127,8 +131,10 @@ class Keyed(Dataset):
             item = {self.names[0]: item}
         if not isinstance(item, Mapping) or sorted(item) != sorted(self.names):
             got = sorted(item) if isinstance(item, Mapping) else f"a {type(item).__name__} of {_length(item)}"
-            raise ValueError(f"data._target_={self.source}: item {i} is {got}, but the model takes {self.names}; "
-                             f"return a dict with those keys, or a tuple of {len(self.names)} in that order")  # fmt: skip
+            raise ValueError(
+                f"data._target_={self.source}: item {i} is {got}, but the model takes {self.names}; "
+                f"return a dict with those keys, or a tuple of {len(self.names)} in that order"
+            )
         return item
 
 
@@ -169,7 +175,7 @@ class MicroBatches:
         if epoch != self.epoch:
             self.epoch, self.order = epoch, self._rank_order(epoch)
 
-    def __iter__(self) -> "MicroBatches":
+    def __iter__(self) -> MicroBatches:
         return self
 
     def __next__(self) -> torch.Tensor:

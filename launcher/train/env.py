@@ -70,8 +70,9 @@ def process_env(environ: Mapping[str, str]) -> RankEnv:
         raise ValueError(f"local rank {local_rank} ({sources['local_rank']}) is outside 0..{world_size - 1}")
     addr, sources["master_addr"] = master_addr(environ, slurm=slurm)
     port, sources["master_port"] = master_port(environ, slurm=slurm)
-    return RankEnv(rank=rank, local_rank=local_rank, world_size=world_size, master_addr=addr, master_port=port,
-                   sources=sources)  # fmt: skip
+    return RankEnv(
+        rank=rank, local_rank=local_rank, world_size=world_size, master_addr=addr, master_port=port, sources=sources
+    )
 
 
 def visible_devices(environ: Mapping[str, str]) -> list[str] | None:

@@ -20,7 +20,6 @@ import torch.distributed as dist
 
 from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.model.peaks import resolve_precision
-from launcher.trials.spec import Trial
 from launcher.train import checkpoint as ckpt
 from launcher.train import measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
@@ -29,6 +28,7 @@ from launcher.train.engines import build_engine
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.env import RankEnv
 from launcher.train.models import build_model, param_counts
+from launcher.trials.spec import Trial
 
 
 class NonFiniteLoss(Exception):
@@ -97,18 +97,39 @@ def train(
     with nvml.sampling(device) as gpu:  # this rank's GPU as NVML sees it, read on a background thread
         trained = run_steps(run, start_step=resume(run))
     memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
-    compiled = compile_metrics(run.compile_clock, units=run.compiled_units, device=device,
-                               first_timed_step=trained.start_step + trial.warmup_steps)  # fmt: skip
+    compiled = compile_metrics(
+        run.compile_clock,
+        units=run.compiled_units,
+        device=device,
+        first_timed_step=trained.start_step + trial.warmup_steps,
+    )
     traced = {}
     if cfg.sweep.profile:  # extra steps after the timed ones, traced (profile.py): no timed figure includes them
-        traced["profile"] = profile.trace_steps(lambda: optimizer_step(run, [next(run.batches) for _ in range(trial.accum)]),
-                                                device=device, rank=renv.rank, folder=trace_dir, first_step=trial.steps)  # fmt: skip
+        traced["profile"] = profile.trace_steps(
+            lambda: optimizer_step(run, [next(run.batches) for _ in range(trial.accum)]),
+            device=device,
+            rank=renv.rank,
+            folder=trace_dir,
+            first_step=trial.steps,
+        )
     full = run.engine.full_state_dict()  # collective: every rank takes part, rank 0 gets it
     if save_params is not None and full is not None:
         torch.save(full, save_params)
-    out = {**measure.summarize(trained, trial=trial, cfg=cfg, engine=run.engine, optimizer=run.optimizer,
-                               device=device, params=run.params, memory=memory, gpu=gpu[0], flops_dir=trace_dir),
-           **traced}  # fmt: skip
+    out = {
+        **measure.summarize(
+            trained,
+            trial=trial,
+            cfg=cfg,
+            engine=run.engine,
+            optimizer=run.optimizer,
+            device=device,
+            params=run.params,
+            memory=memory,
+            gpu=gpu[0],
+            flops_dir=trace_dir,
+        ),
+        **traced,
+    }
     out["metrics"].update(compiled)
     return out
 
@@ -125,9 +146,15 @@ def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
 
 
 def build(
-    trial: Trial, cfg: LauncherConfig, renv: RankEnv, device: torch.device, *, checkpoint_dir: Path | None,
-    stop: ckpt.StopFlag | None, log: Callable[..., None],
-) -> Run:  # fmt: skip
+    trial: Trial,
+    cfg: LauncherConfig,
+    renv: RankEnv,
+    device: torch.device,
+    *,
+    checkpoint_dir: Path | None,
+    stop: ckpt.StopFlag | None,
+    log: Callable[..., None],
+) -> Run:
     topo = Topology.build(trial, renv.rank, device)
     torch.manual_seed(cfg.seed)
     with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
@@ -139,9 +166,23 @@ def build(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps))
     dataset = build_dataset(cfg.data, cfg.model, num_samples=trial.steps * trial.global_batch, seed=cfg.seed)
     batches = MicroBatches(dataset, trial.micro, trial.dp, topo.dp_rank, cfg.seed)
-    return Run(trial=trial, cfg=cfg, renv=renv, device=device, topo=topo, engine=engine, optimizer=optimizer,
-               schedule=schedule, batches=batches, params=params, checkpoint_dir=checkpoint_dir, stop=stop, log=log,
-               compile_clock=CompileClock() if units else None, compiled_units=units)  # fmt: skip
+    return Run(
+        trial=trial,
+        cfg=cfg,
+        renv=renv,
+        device=device,
+        topo=topo,
+        engine=engine,
+        optimizer=optimizer,
+        schedule=schedule,
+        batches=batches,
+        params=params,
+        checkpoint_dir=checkpoint_dir,
+        stop=stop,
+        log=log,
+        compile_clock=CompileClock() if units else None,
+        compiled_units=units,
+    )
 
 
 def build_optimizer(o: OptimConfig, params, lr: float, foreach: bool = True) -> torch.optim.Optimizer:
@@ -230,8 +271,14 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
         log_window(run, step, losses, times)
         after_window(run, step, losses)
         step = end
-    return measure.Trained(start_step=start_step, step_times=step_times, step_losses=step_losses, has_loss=has_loss,
-                           last_batch=last[-1] if last else None, timing=timing_kind(run.device))  # fmt: skip
+    return measure.Trained(
+        start_step=start_step,
+        step_times=step_times,
+        step_losses=step_losses,
+        has_loss=has_loss,
+        last_batch=last[-1] if last else None,
+        timing=timing_kind(run.device),
+    )
 
 
 def window_end(step: int, steps: int, checkpoint_every: int, window: int = WINDOW_STEPS) -> int:

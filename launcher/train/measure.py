@@ -67,8 +67,11 @@ def memory_peaks(device: torch.device) -> MemoryPeaks:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if device.type != "cuda":
         return MemoryPeaks(host_rss_bytes=rss, cuda_allocated_bytes=None, cuda_reserved_bytes=None)
-    return MemoryPeaks(host_rss_bytes=rss, cuda_allocated_bytes=torch.cuda.max_memory_allocated(device),
-                       cuda_reserved_bytes=torch.cuda.max_memory_reserved(device))  # fmt: skip
+    return MemoryPeaks(
+        host_rss_bytes=rss,
+        cuda_allocated_bytes=torch.cuda.max_memory_allocated(device),
+        cuda_reserved_bytes=torch.cuda.max_memory_reserved(device),
+    )
 
 
 def reset_memory_peak(device: torch.device) -> None:
@@ -180,16 +183,26 @@ def time_comm(engine: Engine, device: torch.device) -> Comm:
     return Comm(numel=numel, seconds=seconds, probe=probe, ranks=dist.get_world_size(group) if numel else 1)
 
 
-def gather_ranks(trained: Trained, engine: Engine, device: torch.device, *, warmup_steps: int,
-                 memory: MemoryPeaks, gpu: nvml.Summary) -> list[dict[str, Any]]:  # fmt: skip
+def gather_ranks(
+    trained: Trained, engine: Engine, device: torch.device, *, warmup_steps: int, memory: MemoryPeaks, gpu: nvml.Summary
+) -> list[dict[str, Any]]:
     """Every rank's own figures, on every rank."""
     # Warm-up is excluded from each attempt (a resumed run warms up again), keeping ≥ 1 step.
     measured_from = min(warmup_steps, len(trained.step_times) - 1)
     quota = own_cpu_quota()
-    mine = {"host": socket.gethostname(), "step_times": trained.step_times[measured_from:],
-            "memory": asdict(memory), "layout": layout_metrics(engine), "machine": machine_id(),
-            "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-            "cpu_quota": quota.cpus, "cpu_group": quota.group, "binding": rank_binding(device), "nvml": asdict(gpu)}  # fmt: skip
+    mine = {
+        "host": socket.gethostname(),
+        "step_times": trained.step_times[measured_from:],
+        "memory": asdict(memory),
+        "layout": layout_metrics(engine),
+        "machine": machine_id(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "threads": torch.get_num_threads(),
+        "cpu_quota": quota.cpus,
+        "cpu_group": quota.group,
+        "binding": rank_binding(device),
+        "nvml": asdict(gpu),
+    }
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     return everyone
@@ -207,31 +220,60 @@ def layout_metrics(engine: Engine) -> dict[str, Any]:
 
 
 def speed_metrics(
-    measured: list[float], everyone: list[dict[str, Any]], *, trial: Trial, cfg: LauncherConfig,
-    params: tuple[int, int], peak: PeakChoice, flops_dir: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    measured: list[float],
+    everyone: list[dict[str, Any]],
+    *,
+    trial: Trial,
+    cfg: LauncherConfig,
+    params: tuple[int, int],
+    peak: PeakChoice,
+    flops_dir: Path | None = None,
+) -> dict[str, Any]:
     """Step times, throughput, FLOPs, MFU (model FLOPs) and HFU (hardware FLOPs: activation
     checkpointing's recompute too), and how far the ranks' own medians spread."""
     stats = metrics.step_stats(measured)
-    thr = metrics.throughput(global_batch=trial.global_batch, seq_len=tokens_per_sample(cfg.model),
-                             step_time_s=stats["step_time_median_s"], devices=trial.world_size)  # fmt: skip
+    thr = metrics.throughput(
+        global_batch=trial.global_batch,
+        seq_len=tokens_per_sample(cfg.model),
+        step_time_s=stats["step_time_median_s"],
+        devices=trial.world_size,
+    )
     if is_byo(cfg.model):  # no formula for your own model: torch's FLOP counter (model/flop_count.py)
         fpt = hw = counted_flops_per_token(cfg.model, trial.micro, flops_dir)
     else:
         fpt, hw = flops_per_token(cfg.model, params[1]), hardware_flops_per_token(cfg.model, params[1])
-    mfu, hfu = (metrics.mfu(tokens_per_s=thr["tokens_per_s"], flops_per_token=f, peak_flops_per_device=peak.flops,
-                            devices=trial.world_size) for f in (fpt, hw))  # fmt: skip
+    mfu, hfu = (
+        metrics.mfu(
+            tokens_per_s=thr["tokens_per_s"],
+            flops_per_token=f,
+            peak_flops_per_device=peak.flops,
+            devices=trial.world_size,
+        )
+        for f in (fpt, hw)
+    )
     rank_medians = [statistics.median(r["step_times"]) for r in everyone]
-    return {**stats, **thr, "tokens_per_sample": tokens_per_sample(cfg.model), "steps_measured": len(measured),
-            "params": params[0], "params_non_embedding": params[1], "flops_per_token": fpt, "hardware_flops_per_token": hw, "mfu": mfu, "hfu": hfu,
-            "rank_step_time_median_s": rank_medians, "rank_spread": metrics.spread(rank_medians)}  # fmt: skip
+    return {
+        **stats,
+        **thr,
+        "tokens_per_sample": tokens_per_sample(cfg.model),
+        "steps_measured": len(measured),
+        "params": params[0],
+        "params_non_embedding": params[1],
+        "flops_per_token": fpt,
+        "hardware_flops_per_token": hw,
+        "mfu": mfu,
+        "hfu": hfu,
+        "rank_step_time_median_s": rank_medians,
+        "rank_spread": metrics.spread(rank_medians),
+    }
 
 
 def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:
     """The peak MFU divides by: cluster.peak_flops_per_device, else the peak table's for this GPU at
     the precision its matmuls ran in; on CPU no table row applies (MFU null unless set)."""
-    return choose_peak(device_name=table_name(cfg, device), dtype=matmul_dtype(cfg, device),
-                       explicit=cfg.cluster.peak_flops_per_device)  # fmt: skip
+    return choose_peak(
+        device_name=table_name(cfg, device), dtype=matmul_dtype(cfg, device), explicit=cfg.cluster.peak_flops_per_device
+    )
 
 
 def table_name(cfg: LauncherConfig, device: torch.device) -> str | None:
@@ -291,7 +333,9 @@ def merge_layout_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     for key in sorted({k for r in per_rank for k in r}):
         values = [r.get(key) for r in per_rank]
         present = [v for v in values if v is not None]
-        if key == "bubble_theory" or (present and not isinstance(present[0], float) and len(set(map(str, present))) == 1):
+        if key == "bubble_theory" or (
+            present and not isinstance(present[0], float) and len(set(map(str, present))) == 1
+        ):
             out[key] = present[0] if present else None  # the same on every rank (schedule, stages, …)
         else:
             out[f"{key}_per_rank"] = values

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -31,7 +31,9 @@ def throughput(*, global_batch: int, seq_len: int, step_time_s: float, devices: 
     return {"samples_per_s": samples, "tokens_per_s": tokens, "tokens_per_s_per_device": tokens / devices}
 
 
-def mfu(*, tokens_per_s: float, flops_per_token: float, peak_flops_per_device: float | None, devices: int) -> float | None:
+def mfu(
+    *, tokens_per_s: float, flops_per_token: float, peak_flops_per_device: float | None, devices: int
+) -> float | None:
     """Achieved model FLOP/s ÷ (peak per device × devices); None when the peak is unknown. With
     hardware FLOPs per token (recompute included) it is the HFU."""
     if not peak_flops_per_device:

@@ -116,7 +116,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -184,7 +184,10 @@ def reader_for(uuid: str) -> tuple[Callable[[], Reading] | None, str | None]:
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
     except pynvml.NVMLError as exc:
         name = type(exc).__name__
-        return None, f"no NVIDIA driver (pynvml: {name})" if name in _NO_DRIVER else f"NVML unavailable (pynvml: {name}: {exc})"
+        return (
+            None,
+            f"no NVIDIA driver (pynvml: {name})" if name in _NO_DRIVER else f"NVML unavailable (pynvml: {name}: {exc})",
+        )
 
     def optional(query: Callable[[], Any]) -> Any:
         try:
@@ -195,8 +198,10 @@ def reader_for(uuid: str) -> tuple[Callable[[], Reading] | None, str | None]:
     def read() -> Reading:
         util = optional(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
         power = optional(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))  # milliwatts
-        return Reading(gpu_util_pct=None if util is None else float(util),
-                       memory_used_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).used),
-                       power_w=None if power is None else power / 1e3)  # fmt: skip
+        return Reading(
+            gpu_util_pct=None if util is None else float(util),
+            memory_used_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).used),
+            power_w=None if power is None else power / 1e3,
+        )
 
     return read, None

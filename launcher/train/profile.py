@@ -41,8 +41,9 @@ def activities(device: torch.device) -> list[ProfilerActivity]:
     return [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
 
 
-def trace_steps(step: Callable[[], Any], *, device: torch.device, rank: int, folder: Path | None,
-                first_step: int) -> dict[str, Any]:  # fmt: skip
+def trace_steps(
+    step: Callable[[], Any], *, device: torch.device, rank: int, folder: Path | None, first_step: int
+) -> dict[str, Any]:
     """Run WARMUP_STEPS + ACTIVE_STEPS more optimizer steps (`step()` runs one) on every rank,
     since their collectives need every rank; rank 0 records them into `folder`. Returns the
     record's `profile` entry, the same on every rank. `first_step`: the 0-based index the first

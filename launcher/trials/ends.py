@@ -8,8 +8,14 @@ from pathlib import Path
 
 # What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator; what
 # the launcher says of a rank the kernel killed for memory; Slurm's word for it.
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "can't allocate memory",
-               "DefaultCPUAllocator: not enough memory", "kernel OOM killer", "OUT_OF_MEMORY")  # fmt: skip
+OOM_MARKERS = (
+    "OutOfMemoryError",
+    "CUDA out of memory",
+    "can't allocate memory",
+    "DefaultCPUAllocator: not enough memory",
+    "kernel OOM killer",
+    "OUT_OF_MEMORY",
+)
 
 NEAR_LIMIT = 0.9
 """A SIGKILLed rank counts as killed for memory when its trial's ranks held at least this
@@ -42,8 +48,9 @@ def meminfo_bytes(name: str, meminfo: Path = Path("/proc/meminfo")) -> int | Non
         return None
 
 
-def memory_cgroup_dirs(root: Path = Path("/sys/fs/cgroup"),
-                       proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:  # fmt: skip
+def memory_cgroup_dirs(
+    root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> list[Path]:
     """This process's memory cgroup folders, most specific first: cgroup v2 (`0::/path`) and v1
     (`N:memory:/path`), each also at the mount's root (a cgroup namespace shows its own root there)."""
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -59,8 +59,10 @@ def expand(overrides: Sequence[str]) -> list[Variant]:
         return [Variant(overrides=tuple(fixed), swept=())]
     keys = [k for k, _ in swept]
     return [
-        Variant(overrides=(*fixed, *(f"{k}={v}" for k, v in zip(keys, combo, strict=True))),
-                swept=tuple(zip(keys, combo, strict=True)))  # fmt: skip
+        Variant(
+            overrides=(*fixed, *(f"{k}={v}" for k, v in zip(keys, combo, strict=True))),
+            swept=tuple(zip(keys, combo, strict=True)),
+        )
         for combo in itertools.product(*(values for _, values in swept))
     ]
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
@@ -100,7 +101,9 @@ def read_document(path: Path, check: Check | None = None) -> FileRead:
     except FileNotFoundError:
         return FileRead(name=name, state="missing", reason=f"{name} is missing")
     except UnicodeDecodeError as exc:
-        return FileRead(name=name, state="corrupt", reason=f"{name} is corrupt: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return FileRead(
+            name=name, state="corrupt", reason=f"{name} is corrupt: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        )
     except OSError as exc:  # a folder in its place, no permission, an I/O error: the file cannot serve
         return FileRead(name=name, state="corrupt", reason=f"{name} cannot be read: {exc.strerror or exc}")
     try:
@@ -131,18 +134,29 @@ def _check_trial(doc: dict[str, Any]) -> str | None:
     spec = doc.get("trial")
     if not isinstance(spec, dict):
         return "no 'trial' object"
-    return (_wrong_type(spec, "trial_id", (str,)) or _wrong_type(spec, "world_size", (int,))
-            or _wrong_type(spec, "nodes", (int,)) or _wrong_type(doc, "config", (dict,)))  # fmt: skip
+    return (
+        _wrong_type(spec, "trial_id", (str,))
+        or _wrong_type(spec, "world_size", (int,))
+        or _wrong_type(spec, "nodes", (int,))
+        or _wrong_type(doc, "config", (dict,))
+    )
 
 
 def _check_record(doc: dict[str, Any]) -> str | None:
-    return (_wrong_type(doc, "status", (str,)) or _wrong_type(doc, "metrics", (dict,), required=False)
-            or _wrong_type(doc, "hosts", (list,), required=False) or _wrong_type(doc, "wall_s", (int, float), required=False))  # fmt: skip
+    return (
+        _wrong_type(doc, "status", (str,))
+        or _wrong_type(doc, "metrics", (dict,), required=False)
+        or _wrong_type(doc, "hosts", (list,), required=False)
+        or _wrong_type(doc, "wall_s", (int, float), required=False)
+    )
 
 
 def _check_outcome(doc: dict[str, Any]) -> str | None:
-    return (_wrong_type(doc, "reason", (str,), required=False) or _wrong_type(doc, "status", (str,), required=False)
-            or _wrong_type(doc, "wall_s", (int, float), required=False))  # fmt: skip
+    return (
+        _wrong_type(doc, "reason", (str,), required=False)
+        or _wrong_type(doc, "status", (str,), required=False)
+        or _wrong_type(doc, "wall_s", (int, float), required=False)
+    )
 
 
 def _check_submission(doc: dict[str, Any]) -> str | None:
@@ -240,8 +254,9 @@ class TrialFiles:
 
 
 def read_folder(tdir: Path) -> TrialFiles:
-    return TrialFiles(trial=read_trial(tdir), record=read_record(tdir), outcome=read_outcome(tdir),
-                      submission=read_submission(tdir))  # fmt: skip
+    return TrialFiles(
+        trial=read_trial(tdir), record=read_record(tdir), outcome=read_outcome(tdir), submission=read_submission(tdir)
+    )
 
 
 def is_done(sweep_dir: Path, trial: Trial) -> bool:

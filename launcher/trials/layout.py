@@ -51,8 +51,10 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
         if layout in PIPELINE_LAYOUTS:
             _check_stage_count(par, world_size, pp)
     elif par.pp_split:
-        raise ConfigError(f"parallel.pp_split={list(par.pp_split)} splits a `_target_` model; the built-in model "
-                          f"{cfg.model.name} splits its blocks evenly by itself: drop parallel.pp_split")  # fmt: skip
+        raise ConfigError(
+            f"parallel.pp_split={list(par.pp_split)} splits a `_target_` model; the built-in model "
+            f"{cfg.model.name} splits its blocks evenly by itself: drop parallel.pp_split"
+        )
     if pp > 1 or layout in PIPELINE_LAYOUTS:
         _check_pipeline(cfg, pp)
     if (tp > 1 or layout in TP_LAYOUTS) and cfg.model._target_ is None:
@@ -82,13 +84,21 @@ def check_byo_layout(target: str, par: ParallelConfig) -> None:
     (parallel.tp_plan), pipeline and dp_pp its split (parallel.pp_split), with gpipe or 1f1b."""
     _check_byo_split(target, par)
     if par.layout in TP_LAYOUTS and not (par.layout == "tp" and par.tp_plan):
-        why = "only layout tp takes your plan" if par.tp_plan else "give a TP plan, parallel.tp_plan={fc1: colwise, fc2: rowwise}"
-        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} across tensor-parallel "
-                          f"ranks: {why}; or use parallel=ddp or parallel=fsdp")  # fmt: skip
+        why = (
+            "only layout tp takes your plan"
+            if par.tp_plan
+            else "give a TP plan, parallel.tp_plan={fc1: colwise, fc2: rowwise}"
+        )
+        raise ConfigError(
+            f"parallel.layout={par.layout} cannot split model._target_={target!r} across tensor-parallel "
+            f"ranks: {why}; or use parallel=ddp or parallel=fsdp"
+        )
     bad = {name: style for name, style in par.tp_plan.items() if style not in ("colwise", "rowwise")}
     if bad:
         name, style = next(iter(bad.items()))
-        raise ConfigError(f"parallel.tp_plan.{name}={style!r} must be colwise or rowwise (torch's ColwiseParallel, RowwiseParallel)")
+        raise ConfigError(
+            f"parallel.tp_plan.{name}={style!r} must be colwise or rowwise (torch's ColwiseParallel, RowwiseParallel)"
+        )
 
 
 BYO_PIPELINE_LAYOUTS = ("pipeline", "dp_pp")
@@ -99,22 +109,30 @@ def _check_byo_split(target: str, par: ParallelConfig) -> None:
     """parallel.pp_split: given exactly where a pipeline layout needs it, one stage per rank."""
     split = list(par.pp_split)
     if par.layout in PIPELINE_LAYOUTS and par.layout not in BYO_PIPELINE_LAYOUTS:
-        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r}: a split by module name "
-                          "(parallel.pp_split) runs under parallel=pipeline or parallel=dp_pp; or use parallel=fsdp")  # fmt: skip
+        raise ConfigError(
+            f"parallel.layout={par.layout} cannot split model._target_={target!r}: a split by module name "
+            "(parallel.pp_split) runs under parallel=pipeline or parallel=dp_pp; or use parallel=fsdp"
+        )
     if par.layout in PIPELINE_LAYOUTS and not split:
-        raise ConfigError(f"parallel.layout={par.layout} cannot split model._target_={target!r} into pipeline stages by "
-                          "itself: give the module names where a stage begins, e.g. parallel.pp_split=[blocks.2]; "
-                          "or use parallel=ddp or parallel=fsdp")  # fmt: skip
+        raise ConfigError(
+            f"parallel.layout={par.layout} cannot split model._target_={target!r} into pipeline stages by "
+            "itself: give the module names where a stage begins, e.g. parallel.pp_split=[blocks.2]; "
+            "or use parallel=ddp or parallel=fsdp"
+        )
     if split and par.layout not in PIPELINE_LAYOUTS:
-        raise ConfigError(f"parallel.pp_split={split} cuts pipeline stages, which parallel.layout={par.layout} has none "
-                          "of; use parallel=pipeline or parallel=dp_pp, or drop parallel.pp_split")  # fmt: skip
+        raise ConfigError(
+            f"parallel.pp_split={split} cuts pipeline stages, which parallel.layout={par.layout} has none "
+            "of; use parallel=pipeline or parallel=dp_pp, or drop parallel.pp_split"
+        )
     if not split:
         return
     if len(set(split)) != len(split):
         raise ConfigError(f"parallel.pp_split={split} names a module twice; list each stage boundary once")
     if par.schedule == "interleaved_1f1b":
-        raise ConfigError(f"parallel.schedule=interleaved_1f1b runs {par.virtual_stages} stages per rank, but "
-                          f"parallel.pp_split={split} cuts one per rank; use parallel.schedule=1f1b or gpipe")  # fmt: skip
+        raise ConfigError(
+            f"parallel.schedule=interleaved_1f1b runs {par.virtual_stages} stages per rank, but "
+            f"parallel.pp_split={split} cuts one per rank; use parallel.schedule=1f1b or gpipe"
+        )
 
 
 def _check_stage_count(par: ParallelConfig, world_size: int, pp: int) -> None:
@@ -128,8 +146,10 @@ def _check_stage_count(par: ParallelConfig, world_size: int, pp: int) -> None:
         runs, other = "parallel.pp", f"set parallel.pp={stages}"
     boundary = "boundary" if stages == 2 else "boundaries"
     names = f"list {pp - 1} module name{'s' if pp > 2 else ''} where a stage begins" if pp > 1 else "drop the split"
-    raise ConfigError(f"parallel.pp_split={split} has {stages - 1} {boundary} = {stages} stages but parallel="
-                      f"{par.layout} runs pp={pp} ({runs}) pipeline ranks, one stage each; {names}, or {other}")  # fmt: skip
+    raise ConfigError(
+        f"parallel.pp_split={split} has {stages - 1} {boundary} = {stages} stages but parallel="
+        f"{par.layout} runs pp={pp} ({runs}) pipeline ranks, one stage each; {names}, or {other}"
+    )
 
 
 def _product(layout: str, tp: int, pp: int) -> str:
@@ -178,8 +198,10 @@ def _check_tp(cfg: LauncherConfig, tp: int) -> None:
         split.insert(0, ("model.n_heads", model.n_heads))
     if model.arch == "llama" and model.n_kv_heads is not None:  # gpt ignores n_kv_heads
         split.insert(1, ("model.n_kv_heads", model.n_kv_heads))
-    ffn_key = "model.ffn_hidden" if model.ffn_hidden else (
-        f"the ffn width model.ffn_mult({model.ffn_mult}) × model.d_model({model.d_model})"
+    ffn_key = (
+        "model.ffn_hidden"
+        if model.ffn_hidden
+        else (f"the ffn width model.ffn_mult({model.ffn_mult}) × model.d_model({model.d_model})")
     )
     split.append((ffn_key, ffn_width(model)))
     for key, value in split:

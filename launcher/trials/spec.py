@@ -63,9 +63,16 @@ class Trial:
 
 
 def make_trial(
-    cfg: LauncherConfig, *, index: int, world_size: int, steps: int, warmup_steps: int, nodes: int = 1, repeat: int = 0,
+    cfg: LauncherConfig,
+    *,
+    index: int,
+    world_size: int,
+    steps: int,
+    warmup_steps: int,
+    nodes: int = 1,
+    repeat: int = 0,
     variant: str = "",
-) -> Trial:  # fmt: skip
+) -> Trial:
     """One trial at `world_size`; ConfigError if this size cannot run this config."""
     dp, tp, pp = layout_degrees(cfg, world_size)
     math_ = batch_math(cfg.batch, dp)
@@ -129,8 +136,9 @@ def repeat_plan(s: SweepConfig) -> RepeatPlan:
     return RepeatPlan(planned=k, first=k, auto=False, target_ci=s.target_ci)
 
 
-def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = "",
-               skipped: list[str] | None = None) -> list[Trial]:  # fmt: skip
+def sweep_trials(
+    cfg: LauncherConfig, *, first_index: int = 0, variant: str = "", skipped: list[str] | None = None
+) -> list[Trial]:
     """All trials of the sweep in the order they run: round by round, one repeat of every size
     per round, smallest first (1,2,4,1,2,4,…), so drift over the sweep hits every size alike.
 
@@ -140,8 +148,14 @@ def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = ""
     sizes: list[tuple[int, int]] = []
     for nodes, world_size in sweep_sizes(cfg):
         try:
-            make_trial(cfg, index=0, world_size=world_size, steps=cfg.sweep.steps, warmup_steps=cfg.sweep.warmup_steps,
-                       nodes=nodes)  # fmt: skip
+            make_trial(
+                cfg,
+                index=0,
+                world_size=world_size,
+                steps=cfg.sweep.steps,
+                warmup_steps=cfg.sweep.warmup_steps,
+                nodes=nodes,
+            )
         except ConfigError as exc:
             reason = f"world size {world_size}: {exc}"
             if skipped is None:
@@ -152,6 +166,16 @@ def sweep_trials(cfg: LauncherConfig, *, first_index: int = 0, variant: str = ""
     trials: list[Trial] = []
     for repeat in range(repeat_plan(cfg.sweep).planned):
         for nodes, world_size in sizes:
-            trials.append(make_trial(cfg, index=first_index + len(trials), world_size=world_size, steps=cfg.sweep.steps,
-                                     warmup_steps=cfg.sweep.warmup_steps, nodes=nodes, repeat=repeat, variant=variant))  # fmt: skip
+            trials.append(
+                make_trial(
+                    cfg,
+                    index=first_index + len(trials),
+                    world_size=world_size,
+                    steps=cfg.sweep.steps,
+                    warmup_steps=cfg.sweep.warmup_steps,
+                    nodes=nodes,
+                    repeat=repeat,
+                    variant=variant,
+                )
+            )
     return trials

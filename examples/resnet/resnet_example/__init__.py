@@ -51,8 +51,11 @@ class ResNet(nn.Module):
         stages, c_in = [], width
         for i, n in enumerate(blocks):
             c_out = width * 2**i
-            stages.append(nn.Sequential(*[BasicBlock(c_in if j == 0 else c_out, c_out, 2 if i and not j else 1)
-                                          for j in range(n)]))  # fmt: skip
+            stages.append(
+                nn.Sequential(
+                    *[BasicBlock(c_in if j == 0 else c_out, c_out, 2 if i and not j else 1) for j in range(n)]
+                )
+            )
             c_in = c_out
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.pool = nn.AdaptiveAvgPool2d(1)

@@ -9,7 +9,7 @@ bed's CPU share and link rate), bed (applying them: cgroups and tc), lifecycle (
 status), cluster (the `launcher cluster` verb).
 """
 
-from launcher.slurm.devcluster.lifecycle import DEFAULT_ROOT, DevCluster, current, down, status, up
 from launcher.slurm.devcluster.errors import DevClusterError
+from launcher.slurm.devcluster.lifecycle import DEFAULT_ROOT, DevCluster, current, down, status, up
 
 __all__ = ["DEFAULT_ROOT", "DevCluster", "DevClusterError", "current", "down", "status", "up"]

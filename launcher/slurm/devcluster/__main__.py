@@ -12,8 +12,9 @@ from launcher.slurm.devcluster import cluster
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launcher.slurm.devcluster",
-                                description="Start, stop or show the dev Slurm cluster.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m launcher.slurm.devcluster", description="Start, stop or show the dev Slurm cluster."
+    )
     cluster.add_arguments(p)
     return cluster.main(p.parse_args(argv))
 

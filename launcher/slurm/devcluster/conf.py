@@ -204,8 +204,9 @@ def check_gpus(gpus: int) -> int:
     return gpus
 
 
-def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports(), *, gpus: int = NODE_GPUS,
-                    exclusive: bool = False) -> str:  # fmt: skip
+def slurm_conf_text(
+    layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports(), *, gpus: int = NODE_GPUS, exclusive: bool = False
+) -> str:
     """`exclusive`: every job gets whole nodes (the bed's CPU share per node is then one job's alone)."""
     r = layout
     sock = r.munge_socket
@@ -266,8 +267,10 @@ def slurm_conf_text(layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports
         f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{gpus} Feature={NODE_FEATURES} State=UNKNOWN"
         for n in nodes
     ]
-    lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
-                 + (" OverSubscribe=EXCLUSIVE" if exclusive else ""))  # fmt: skip
+    lines.append(
+        f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+        + (" OverSubscribe=EXCLUSIVE" if exclusive else "")
+    )
     return "\n".join(lines) + "\n"
 
 

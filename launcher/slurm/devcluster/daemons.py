@@ -13,9 +13,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from launcher.slurm.devcluster.errors import DevClusterError
 
@@ -151,9 +151,7 @@ def failure(what: str, log_file: Path, proc: Proc | None) -> DevClusterError:
     return DevClusterError(f"{what} did not come up{dead}; read {log_file}")
 
 
-def wait_until(
-    check: Callable[[], bool], what: str, log_file: Path, proc: Proc | None, timeout: float = 60.0
-) -> None:
+def wait_until(check: Callable[[], bool], what: str, log_file: Path, proc: Proc | None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if (proc is not None and not alive(proc)) or time.monotonic() > deadline:

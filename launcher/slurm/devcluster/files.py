@@ -14,8 +14,9 @@ from launcher.slurm.devcluster.conf import Layout, Ports
 PORTS = Ports()
 
 
-def configs(layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int,
-            exclusive: bool = False) -> dict[Path, tuple[str, int]]:  # fmt: skip
+def configs(
+    layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int, exclusive: bool = False
+) -> dict[Path, tuple[str, int]]:
     return {
         layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus, exclusive=exclusive), 0o644),
         layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),

@@ -52,8 +52,14 @@ class DevCluster:
 
 
 def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int, lim: Limits) -> DevCluster:
-    return DevCluster(root=layout.root, slurm_conf=layout.slurm_conf, nodes=nodes, partition=conf.PARTITION,
-                      gpus_per_node=gpus, limits=lim)
+    return DevCluster(
+        root=layout.root,
+        slurm_conf=layout.slurm_conf,
+        nodes=nodes,
+        partition=conf.PARTITION,
+        gpus_per_node=gpus,
+        limits=lim,
+    )
 
 
 def _daemon_env(layout: Layout) -> dict[str, str]:
@@ -82,9 +88,14 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bo
 # ---------------------------------------------------------------- up
 
 
-def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = print,
-       gpus_per_node: int | None = None, cpus_per_node: float | None = None,
-       link_rate_bit: int | None = None) -> DevCluster:  # fmt: skip
+def up(
+    nodes: int = 4,
+    root: Path = DEFAULT_ROOT,
+    log: Callable[[str], None] = print,
+    gpus_per_node: int | None = None,
+    cpus_per_node: float | None = None,
+    link_rate_bit: int | None = None,
+) -> DevCluster:
     """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers.
     `gpus_per_node`: stand-in GPUs on every node; None keeps the running cluster's (2 on a new one),
     so a plain `up` from another test session never reconfigures, and restarts, a cluster in use.
@@ -98,8 +109,10 @@ def up(nodes: int = 4, root: Path = DEFAULT_ROOT, log: Callable[[str], None] = p
         names = conf.node_names(nodes)
         gpus = conf.check_gpus(st.gpus_per_node if gpus_per_node is None else gpus_per_node)
         cpus = st.limits.cpus_per_node if cpus_per_node is None else cpus_per_node
-        lim = Limits(cpus_per_node=limits.check_cpus(cpus, len(names), bed.cores()),
-                     link_rate_bit=st.limits.link_rate_bit if link_rate_bit is None else link_rate_bit)  # fmt: skip
+        lim = Limits(
+            cpus_per_node=limits.check_cpus(cpus, len(names), bed.cores()),
+            link_rate_bit=st.limits.link_rate_bit if link_rate_bit is None else link_rate_bit,
+        )
         if lim.cpus_per_node:
             bed.hierarchy()  # no cpu controller: say so before anything starts
     except ValueError as exc:
@@ -184,8 +197,9 @@ def _set_exclusive(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limit
         value = "EXCLUSIVE" if _exclusive(lim) else "NO"
         r = run([program("scontrol"), "update", f"PartitionName={conf.PARTITION}", f"OverSubscribe={value}"], layout)
         if r.returncode != 0:
-            raise DevClusterError(f"scontrol update PartitionName={conf.PARTITION} OverSubscribe={value} failed: "
-                                  f"{r.stderr.strip()}")  # fmt: skip
+            raise DevClusterError(
+                f"scontrol update PartitionName={conf.PARTITION} OverSubscribe={value} failed: {r.stderr.strip()}"
+            )
 
 
 def _slurmd_pids(st: State, names: tuple[str, ...]) -> dict[str, int]:
@@ -196,8 +210,9 @@ def _limits_current(st: State, names: tuple[str, ...], lim: Limits) -> bool:
     """The recorded limits are `lim` and the machine agrees (quota files, slurmd in its cgroup, qdiscs)."""
     if st.limits != lim or bool(st.cgroup_base) != bool(lim.cpus_per_node):
         return False
-    cpu_ok = not lim.cpus_per_node or bed.cpu_in_place(names, lim.cpus_per_node, Path(st.cgroup_base),
-                                                       st.cgroup_version, _slurmd_pids(st, names))  # fmt: skip
+    cpu_ok = not lim.cpus_per_node or bed.cpu_in_place(
+        names, lim.cpus_per_node, Path(st.cgroup_base), st.cgroup_version, _slurmd_pids(st, names)
+    )
     return cpu_ok and bed.link_in_place(names, lim.link_rate_bit)
 
 
@@ -214,8 +229,10 @@ def _apply_limits(st: State, layout: Layout, names: tuple[str, ...], lim: Limits
         st.cgroup_base, st.cgroup_version = "", 0
     bed.set_link(names, lim.link_rate_bit)
     if st.limits != lim:
-        log(f"{limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())}\n"
-            f"{limits.describe_link(lim.link_rate_bit)}")  # fmt: skip
+        log(
+            f"{limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())}\n"
+            f"{limits.describe_link(lim.link_rate_bit)}"
+        )
     st.limits = lim
     save(layout, st)
 
@@ -348,14 +365,17 @@ def status(root: Path = DEFAULT_ROOT) -> str:
     for name in _names(st.nodes) + [k for k in st.procs if k not in _names(st.nodes)]:
         p = st.procs.get(name)
         lines.append(
-            f"{name:<12} {'not started' if p is None else f'pid {p.pid:<8} ' + ('alive' if daemons.alive(p) else 'DEAD')}"
+            f"{name:<12} "
+            f"{'not started' if p is None else f'pid {p.pid:<8} ' + ('alive' if daemons.alive(p) else 'DEAD')}"
         )
     # CPUs and GRES columns: what a job may ask of each node (the stand-in GPUs included).
     r = run([program("sinfo"), "--Node", "--format=%10N %9P %6t %5c %G"], layout, timeout=10)
     lines.append("")
     lines.append((r.stdout if r.returncode == 0 else f"sinfo failed: {r.stderr.strip()}\n").rstrip("\n"))
-    lines.append(f"gpus per node: {st.gpus_per_node} (stand-ins: device files in {layout.fake_gpu_dir}; "
-                 "jobs compute on CPU, Slurm sets CUDA_VISIBLE_DEVICES)")
+    lines.append(
+        f"gpus per node: {st.gpus_per_node} (stand-ins: device files in {layout.fake_gpu_dir}; "
+        "jobs compute on CPU, Slurm sets CUDA_VISIBLE_DEVICES)"
+    )
     lines += _bed_lines(st)
     lines.append(f"export SLURM_CONF={layout.slurm_conf}")
     return "\n".join(lines)

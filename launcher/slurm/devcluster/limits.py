@@ -30,10 +30,18 @@ OFF = ("0", "none", "off")
 """What removes a limit: `--cpus-per-node 0`, `--link-rate none`."""
 
 _RATE_UNITS = {
-    "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
+    "bit": 1,
+    "kbit": 10**3,
+    "mbit": 10**6,
+    "gbit": 10**9,
+    "tbit": 10**12,
     # tc's byte units: `mbps` is megaBYTES per second.
-    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12,
-}  # fmt: skip
+    "bps": 8,
+    "kbps": 8 * 10**3,
+    "mbps": 8 * 10**6,
+    "gbps": 8 * 10**9,
+    "tbps": 8 * 10**12,
+}
 MIN_RATE_BIT = 10**6
 """Below 1 Mbit/s slurmd's own RPCs and a job's start-up crawl; no bed needs it."""
 MAX_RATE_BIT = 100 * 10**9
@@ -54,8 +62,7 @@ class Limits:
     """Bits per second of each node's link, each direction (tbf); 0: unshaped."""
 
 
-RATE_HELP = ("use tc's units: 200mbit, 1gbit, 1500kbit (bits/s) or 25mbps (bytes/s), "
-             "or none to remove the shaping")  # fmt: skip
+RATE_HELP = "use tc's units: 200mbit, 1gbit, 1500kbit (bits/s) or 25mbps (bytes/s), or none to remove the shaping"
 
 
 def parse_cpus(text: str) -> float:
@@ -68,8 +75,10 @@ def parse_cpus(text: str) -> float:
     except ValueError:
         f = math.nan
     if not math.isfinite(f) or f < MIN_CPUS:
-        raise ValueError(f"--cpus-per-node {text}: a node's CPU share must be a number ≥ {MIN_CPUS} "
-                         "(e.g. 0.45), or 0 to remove the quota")  # fmt: skip
+        raise ValueError(
+            f"--cpus-per-node {text}: a node's CPU share must be a number ≥ {MIN_CPUS} "
+            "(e.g. 0.45), or 0 to remove the quota"
+        )
     return round(f, 4)
 
 
@@ -116,10 +125,15 @@ def weight_files(version: int, nodes: int = 1) -> dict[str, str]:
 
 def describe_cpus(cpus: float, version: int | None, cores: int) -> str:
     if cpus == 0:
-        return (f"cpu per node: unlimited (the nodes share this machine's {cores} cores; "
-                "`launcher cluster up --cpus-per-node 0.45` gives each a fixed share)")  # fmt: skip
-    how = (f"cgroup v1 quota {cfs_quota_us(cpus)}/{cfs_period_us(cpus)} µs" if version == 1
-           else f"cgroup v2 cpu.max {cfs_quota_us(cpus)} {cfs_period_us(cpus)}")  # fmt: skip
+        return (
+            f"cpu per node: unlimited (the nodes share this machine's {cores} cores; "
+            "`launcher cluster up --cpus-per-node 0.45` gives each a fixed share)"
+        )
+    how = (
+        f"cgroup v1 quota {cfs_quota_us(cpus)}/{cfs_period_us(cpus)} µs"
+        if version == 1
+        else f"cgroup v2 cpu.max {cfs_quota_us(cpus)} {cfs_period_us(cpus)}"
+    )
     return f"cpu per node: {cpus:g} ({how})"
 
 
@@ -177,6 +191,8 @@ def shaped_at(tc_json: list[dict]) -> int:
 
 def describe_link(bits: int) -> str:
     if bits == 0:
-        return ("link: unshaped (veth, memory speed; `launcher cluster up --link-rate 200mbit` shapes it)")
-    return (f"link: {rate_text(bits)} ({bits / 8e6:g} MB/s) tbf on each node's veth, both directions; "
-            "ranks on one node talk over loopback, unshaped")
+        return "link: unshaped (veth, memory speed; `launcher cluster up --link-rate 200mbit` shapes it)"
+    return (
+        f"link: {rate_text(bits)} ({bits / 8e6:g} MB/s) tbf on each node's veth, both directions; "
+        "ranks on one node talk over loopback, unshaped"
+    )

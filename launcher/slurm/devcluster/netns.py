@@ -143,6 +143,17 @@ def as_host_argv(hostname: str, layout: Layout, argv: list[str]) -> list[str]:
         'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf && hostname "$3" && shift 3 && exec "$@"'
     )
     return [
-        program("unshare"), "--mount", "--uts", "--propagation", "private",
-        "sh", "-c", script, "sh", str(layout.hosts), str(layout.resolv_conf), hostname, *argv,
-    ]  # fmt: skip
+        program("unshare"),
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(layout.hosts),
+        str(layout.resolv_conf),
+        hostname,
+        *argv,
+    ]

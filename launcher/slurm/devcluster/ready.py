@@ -74,7 +74,8 @@ def wait_ready(layout: Layout, st: State, names: tuple[str, ...]) -> None:
             n = dead[0] if dead else next(iter(bad))
             detail = ", ".join(f"{k}={v}" for k, v in bad.items())
             raise DevClusterError(
-                f"node {n} did not come up ({detail}); read {layout.log / f'slurmd-{n}.log'} and {layout.log_file('slurmctld')}"
+                f"node {n} did not come up ({detail}); read {layout.log / f'slurmd-{n}.log'} and "
+                f"{layout.log_file('slurmctld')}"
             )
         time.sleep(0.1)
     while True:

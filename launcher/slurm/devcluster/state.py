@@ -59,7 +59,9 @@ class State:
             netns=list(d.get("netns", [])),
             accounting=bool(d.get("accounting", False)),
             gpus_per_node=int(d.get("gpus_per_node", NODE_GPUS)),
-            limits=Limits(cpus_per_node=float(d.get("cpus_per_node", 0.0)), link_rate_bit=int(d.get("link_rate_bit", 0))),
+            limits=Limits(
+                cpus_per_node=float(d.get("cpus_per_node", 0.0)), link_rate_bit=int(d.get("link_rate_bit", 0))
+            ),
             cgroup_base=str(d.get("cgroup_base", "")),
             cgroup_version=int(d.get("cgroup_version", 0)),
         )

@@ -6,13 +6,13 @@ import torch
 from torch import nn
 
 from launcher.config.schema import LauncherConfig
-from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.byo_tp import ByoTPEngine
 from launcher.train.engines.ddp import DDPEngine
 from launcher.train.engines.fsdp import FSDPEngine
 from launcher.train.engines.tp import TPEngine
 from launcher.train.models import is_byo
+from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 
 
 def build_engine(model: nn.Module, topo: Topology, cfg: LauncherConfig, device: torch.device) -> Engine:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ class Topology:
         return self.rank % self.tp
 
     @classmethod
-    def build(cls, trial: Trial, rank: int, device: torch.device) -> "Topology":
+    def build(cls, trial: Trial, rank: int, device: torch.device) -> Topology:
         mesh = init_device_mesh(device.type, (trial.dp, trial.pp, trial.tp), mesh_dim_names=("dp", "pp", "tp"))
         return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh)
 

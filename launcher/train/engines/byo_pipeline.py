@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import operator
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -74,18 +75,24 @@ def trace_stages(model: nn.Module, m: ModelConfig, split: Sequence[str], micro: 
         warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
         pipe = pipeline(model, mb_args=(), mb_kwargs=batch, split_spec={name: SplitPoint.BEGINNING for name in split})
     if pipe.num_stages != len(split) + 1:
-        raise ValueError(f"parallel.pp_split={list(split)} cut the traced forward into {pipe.num_stages} stages, not "
-                         f"{len(split) + 1}: each boundary module must run once per forward")  # fmt: skip
+        raise ValueError(
+            f"parallel.pp_split={list(split)} cut the traced forward into {pipe.num_stages} stages, not "
+            f"{len(split) + 1}: each boundary module must run once per forward"
+        )
     nodes = [n for n in pipe.split_gm.graph.nodes if n.op == "call_module"]
     output = next(n for n in pipe.split_gm.graph.nodes if n.op == "output")
     if {_source(a) for a in output.all_input_nodes} != {nodes[-1]}:
         raise ValueError("the model's output is not all computed in its last pipeline stage; return it from there")
     stages = [_stage(pipe.get_stage_module(s), nodes, s) for s in range(len(nodes))]
     if stages[-1].outputs != 1:
-        raise ValueError(f"the last pipeline stage returns {stages[-1].outputs} tensors (the model's output, flattened); "
-                         "return one tensor, the output or the loss, for a pipeline layout")  # fmt: skip
-    sends = [sum(v.meta["val"].numel() for v in _returned(stage.module) if isinstance(v.meta.get("val"), torch.Tensor))
-             for stage in stages[:-1]]  # fmt: skip
+        raise ValueError(
+            f"the last pipeline stage returns {stages[-1].outputs} tensors (the model's output, flattened); "
+            "return one tensor, the output or the loss, for a pipeline layout"
+        )
+    sends = [
+        sum(v.meta["val"].numel() for v in _returned(stage.module) if isinstance(v.meta.get("val"), torch.Tensor))
+        for stage in stages[:-1]
+    ]
     return Traced(stages=stages, p2p_numel=max(sends, default=0))
 
 
@@ -103,11 +110,15 @@ def _stage(module: fx.GraphModule, nodes: list[fx.Node], s: int) -> TracedStage:
             inputs[str(ph.target)] = str(arg.target)
             continue
         if _source(arg) is not nodes[s - 1]:
-            raise ValueError(f"pipeline stage {s} reads {ph.name} from stage {nodes.index(_source(arg))}, not from the stage "
-                             "before it; move a boundary so no tensor skips a stage")  # fmt: skip
+            raise ValueError(
+                f"pipeline stage {s} reads {ph.name} from stage {nodes.index(_source(arg))}, not from the stage "
+                "before it; move a boundary so no tensor skips a stage"
+            )
         received.append((arg.args[1] if arg.target is operator.getitem else 0, ph))
     first = next(n for n in module.graph.nodes if n.op != "placeholder")
-    for ph in [ph for _, ph in sorted(received, key=lambda r: r[0])] + [ph for ph in placeholders if str(ph.target) in inputs]:
+    for ph in [ph for _, ph in sorted(received, key=lambda r: r[0])] + [
+        ph for ph in placeholders if str(ph.target) in inputs
+    ]:
         first.prepend(ph)
     module.recompile()
     return TracedStage(module=module, inputs=inputs, outputs=len(_returned(module)))
@@ -196,8 +207,12 @@ class ByoPipelineEngine(PipelineEngine):
         self._state = _RunState(device)
         pipe_stage = _Stage(self.wrapped[0], topo.pp_rank, self.pp, device, group=self.pp_group, state=self._state)
         if par.schedule not in SCHEDULES:
-            raise ValueError(f"parallel.schedule={par.schedule} is not one of {', '.join(SCHEDULES)} for a `_target_` model")
-        self.schedule = SCHEDULES[par.schedule](pipe_stage, n_microbatches=self.m, loss_fn=self._loss, scale_grads=False)
+            raise ValueError(
+                f"parallel.schedule={par.schedule} is not one of {', '.join(SCHEDULES)} for a `_target_` model"
+            )
+        self.schedule = SCHEDULES[par.schedule](
+            pipe_stage, n_microbatches=self.m, loss_fn=self._loss, scale_grads=False
+        )
         self._accum = 1
         self._last_batches: list[Any] = []
         self._steps: list[tuple[float, float]] = []

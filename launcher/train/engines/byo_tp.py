@@ -53,8 +53,10 @@ class ByoTPEngine(Engine):
         return total
 
     def full_state_dict(self):
-        full = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()  # collective, same order
-                for k, v in self.model.state_dict().items()}  # fmt: skip
+        full = {
+            k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()  # collective, same order
+            for k, v in self.model.state_dict().items()
+        }
         return full if dist.get_rank() == 0 else None
 
     def metrics(self) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
+from launcher.train.engines.base import Engine, Topology, autocast
 from launcher.train.models import is_byo, materialise, reference_values
 from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
-from launcher.train.engines.base import Engine, Topology, autocast
 
 COMPUTE_ITERS = 3
 

@@ -34,8 +34,6 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import is_byo, materialise, reference_values
-from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.tp import (
     CollectiveTimer,
@@ -44,6 +42,8 @@ from launcher.train.engines.tp import (
     mixed_params,
     tp_collective_seconds,
 )
+from launcher.train.models import is_byo, materialise, reference_values
+from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
 
 COMM_WARMUP, COMM_ITERS = 1, 3
 PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -161,8 +161,8 @@ class FSDPEngine(Engine):
         ops: Counter[tuple[str, int, torch.dtype]] = Counter()
         for i, numel in enumerate(self.unit_numels):
             is_root = i == len(self.unit_numels) - 1
-            ops[("_allgather_base_", numel, self.param_dtype or torch.float32)] += (
-                self._accum * (2 if self.reshard and not is_root else 1)
+            ops[("_allgather_base_", numel, self.param_dtype or torch.float32)] += self._accum * (
+                2 if self.reshard and not is_root else 1
             )
             ops[("_reduce_scatter_base_", numel, torch.float32)] += 1
         return replay_seconds(ops, self.group, self.device)
@@ -223,6 +223,8 @@ def replay_seconds(ops: Counter, group, device: torch.device) -> float:
         if name == "_allgather_base_":
             seconds = time_collective(group, device, lambda o=big, i=small: dist.all_gather_single(o, i, group=group))
         else:
-            seconds = time_collective(group, device, lambda o=small, i=big: dist.reduce_scatter_single(o, i, group=group))
+            seconds = time_collective(
+                group, device, lambda o=small, i=big: dist.reduce_scatter_single(o, i, group=group)
+            )
         total += count * seconds
     return total

@@ -45,13 +45,13 @@ from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
-from launcher.trials.layout import FSDP_LAYOUTS, TP_LAYOUTS, pipeline_bubble, virtual_stages
 from launcher.train.dist import sync
-from launcher.train.models import TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
 from launcher.train.engines.fsdp import CollectiveCounter, local_numel, replay_seconds
 from launcher.train.engines.stages import StageModule, rank_stages
 from launcher.train.engines.tp import apply_tensor_parallel, cross_entropy, local_scalar, mixed_params
+from launcher.train.models import TokenModel, materialise
+from launcher.trials.layout import FSDP_LAYOUTS, TP_LAYOUTS, pipeline_bubble, virtual_stages
 
 BUBBLE_STEPS = 2
 """Optimizer steps of the instrumented pass that measures the bubble, after the timed steps."""
@@ -89,8 +89,16 @@ class _Stage(PipelineStage):
     """A PipelineStage that times its own compute and defers dp gradient sync to the last
     schedule step of an optimizer step (see the module docstring)."""
 
-    def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int, device: torch.device, *,
-                 group: Any, state: _RunState) -> None:  # fmt: skip
+    def __init__(
+        self,
+        submodule: nn.Module,
+        stage_index: int,
+        num_stages: int,
+        device: torch.device,
+        *,
+        group: Any,
+        state: _RunState,
+    ) -> None:
         super().__init__(submodule, stage_index, num_stages, device, group=group)
         self._state = state
 
@@ -138,7 +146,9 @@ class PipelineEngine(Engine):
         self.pp_group = topo.mesh["pp"].get_group()
         self.dp_group = topo.mesh["dp"].get_group()
         self.stage_ids = rank_stages(topo.pp_rank, self.pp, self.v)
-        self.modules = [StageModule(model, s, self.n_stages, autocast=lambda: autocast(cfg, device)) for s in self.stage_ids]
+        self.modules = [
+            StageModule(model, s, self.n_stages, autocast=lambda: autocast(cfg, device)) for s in self.stage_ids
+        ]
         self.has_first = any(mod.is_first for mod in self.modules)
         self.has_last = any(mod.is_last for mod in self.modules)
         self._stage_numel = 0  # this rank's stages' elements before dp sharding (tp-local under TP), set in _wrap
@@ -147,8 +157,10 @@ class PipelineEngine(Engine):
         self.wrapped = [self._wrap(mod) for mod in self.modules]
         self.foreach_optimizer = not mixed_params(self.parameters())
         self._state = _RunState(device)
-        stages = [_Stage(w, s, self.n_stages, device, group=self.pp_group, state=self._state)
-                  for w, s in zip(self.wrapped, self.stage_ids, strict=True)]  # fmt: skip
+        stages = [
+            _Stage(w, s, self.n_stages, device, group=self.pp_group, state=self._state)
+            for w, s in zip(self.wrapped, self.stage_ids, strict=True)
+        ]
         kwargs = {"n_microbatches": self.m, "loss_fn": self._loss, "scale_grads": False}
         if par.schedule == "gpipe":
             self.schedule = ScheduleGPipe(stages[0], **kwargs)
@@ -325,8 +337,11 @@ class PipelineEngine(Engine):
         }
         if self.fsdp:
             fsdp_s, tp_s, count = self._collectives or (0.0, 0.0, 0)
-            out |= {"reshard_after_forward": bool(self.cfg.parallel.reshard_after_forward),
-                    "fsdp_collective_time_s": fsdp_s, "collective_time_s": fsdp_s + tp_s}  # fmt: skip
+            out |= {
+                "reshard_after_forward": bool(self.cfg.parallel.reshard_after_forward),
+                "fsdp_collective_time_s": fsdp_s,
+                "collective_time_s": fsdp_s + tp_s,
+            }
             if self.tensor_parallel:
                 out |= {"tp": self.topo.tp, "tp_collective_time_s": tp_s, "tp_collectives_per_step": count}
         return out

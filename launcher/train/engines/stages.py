@@ -53,9 +53,7 @@ class StageModule(nn.Module):
         if self.is_first:
             self.tok_emb = model.tok_emb
             self.pos_emb = model.pos_emb  # None for llama (rotary positions, inside attention)
-        self.blocks = nn.ModuleDict(
-            {str(i): model.blocks[i] for i in stage_blocks(len(model.blocks), n_stages, stage)}
-        )
+        self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in stage_blocks(len(model.blocks), n_stages, stage)})
         if self.is_last:
             self.ln_f = model.ln_f
             self.head = model.head

@@ -35,8 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
-from launcher.train.models import MLPBlock, PreNormBlock, SwiGLU, TokenModel, materialise
 from launcher.train.engines.base import Engine, Topology, autocast
+from launcher.train.models import MLPBlock, PreNormBlock, SwiGLU, TokenModel, materialise
 
 MEASURE_ITERS = 3
 
@@ -97,8 +97,11 @@ def block_plan(block: nn.Module) -> dict[str, Any]:
         raise TypeError(f"tensor parallel has no plan for {type(block).__name__}")
     plan["ffn"] = gather_seq
     if isinstance(block.ffn, SwiGLU):
-        plan |= {"ffn.w1": ColwiseParallel(), "ffn.w3": ColwiseParallel(),
-                 "ffn.w2": RowwiseParallel(output_layouts=Shard(1))}  # fmt: skip
+        plan |= {
+            "ffn.w1": ColwiseParallel(),
+            "ffn.w3": ColwiseParallel(),
+            "ffn.w2": RowwiseParallel(output_layouts=Shard(1)),
+        }
     else:
         plan |= {"ffn.0": ColwiseParallel(), "ffn.2": RowwiseParallel(output_layouts=Shard(1))}
     return plan

@@ -8,17 +8,30 @@ from torch import nn
 
 from launcher.config.schema import ModelConfig
 from launcher.model.flops import ffn_width, kv_heads
-from launcher.train.models.common import CausalSelfAttention, PreNormBlock
 from launcher.train.models.byo import build_target, is_byo, reference_values
+from launcher.train.models.common import CausalSelfAttention, PreNormBlock
 from launcher.train.models.gpt import Block, FeedForward, MLPBlock
 from launcher.train.models.init import initial_value, materialise, param_seed
 from launcher.train.models.llama import LlamaBlock, RMSNorm, SwiGLU
 
 __all__ = [
-    "Block", "CausalSelfAttention", "FeedForward", "LlamaBlock", "MLPBlock", "PreNormBlock", "RMSNorm", "SwiGLU",
-    "TokenModel", "build_blocks", "build_model", "initial_value", "materialise", "param_counts", "param_seed",
+    "Block",
+    "CausalSelfAttention",
+    "FeedForward",
+    "LlamaBlock",
+    "MLPBlock",
+    "PreNormBlock",
+    "RMSNorm",
+    "SwiGLU",
+    "TokenModel",
+    "build_blocks",
+    "build_model",
+    "initial_value",
+    "materialise",
+    "param_counts",
+    "param_seed",
     "token_model",
-]  # fmt: skip
+]
 
 
 def build_blocks(cfg: ModelConfig) -> list[nn.Module]:
@@ -27,8 +40,18 @@ def build_blocks(cfg: ModelConfig) -> list[nn.Module]:
     if cfg.arch == "gpt":
         return [Block(d, cfg.n_heads, hidden, checkpointing=ac) for _ in range(cfg.n_layers)]
     if cfg.arch == "llama":
-        return [LlamaBlock(d, cfg.n_heads, kv_heads(cfg), hidden, rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
-                           checkpointing=ac) for _ in range(cfg.n_layers)]  # fmt: skip
+        return [
+            LlamaBlock(
+                d,
+                cfg.n_heads,
+                kv_heads(cfg),
+                hidden,
+                rope_theta=cfg.rope_theta,
+                norm_eps=cfg.norm_eps,
+                checkpointing=ac,
+            )
+            for _ in range(cfg.n_layers)
+        ]
     return [MLPBlock(d, hidden, checkpointing=ac) for _ in range(cfg.n_layers)]
 
 

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,8 +97,12 @@ def counted_flops_per_token(m: ModelConfig, micro: int, folder: Path | None = No
         specs = dict(m.inputs) | ({TARGET_KEY: m.target} if m.target is not None else {})
         batch = {name: random_tensor(spec, (micro,)) for name, spec in specs.items()}
         loss = loss_fn(m)
-        return count_flops(lambda: build_target(m), batch, lambda model, b: step_loss(model, b, loss),
-                           tokens_per_sample=tokens_per_sample(m))  # fmt: skip
+        return count_flops(
+            lambda: build_target(m),
+            batch,
+            lambda model, b: step_loss(model, b, loss),
+            tokens_per_sample=tokens_per_sample(m),
+        )
 
     found = count() if folder is None else cached_flops(folder, flops_key(dataclasses.asdict(m)), count)
     return found.per_sample / tokens_per_sample(m)
@@ -150,13 +155,19 @@ def own_loss(output: Any) -> torch.Tensor:
     loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", output)
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
         shape = list(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise ValueError(f"model.loss is null, so the model must return a scalar loss (or an output with .loss); "
-                         f"it returned {shape}: set model.loss=cross_entropy and model.target, or return the loss")  # fmt: skip
+        raise ValueError(
+            f"model.loss is null, so the model must return a scalar loss (or an output with .loss); "
+            f"it returned {shape}: set model.loss=cross_entropy and model.target, or return the loss"
+        )
     return loss
 
 
-def step_loss(model: nn.Module, batch: Mapping[str, torch.Tensor], loss: Loss | None,
-              autocast: AbstractContextManager | None = None) -> torch.Tensor:  # fmt: skip
+def step_loss(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    loss: Loss | None,
+    autocast: AbstractContextManager | None = None,
+) -> torch.Tensor:
     """Forward of one dict micro-batch and its loss (a scalar): model(**inputs), then
     `loss` (loss_fn(model config), made once per run) against batch[TARGET_KEY], or with None
     the model's own loss."""

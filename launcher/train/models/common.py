@@ -45,13 +45,23 @@ class CausalSelfAttention(nn.Module):
     attention q head h reads kv head h // (n_heads / n_kv_heads); a rank's q heads then read
     exactly that rank's kv heads, so the split needs no communication."""
 
-    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, bias: bool = True,
-                 rope_theta: float | None = None, recompute: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        rope_theta: float | None = None,
+        recompute: bool = False,
+    ) -> None:
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads or n_heads % n_kv_heads:
-            raise ValueError(f"attention: d_model={d_model} must be divisible by n_heads={n_heads}, "
-                             f"and n_heads by n_kv_heads={n_kv_heads}")  # fmt: skip
+            raise ValueError(
+                f"attention: d_model={d_model} must be divisible by n_heads={n_heads}, "
+                f"and n_heads by n_kv_heads={n_kv_heads}"
+            )
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
         self.rope_theta = rope_theta

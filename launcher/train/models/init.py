@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -15,8 +15,9 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from launcher.train.models.llama import RMSNorm
 
 
-def materialise(module: nn.Module, device: torch.device, *, seed: int,
-                fallback: Callable[[str], torch.Tensor] | None = None) -> nn.Module:  # fmt: skip
+def materialise(
+    module: nn.Module, device: torch.device, *, seed: int, fallback: Callable[[str], torch.Tensor] | None = None
+) -> nn.Module:
     """Allocate a meta-device module (already cut up, sharded or parallelised: only this rank's
     part is allocated) on `device` and initialise every parameter from (seed, its name).
 
@@ -32,8 +33,10 @@ def materialise(module: nn.Module, device: torch.device, *, seed: int,
     if not any(on_meta):
         return module
     if not all(on_meta):
-        raise ValueError(f"materialise: {on_meta.count(False)} of {len(params)} parameters are already allocated; "
-                         "expected a module wholly on the meta device")  # fmt: skip
+        raise ValueError(
+            f"materialise: {on_meta.count(False)} of {len(params)} parameters are already allocated; "
+            "expected a module wholly on the meta device"
+        )
     module.to_empty(device=device)
     with torch.no_grad():
         for prefix, owner in module.named_modules():

@@ -44,12 +44,27 @@ class SwiGLU(nn.Module):
 class LlamaBlock(PreNormBlock):
     """Llama block (RMSNorm, GQA with RoPE, SwiGLU). `checkpointing` as gpt.Block's."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, ffn_hidden: int, *, rope_theta: float,
-                 norm_eps: float, checkpointing: str = "none") -> None:  # fmt: skip
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        ffn_hidden: int,
+        *,
+        rope_theta: float,
+        norm_eps: float,
+        checkpointing: str = "none",
+    ) -> None:
         super().__init__()
         self.recompute = checkpointing == "full"
         self.ln1 = RMSNorm(d_model, norm_eps)
-        self.attn = CausalSelfAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=False, rope_theta=rope_theta,
-                                        recompute=checkpointing == "selective")  # fmt: skip
+        self.attn = CausalSelfAttention(
+            d_model,
+            n_heads,
+            n_kv_heads=n_kv_heads,
+            bias=False,
+            rope_theta=rope_theta,
+            recompute=checkpointing == "selective",
+        )
         self.ln2 = RMSNorm(d_model, norm_eps)
         self.ffn = SwiGLU(d_model, ffn_hidden)
