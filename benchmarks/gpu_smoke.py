@@ -3,10 +3,10 @@
 Each trial runs as `launcher sweep` runs one (launcher.run.local.run_local → `python -m launcher.train`
 from a trial.json). It writes benchmarks/results/gpu_smoke.{md,json}: how it was run, the device,
 torch and CUDA versions, and per trial MFU against the peak table, tokens/s, step times, CUDA memory
-next to launcher/model/memory.py's estimate. Trials:
+next to launcher/perf/memory.py's estimate. Trials:
 
 - main: gpt_125m, DDP, `precision=auto` (bf16 on CUDA), the device name left unset so the payload
-  looks the GPU up in the peak table (launcher/model/peaks.py) by the name torch reports;
+  looks the GPU up in the peak table (launcher/compute/peaks.py) by the name torch reports;
 - fp32: the same in fp32 (TF32 matmuls), to compare the bf16 loss with;
 - fsdp: gpt_125m under FSDP2 with its bf16 mixed-precision policy;
 - parity: tiny_gpt in fp32 on the GPU and on the CPU, same seed: the CPU run is the reference.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.model.memory import estimate  # noqa: E402
+from launcher.perf.memory import estimate  # noqa: E402
 from launcher.run.local import run_local  # noqa: E402
 from launcher.trials.folder import trial_document  # noqa: E402
 from launcher.trials.spec import make_trial  # noqa: E402
@@ -196,7 +196,7 @@ def ran_lines(
         "|---|" + "---|" * len(names),
         *[f"| {k} | " + " | ".join(str(figs[n].get(k)) for n in names) + " |" for k in figs[names[0]]],
         "",
-        "Memory estimate: launcher/model/memory.py's params + grads + optimizer + activations (its runtime "
+        "Memory estimate: launcher/perf/memory.py's params + grads + optimizer + activations (its runtime "
         "allowance, the CUDA context, is outside torch's allocator), against `torch.cuda.max_memory_allocated`.",
         "",
         "Checks:",

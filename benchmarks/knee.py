@@ -41,7 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.model.calibrate import fit_layouts, load_measured, predictions  # noqa: E402
+from launcher.perf.calibrate import fit_layouts, load_measured, predictions  # noqa: E402
 from launcher.results.policy import recommend  # noqa: E402
 
 BED = ["--cpus-per-node", "0.45", "--link-rate", "200mbit"]

@@ -6,7 +6,7 @@ Brings up the dev cluster as a bed with dedicated compute and a known interconne
 inside one), then runs its own sweeps into a temporary folder: DDP tiny_gpt over nodes 1–4 ×
 accumulation 1, 2, with 1 and with 2 ranks per node (cluster.tasks_per_node), repeated in
 interleaved rounds (every size once per round, so slow stretches of the machine hit all sizes).
-For each ranks-per-node and split, the model (launcher.model.calibrate) is fitted on the training
+For each ranks-per-node and split, the model (launcher.perf.calibrate) is fitted on the training
 trials only and predicts the held-out ones:
   sizes         fit nodes {1,2,4} → predict nodes 3
   extrapolate   fit nodes {1,2,3} → predict nodes 4
@@ -39,9 +39,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.model.calibrate import Measured, fit_layouts, load_measured, shape_at  # noqa: E402
-from launcher.model.interval import coverage  # noqa: E402
-from launcher.model.summary import interval_phrase  # noqa: E402
+from launcher.perf.calibrate import Measured, fit_layouts, load_measured, shape_at  # noqa: E402
+from launcher.perf.interval import coverage  # noqa: E402
+from launcher.perf.summary import interval_phrase  # noqa: E402
 from launcher.slurm.devcluster.limits import parse_rate  # noqa: E402
 
 SPLITS = {
@@ -259,7 +259,7 @@ def totals(results: dict) -> dict:
 
 
 METHOD = (
-    "How the interval is made (launcher/model/fit.py, interval.py): each shape (a configuration, its repeats "
+    "How the interval is made (launcher/perf/fit.py, interval.py): each shape (a configuration, its repeats "
     "together) is left out in turn, both stages of the fit (links, then compute/exposure/overhead) are refitted "
     "on the rest, and its trials are predicted; the RMS of those relative errors is the scatter σ, never below "
     "the run-to-run noise that repeats of one shape show. The half-width is t·σ, t the Student quantile of the "

@@ -3,7 +3,7 @@
 Every row of benchmarks/data/published_scaling.csv becomes a `launcher plan` configuration
 (benchmarks/replay_mapping.py: model shape, layout and degrees, precision, checkpointing,
 hardware, node and network, batch) and is predicted in-process by the function `launcher plan`
-runs on presets (launcher.model.plan_table.from_presets_forecast), at the row's GPU count.
+runs on presets (launcher.perf.plan_table.from_presets_forecast), at the row's GPU count.
 Rows the tool cannot express are listed as skipped with the reason.
 
 One constant per device family and precision is fitted: the share of peak FLOP/s the compute
@@ -13,11 +13,11 @@ It is fitted on every row (in-sample) and, for each source, on the other sources
 (leave-one-source-out, LOSO: the figures the goals are judged on). A family no other source has
 falls back to the constant fitted on every device. The LOSO errors' 90% quantile of
 |ln(predicted/published)| (source-weighted) is the preset interval. The in-sample constants and
-that interval are written to launcher/model/preset_fit.json, which `launcher plan` reads.
+that interval are written to launcher/perf/preset_fit.json, which `launcher plan` reads.
 
 Truth is the published figure, never the model: tokens/s per GPU as published, else the
 published MFU (or HFU) × the source's peak (A100 312, H100 989 TFLOP/s) ÷ the row's FLOPs per
-token (launcher.model.flops on the row's shape, recompute included for HFU).
+token (launcher.compute.flops on the row's shape, recompute included for HFU).
 
     .venv/bin/python benchmarks/published_replay.py [--corpus CSV] [--out DIR] [--fit-out JSON]
 """
@@ -45,8 +45,8 @@ from replay_mapping import Mapped, Unexpressible, map_row, num, series_key  # no
 from launcher.config.compose import compose_config  # noqa: E402
 from launcher.config.errors import ConfigError  # noqa: E402
 from launcher.config.schema import LauncherConfig  # noqa: E402
-from launcher.model import preset_fit  # noqa: E402
-from launcher.model.plan_table import from_presets_forecast, work_of  # noqa: E402
+from launcher.perf import preset_fit  # noqa: E402
+from launcher.perf.plan_table import from_presets_forecast, work_of  # noqa: E402
 
 CORPUS = HERE / "data" / "published_scaling.csv"
 GRID = np.array([0.9, 0.7, 0.55, 0.45, 0.35, 0.25, 0.15])

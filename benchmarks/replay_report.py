@@ -112,7 +112,7 @@ def goal_lines(stats: dict) -> list[str]:
         f"of the pairs (median |error| {stats['cross_micro']['median_abs'] * 100:.1f} points): the model holds a "
         "recipe's per-GPU rate fixed, and MPT's smaller-micro baselines read efficiencies above 1.",
         f"- Preset interval: the {QUANTILE:.0%} quantile (source-weighted) of |ln(predicted/published)| over these "
-        f"rows is {stats['interval_log']:.3f}, i.e. × / ÷ {q:.2f}; written to launcher/model/preset_fit.json. "
+        f"rows is {stats['interval_log']:.3f}, i.e. × / ÷ {q:.2f}; written to launcher/perf/preset_fit.json. "
         f"Predicted × / ÷ {q:.2f} holds {_share(stats['interval_covers'], stats['interval_rows'])} of the published "
         "figures "
         "(unweighted).",

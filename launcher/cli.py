@@ -28,7 +28,7 @@ VERBS = {
     "collect": "launcher.run.collect",
     "cancel": "launcher.run.cancel",
     "report": "launcher.report.report",
-    "plan": "launcher.model.plan",
+    "plan": "launcher.perf.plan",
     "analyze": "launcher.results.analyze",
     "cluster": "launcher.slurm.devcluster.cluster",
 }
@@ -87,7 +87,7 @@ def _plan_and_analyze(add) -> None:
         "--assume-mfu",
         type=float,
         help="presets: share of peak FLOP/s the compute achieves (default: fitted on published runs "
-        "for the device and precision, launcher/model/preset_fit.json)",
+        "for the device and precision, launcher/perf/preset_fit.json)",
     )
     pl.add_argument("--output", metavar="PATH", help="also write the predicted table to PATH (.csv or .parquet)")
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")

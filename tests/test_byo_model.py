@@ -329,7 +329,7 @@ def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, 
 
 def test_a_target_model_is_not_given_a_memory_estimate_from_the_builtin_defaults(user_code):
     """No estimate rather than tiny_gpt's: even 1 byte of room predicts no OOM for it."""
-    from launcher.model.memory import predicted_oom
+    from launcher.perf.memory import predicted_oom
     from launcher.trials.spec import make_trial
 
     cfg = compose_config(["model=byo_net", "cluster.device_memory_gb=0.000001"])

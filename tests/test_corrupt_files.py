@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.model.calibrate import load_measured
+from launcher.perf.calibrate import load_measured
 from launcher.results.table import build_table
 from launcher.run.adaptive import run_adaptive, summary
 from launcher.run.sweep import create_sweep_dir, prepare_sweep

@@ -1,5 +1,5 @@
-"""Counted training FLOPs (launcher/model/flop_count.py) against the analytic formula
-(launcher/model/flops.py) for the built-in models, built on the meta device; the CPU fallback
+"""Counted training FLOPs (launcher/compute/flop_count.py) against the analytic formula
+(launcher/compute/flops.py) for the built-in models, built on the meta device; the CPU fallback
 for a model meta cannot run; and the per-sweep cache."""
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from launcher.config.compose import compose_config
-from launcher.config.schema import InputSpec, ModelConfig
-from launcher.model import flops
-from launcher.model.flop_count import (
+from launcher.compute import flops
+from launcher.compute.flop_count import (
     FLOPS_FILE,
     FlopCount,
     cached_flops,
@@ -24,6 +22,8 @@ from launcher.model.flop_count import (
     random_tensor,
     torch_dtype,
 )
+from launcher.config.compose import compose_config
+from launcher.config.schema import InputSpec, ModelConfig
 from launcher.train.models import build_model
 from launcher.train.models.byo import counted_flops_per_token
 

@@ -1,4 +1,4 @@
-"""FLOPs per token from the config (launcher/model/flops.py, pure) against an independent count:
+"""FLOPs per token from the config (launcher/compute/flops.py, pure) against an independent count:
 torch's FlopCounterMode on a real forward and backward of the built model (matmuls, attention
 through the math kernel so its two batched matmuls are seen), with and without activation
 checkpointing. Parameter counts against the module built on the meta device are in
@@ -15,9 +15,9 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from launcher.compute import flops
 from launcher.config.compose import compose_config
 from launcher.config.schema import ModelConfig
-from launcher.model import flops
 from launcher.train.models import build_model, param_counts
 
 BATCH = 2

@@ -1,5 +1,5 @@
 """Memory that reflects the layout, not the harness: the per-rank estimate made before anything
-runs (launcher/model/memory.py), trials it refuses as predicted `oom` rows without starting a
+runs (launcher/perf/memory.py), trials it refuses as predicted `oom` rows without starting a
 process, and host memory that does not grow with the world size (real trials)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
+from launcher.compute import flops
 from launcher.config.compose import compose_config
 from launcher.io import read_json
-from launcher.model import flops, memory
-from launcher.model.memory import GIB, estimate, model_parts, predicted_oom, room, slurm_mem_bytes
+from launcher.perf import memory
+from launcher.perf.memory import GIB, estimate, model_parts, predicted_oom, room, slurm_mem_bytes
 from launcher.trials.spec import make_trial
 
 HOST_24G = 23.5 * GIB  # this machine's MemTotal, about

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.compute.peaks import choose_peak
 from launcher.config.schema import ModelConfig
-from launcher.model.peaks import choose_peak
 from launcher.train import metrics
 
 
@@ -58,7 +58,7 @@ def test_ccr_and_spread():
 
 
 def test_flops_per_token_formula():
-    from launcher.model.flops import flops_per_token
+    from launcher.compute.flops import flops_per_token
     from launcher.train.models import build_model, param_counts
 
     cfg = ModelConfig(arch="gpt", vocab_size=256, seq_len=64, d_model=128, n_layers=2, n_heads=4)
@@ -78,7 +78,7 @@ def test_counted_parameters_equal_the_built_model(recipe):
     import torch
     import yaml
 
-    from launcher.model import flops
+    from launcher.compute import flops
     from launcher.train.models import build_model, param_counts
 
     doc = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "model" / f"{recipe}.yaml").read_text())

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
+from launcher.compute import peaks
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.validate import validate
-from launcher.model import peaks
 from launcher.report.markdown import write_report
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from launcher.cli import main
+from launcher.compute.flops import flops_per_token, hardware_flops_per_token
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json
-from launcher.model import preset_fit
-from launcher.model.flops import flops_per_token, hardware_flops_per_token
-from launcher.model.plan import from_presets_forecast
+from launcher.perf import preset_fit
+from launcher.perf.plan import from_presets_forecast
 from launcher.results.policy import recommend
 from launcher.results.scaling import add_scaling
 

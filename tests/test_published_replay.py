@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.model import preset_fit
+from launcher.perf import preset_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -11,9 +11,9 @@ import pytest
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json
-from launcher.model.comm import Topology, allreduce_s, ddp_buckets, ddp_last_bucket, group
-from launcher.model.links import LINKS
-from launcher.model.plan import from_presets_forecast, parse_gpus
+from launcher.perf.comm import Topology, allreduce_s, ddp_buckets, ddp_last_bucket, group
+from launcher.perf.links import LINKS
+from launcher.perf.plan import from_presets_forecast, parse_gpus
 
 
 def test_gpu_ranges():
@@ -28,7 +28,7 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     all-reduce of 4-byte gradients (NVLink inside a node, 400 Gb/s IB across) exposed only where it
     does not fit under the last micro-step's backward (2/3 of that micro-step's compute), and never
     less than the last bucket."""
-    from launcher.model.flops import flops_per_token, param_counts
+    from launcher.compute.flops import flops_per_token, param_counts
 
     cfg = compose_config(
         [
@@ -149,7 +149,7 @@ def test_adaptive_driver_doubles_refines_and_closes_the_rest(tmp_path):
 
 
 def test_calibration_from_a_sweep_folder_predicts_its_own_trials(tmp_path):
-    from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
+    from launcher.perf.calibrate import fit_layouts, load_measured, mape, predictions
 
     # A step time that *is* the model: c·w + ring all-reduce + o (w = micro 8 per rank, weak scaling).
     def thr(n):

@@ -34,7 +34,7 @@ DataKind = _choices("DataKind", "synthetic file dataset")
 TokenDtype = _choices("TokenDtype", "uint16 int32 int64")
 ClusterKind = _choices("ClusterKind", "local slurm")
 DeviceKind = _choices("DeviceKind", "auto cpu cuda")
-# Interconnect presets; launcher/model/links.py holds their bandwidth and latency.
+# Interconnect presets; launcher/perf/links.py holds their bandwidth and latency.
 Link = _choices("Link", "nvlink pcie ib400 ib200 eth100 eth10")
 Launch = _choices("Launch", "srun torchrun")
 Search = _choices("Search", "grid adaptive")
@@ -210,7 +210,7 @@ class ClusterConfig:
     device: DeviceKind = DeviceKind.auto
     """Device per rank; `auto` is CUDA when available, else CPU."""
     device_name: str = "cpu"
-    """Name of the device, recorded, and the row of the peak table (launcher/model/peaks.py) MFU
+    """Name of the device, recorded, and the row of the peak table (launcher/compute/peaks.py) MFU
     uses, matched case-insensitively: "A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (as
     torch.cuda.get_device_name reports it), "MI300X". On CUDA a name the table does not know
     (this default "cpu", "unknown") gives way to the one torch reports, recorded as
@@ -241,7 +241,7 @@ class ClusterConfig:
     """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
     device_memory_gb: float | None = None
     """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
-    per-rank memory is estimated (launcher/model/memory.py); one that cannot fit is recorded as
+    per-rank memory is estimated (launcher/perf/memory.py); one that cannot fit is recorded as
     a predicted `oom` and not launched. Null: GPU trials are not checked."""
     host_memory_gb: float | None = None
     """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU

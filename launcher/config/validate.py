@@ -30,7 +30,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Sizes beyond any cluster a sweep measures (larger ones: `launcher plan`); cluster=local starts
 # each rank as a process on this machine.
 _ITEMSIZE = {"uint16": 2, "int32": 4, "int64": 8}  # bytes per token of data.dtype
-_MAX_PEAK = 1e17  # FLOP/s: ~40× the fastest dense peak in launcher/model/peaks.py (B200 bf16, 2.25e15)
+_MAX_PEAK = 1e17  # FLOP/s: ~40× the fastest dense peak in launcher/compute/peaks.py (B200 bf16, 2.25e15)
 
 
 def validate(cfg: LauncherConfig) -> LauncherConfig:

@@ -19,7 +19,7 @@ from launcher.results.table import peak_mismatch_line
 from launcher.trials.folder import read_record, read_sweep_spec, trial_dirs
 
 if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
-    from launcher.model.summary import ModelSummary
+    from launcher.perf.summary import ModelSummary
 
 
 def markdown_table(df: pd.DataFrame) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
-from launcher.model.calibrate import Measured, fit_layouts, load_measured, predictions
+from launcher.perf.calibrate import Measured, fit_layouts, load_measured, predictions
 from launcher.results.cost import pricing_of
 from launcher.results.table import build_table
 from launcher.run.next_size import Decision, next_size

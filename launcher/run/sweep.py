@@ -30,8 +30,8 @@ from launcher.config.errors import ConfigError
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
-from launcher.model import memory
-from launcher.model.summary import model_summary
+from launcher.perf import memory
+from launcher.perf.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
 from launcher.results.confidence import UNKNOWN_SWEEP
@@ -89,7 +89,7 @@ class PreparedSweep:
     skipped: list[str]
     """Impossible combinations, each with its reason (listed before anything runs)."""
     predicted_oom: dict[str, str] = field(default_factory=dict)
-    """trial id → why its estimated memory per rank cannot fit (launcher/model/memory.py):
+    """trial id → why its estimated memory per rank cannot fit (launcher/perf/memory.py):
     recorded as `oom` rows before anything runs, and never launched."""
 
 

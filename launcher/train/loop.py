@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
-from launcher.model.peaks import resolve_precision
 from launcher.train import checkpoint as ckpt
 from launcher.train import measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from launcher.cgroup import own_cpu_quota
+from launcher.compute.flops import flops_per_token, hardware_flops_per_token
+from launcher.compute.peaks import PeakChoice, choose_peak, find_device, math_dtype
 from launcher.config.schema import LauncherConfig
-from launcher.model.flops import flops_per_token, hardware_flops_per_token
-from launcher.model.peaks import PeakChoice, choose_peak, find_device, math_dtype
 from launcher.train import metrics, nvml
 from launcher.train.dist import rank_binding, sync
 from launcher.train.engines.base import Engine

@@ -1,11 +1,11 @@
 """The parallel layouts' rules, one home each: degrees per world size, virtual stages and
-the pipeline bubble (what each layout communicates: launcher/model/comm.py). Pure; no torch."""
+the pipeline bubble (what each layout communicates: launcher/perf/comm.py). Pure; no torch."""
 
 from __future__ import annotations
 
+from launcher.compute.flops import ffn_width
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ParallelConfig
-from launcher.model.flops import ffn_width
 
 PIPELINE_LAYOUTS = ("pipeline", "dp_pp", "fsdp_pp", "fsdp_tp_pp")
 TP_LAYOUTS = ("tp", "fsdp_tp", "fsdp_tp_pp")

@@ -31,9 +31,9 @@ from torch import fx, nn
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from launcher.compute.flop_count import random_tensor
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate_byo import TARGET_KEY
-from launcher.model.flop_count import random_tensor
 from launcher.train.engines.base import Topology, autocast
 from launcher.train.engines.fsdp import local_numel
 from launcher.train.engines.pipeline import PipelineEngine, _RunState, _Stage

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from launcher.compute.flops import ffn_width, kv_heads
 from launcher.config.schema import ModelConfig
-from launcher.model.flops import ffn_width, kv_heads
 from launcher.train.models.byo import build_target, is_byo, reference_values
 from launcher.train.models.common import CausalSelfAttention, PreNormBlock
 from launcher.train.models.gpt import Block, FeedForward, MLPBlock

@@ -54,9 +54,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import Dataset
 
+from launcher.compute.flop_count import FlopCount, cached_flops, count_flops, flops_key, random_tensor, torch_dtype
 from launcher.config.schema import InputSpec, ModelConfig, ParallelConfig
 from launcher.config.validate_byo import TARGET_KEY  # the batch key of model.target; the others are inputs
-from launcher.model.flop_count import FlopCount, cached_flops, count_flops, flops_key, random_tensor, torch_dtype
 from launcher.train.models.init import param_seed
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from launcher.compute.flop_count import random_tensor
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.model.flop_count import random_tensor
 from launcher.train.models.byo import build_target, loss_fn, own_loss
 
 WHERE = "put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)"

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from launcher.model.comm import Traffic
-from launcher.model.fit import SIGMA_WITHOUT_DOF, fit
-from launcher.model.links import LINKS, Link, ring_allreduce_s
-from launcher.model.presets import from_presets
-from launcher.model.step import Observation, PerfModel, Shape, comm_at
-from launcher.model.summary import layout_line, residual_phrase
+from launcher.perf.comm import Traffic
+from launcher.perf.fit import SIGMA_WITHOUT_DOF, fit
+from launcher.perf.links import LINKS, Link, ring_allreduce_s
+from launcher.perf.presets import from_presets
+from launcher.perf.step import Observation, PerfModel, Shape, comm_at
+from launcher.perf.summary import layout_line, residual_phrase
 from launcher.trials.layout import pipeline_bubble
 
 # Ground truth for the synthetic trials; the presets handed to `fit` differ from it on purpose,

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launcher.model.fit_links import fit_links
-from launcher.model.interval import Scatter, repeat_noise, scatter
-from launcher.model.links import Link
-from launcher.model.lstsq import bounded_lstsq, rank
-from launcher.model.step import MIN_REL_HALF_WIDTH, PARAMS, Observation, PerfModel, Shape, comm_at
+from launcher.perf.fit_links import fit_links
+from launcher.perf.interval import Scatter, repeat_noise, scatter
+from launcher.perf.links import Link
+from launcher.perf.lstsq import bounded_lstsq, rank
+from launcher.perf.step import MIN_REL_HALF_WIDTH, PARAMS, Observation, PerfModel, Shape, comm_at
 
 SIGMA_WITHOUT_DOF = 0.10
 """Relative std the intervals assume when a fit has neither enough shapes to hold one out nor

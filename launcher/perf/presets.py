@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.model.links import Link
-from launcher.model.step import PerfModel
+from launcher.perf.links import Link
+from launcher.perf.step import PerfModel
 
 
 def from_presets(

@@ -1,5 +1,5 @@
 """Training FLOPs of any model, counted rather than derived: torch's FlopCounterMode over the
-forward and backward of one micro-batch, for models no analytic formula (launcher/model/flops.py)
+forward and backward of one micro-batch, for models no analytic formula (launcher/compute/flops.py)
 describes. Counted once per recipe and cached in the sweep folder (`flops.json`), so the trials
 of one sweep share the count.
 
@@ -15,7 +15,7 @@ activations, softmax and the optimizer are not, as in the analytic convention (6
 there "N" also counts norm weights and biases, which no matmul multiplies: for the built-in GPTs
 the two agree within 0.1% at d_model ≥ 1024, tests/test_flop_count.py).
 
-Unlike its neighbours in launcher/model, this module imports torch: it builds the model. Its
+Unlike its neighbours in launcher/compute, this module imports torch: it builds the model. Its
 callers are the payload (launcher/train/measure.py) and plan-time checks, never `plan` itself.
 """
 

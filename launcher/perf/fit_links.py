@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launcher.model.comm import Group, allreduce_hops
-from launcher.model.links import Link
-from launcher.model.lstsq import nonnegative, rank
-from launcher.model.step import Observation
+from launcher.perf.comm import Group, allreduce_hops
+from launcher.perf.links import Link
+from launcher.perf.lstsq import nonnegative, rank
+from launcher.perf.step import Observation
 
 
 def _fit_link(

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.compute.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token, stage_params
+from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.model.comm import Traffic, ddp_buckets
-from launcher.model.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token, stage_params
-from launcher.model.peaks import resolve_precision
-from launcher.model.step import Shape
+from launcher.perf.comm import Traffic, ddp_buckets
+from launcher.perf.step import Shape
 from launcher.trials.layout import FSDP_LAYOUTS, layout_degrees, pipeline_bubble, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]

@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.model.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
 from launcher.trials.spec import Trial
 

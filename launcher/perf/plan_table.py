@@ -5,7 +5,7 @@ Two sources for the model:
   predicts the same recipe on the same hardware at other sizes;
 - topology presets (`from_presets_forecast`, nothing measured): compute from the hardware FLOPs
   per token (recompute counted) ÷ (peak × MFU), the MFU and the interval fitted on published runs
-  (launcher/model/preset_fit.json), the links from `cluster.*_link`.
+  (launcher/perf/preset_fit.json), the links from `cluster.*_link`.
 A size the recipe cannot run is `impossible` with the reason, by the rule the sweep applies.
 """
 
@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from launcher.compute.flops import flops_per_token, hardware_flops_per_token, param_counts
+from launcher.compute.peaks import PeakChoice, choose_peak, math_dtype, resolve_precision
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text
-from launcher.model import preset_fit
-from launcher.model.calibrate import fit_layouts, load_measured, shape_at
-from launcher.model.flops import flops_per_token, hardware_flops_per_token, param_counts
-from launcher.model.links import LINKS
-from launcher.model.peaks import PeakChoice, choose_peak, math_dtype, resolve_precision
-from launcher.model.presets import from_presets
-from launcher.model.shapes import planned_device, shape_for
-from launcher.model.step import PerfModel, Shape
-from launcher.model.summary import interval_phrase, residual_phrase
+from launcher.perf import preset_fit
+from launcher.perf.calibrate import fit_layouts, load_measured, shape_at
+from launcher.perf.links import LINKS
+from launcher.perf.presets import from_presets
+from launcher.perf.shapes import planned_device, shape_for
+from launcher.perf.step import PerfModel, Shape
+from launcher.perf.summary import interval_phrase, residual_phrase
 from launcher.results.cost import add_cost, pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.scaling import add_scaling

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launcher.model.comm import BACKWARD_SHARE, Topology, Traffic, group
-from launcher.model.links import Link
-from launcher.model.overlap import CommTerms, Groups, comm_terms
+from launcher.perf.comm import BACKWARD_SHARE, Topology, Traffic, group
+from launcher.perf.links import Link
+from launcher.perf.overlap import CommTerms, Groups, comm_terms
 
 MIN_REL_HALF_WIDTH = 0.03
 """Floor of a fitted model's relative interval half-width: a median step time is itself only

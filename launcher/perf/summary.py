@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from launcher.config.schema import LauncherConfig
-from launcher.model.calibrate import fit_layouts, load_measured, mape, predictions
-from launcher.model.step import PerfModel
+from launcher.perf.calibrate import fit_layouts, load_measured, mape, predictions
+from launcher.perf.step import PerfModel
 from launcher.trials.folder import read_sweep_spec
 
 

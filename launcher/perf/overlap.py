@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.model.comm import (
+from launcher.perf.comm import (
     TP_EXPOSED,
     Group,
     Topology,
@@ -35,7 +35,7 @@ from launcher.model.comm import (
     gather_s,
     p2p_s,
 )
-from launcher.model.links import Link
+from launcher.perf.links import Link
 
 
 @dataclass(kw_only=True, frozen=True)

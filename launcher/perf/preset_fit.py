@@ -11,9 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from launcher.compute.peaks import find_device
 from launcher.config.errors import ConfigError
 from launcher.io import atomic_write_text
-from launcher.model.peaks import find_device
 
 PACKAGED = Path(__file__).with_name("preset_fit.json")
 """The fitted constants, written by benchmarks/published_replay.py."""

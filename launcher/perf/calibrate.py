@@ -17,10 +17,10 @@ import pandas as pd
 
 from launcher.config.derived import BatchMath
 from launcher.config.schema import ModelConfig
-from launcher.model.fit import fit
-from launcher.model.links import LINKS
-from launcher.model.shapes import LayoutSpec, layout_shape
-from launcher.model.step import Observation, PerfModel, Shape
+from launcher.perf.fit import fit
+from launcher.perf.links import LINKS
+from launcher.perf.shapes import LayoutSpec, layout_shape
+from launcher.perf.step import Observation, PerfModel, Shape
 from launcher.trials.folder import read_record, read_trial, trial_dirs
 from launcher.trials.layout import pipeline_bubble
 

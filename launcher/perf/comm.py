@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.model.links import Link
+from launcher.perf.links import Link
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 """torch DDP's first gradient bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES): small, so

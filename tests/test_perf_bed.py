@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from launcher.model.calibrate import Measured, _contention
-from launcher.model.comm import Traffic
-from launcher.model.fit import fit
-from launcher.model.interval import coverage, repeat_noise, scatter, t_quantile
-from launcher.model.links import LINKS, Link, ring_allreduce_s
-from launcher.model.shapes import ddp_buckets
-from launcher.model.step import Observation, PerfModel, Shape, comm_at
-from launcher.model.summary import layout_line
+from launcher.perf.calibrate import Measured, _contention
+from launcher.perf.comm import Traffic
+from launcher.perf.fit import fit
+from launcher.perf.interval import coverage, repeat_noise, scatter, t_quantile
+from launcher.perf.links import LINKS, Link, ring_allreduce_s
+from launcher.perf.shapes import ddp_buckets
+from launcher.perf.step import Observation, PerfModel, Shape, comm_at
+from launcher.perf.summary import layout_line
 
 GRAD = 1_882_112  # tiny_gpt's gradient, bytes
 BED_MB_S = 25.0  # --link-rate 200mbit

@@ -9,10 +9,11 @@ import math
 
 import pytest
 
+from launcher.compute.flops import flops_per_token, hardware_flops_per_token, model_parts
 from launcher.config.compose import compose_config
 from launcher.config.derived import BatchMath
 from launcher.config.errors import ConfigError
-from launcher.model.comm import (
+from launcher.perf.comm import (
     Group,
     Topology,
     Traffic,
@@ -24,13 +25,12 @@ from launcher.model.comm import (
     gather_s,
     group,
 )
-from launcher.model.fit import fit
-from launcher.model.flops import flops_per_token, hardware_flops_per_token, model_parts
-from launcher.model.links import LINKS, Link
-from launcher.model.overlap import Groups, comm_terms
-from launcher.model.presets import from_presets
-from launcher.model.shapes import LayoutSpec, rank_numel, shape_for, traffic
-from launcher.model.step import Observation, PerfModel, Shape
+from launcher.perf.fit import fit
+from launcher.perf.links import LINKS, Link
+from launcher.perf.overlap import Groups, comm_terms
+from launcher.perf.presets import from_presets
+from launcher.perf.shapes import LayoutSpec, rank_numel, shape_for, traffic
+from launcher.perf.step import Observation, PerfModel, Shape
 
 NV = Link(bandwidth_gbps=100.0, latency_s=2e-6, name="nv")
 IB = Link(bandwidth_gbps=10.0, latency_s=10e-6, name="ib")
