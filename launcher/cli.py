@@ -27,9 +27,9 @@ VERBS = {
     "status": "launcher.run.status",
     "collect": "launcher.run.collect",
     "cancel": "launcher.run.cancel",
-    "report": "launcher.report.report",
+    "report": "launcher.run.report",
     "plan": "launcher.perf.plan",
-    "analyze": "launcher.results.analyze",
+    "analyze": "launcher.run.analyze",
     "cluster": "launcher.slurm.devcluster.cluster",
 }
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from launcher.results.analyze import analyze
 from launcher.results.cost import Pricing, add_cost
+from launcher.results.foreign import analyze
 from launcher.results.policy import Policy, recommend
 from launcher.results.scaling import add_scaling
 

@@ -1,6 +1,6 @@
-"""The folder tree reads as the architecture: no import cycles (function-level imports
-included), every CLI verb lives in a module named after it, and the package imports only
-what pyproject.toml declares."""
+"""The folder tree reads as the architecture: packages in a declared order with no import running
+up it, no import cycles (function-level and type-only imports included), every CLI verb lives in
+a module named after it, and the package imports only what pyproject.toml declares."""
 
 from __future__ import annotations
 
@@ -46,6 +46,78 @@ def _launcher_targets(name: str, path: Path) -> set[str]:
         subs = {f"{mod}.{a.name}" for a in node.names} & MODULES.keys()
         out |= subs or {mod}
     return {t for t in out if t in MODULES and t != name}
+
+
+# The packages, bottom to top: an import may go to its own level or below, never up. Leaves first;
+# the layout table below the config that validates against it; device peaks and FLOP formulas
+# below both the payload (train) and the planner (perf); the verbs' drivers (run) and the CLI last.
+ORDER: tuple[tuple[str, ...], ...] = (
+    ("launcher", "io", "cgroup"),
+    ("layouts",),
+    ("config",),
+    ("compute",),
+    ("trials",),
+    ("train",),
+    ("slurm",),
+    ("results",),
+    ("report",),
+    ("perf",),
+    ("run",),
+    ("cli", "__main__"),
+)
+LEVEL = {pkg: level for level, pkgs in enumerate(ORDER) for pkg in pkgs}
+
+
+def _package(module: str) -> str:
+    """`launcher.perf.step` → `perf`; `launcher.io` → `io`; `launcher` → `launcher`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    """Every import (module top, function body or TYPE_CHECKING block alike) from a package to one
+    above it in ORDER, and every package ORDER does not place, as `file:line: a -> b` lines."""
+    out = []
+    for name, path in sorted(modules.items()):
+        src = _package(name)
+        if src not in LEVEL:
+            out.append(f"{path}: package {src!r} is not in ORDER; place it there")
+            continue
+        for node in _imports(name, path):
+            for target in _named_modules(node):
+                dst = _package(target)
+                if dst != src and LEVEL.get(dst, -1) > LEVEL[src]:
+                    out.append(f"{path}:{node.lineno}: {src} -> {dst} ({target}) runs up the declared order")
+    return out
+
+
+def _named_modules(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "launcher"]
+    mod = node.module or ""
+    return [mod] if mod.split(".")[0] == "launcher" else []
+
+
+def test_no_import_runs_up_the_declared_package_order():
+    assert upward_imports(MODULES) == []
+
+
+def test_the_order_check_sees_an_upward_import_even_a_lazy_or_type_only_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from launcher.io import atomic_write_text\n"
+        "if TYPE_CHECKING:\n    from launcher.perf.step import PerfModel\n"
+        "def f():\n    import launcher.run.sweep  # lazy: a probe\n"
+    )
+    assert upward_imports({"launcher.config.probe": probe}) == [
+        f"{probe}:4: config -> perf (launcher.perf.step) runs up the declared order",
+        f"{probe}:6: config -> run (launcher.run.sweep) runs up the declared order",
+    ]
+    assert upward_imports({"launcher.run.probe": probe}) == []
+    assert upward_imports({"launcher.newpkg.probe": probe}) == [
+        f"{probe}: package 'newpkg' is not in ORDER; place it there"
+    ]
 
 
 def _cycle() -> list[str] | None:

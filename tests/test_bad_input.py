@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from launcher.cli import main
-from launcher.trials.expand import expand
+from launcher.config.expand import expand
 
 RECIPES = "recipes"  # messages name the folder; the test substitutes the real path
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from omegaconf import OmegaConf
 
 from launcher.config.compose import compose_config, default_choices, hydra_session, recipe_folders
+from launcher.config.expand import expand
 from launcher.config.load import escaped, to_dict
 from launcher.config.schema import LauncherConfig
-from launcher.trials.expand import expand
 
 
 def resolved_yaml(cfg: LauncherConfig) -> str:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
+from launcher.config.expand import expand
 from launcher.config.messages import RENAMED
 from launcher.perf.plan_table import Forecast, check_output, from_presets_forecast, from_sweep_forecast, write_output
 from launcher.report.terminal import print_table
-from launcher.trials.expand import expand
 from launcher.trials.folder import read_sweep_spec
 
 __all__ = ["Forecast", "from_presets_forecast", "from_sweep_forecast", "main", "parse_gpus", "sweep_overrides"]

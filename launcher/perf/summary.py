@@ -4,26 +4,13 @@ what was fitted and where each figure came from. The report only renders what th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from launcher.config.schema import LauncherConfig
 from launcher.perf.calibrate import fit_layouts, load_measured, mape, predictions
 from launcher.perf.step import PerfModel
+from launcher.report.markdown import ModelSummary
 from launcher.trials.folder import read_sweep_spec
-
-
-@dataclass(kw_only=True, frozen=True)
-class ModelSummary:
-    """What the report shows of the performance model."""
-
-    predictions: pd.DataFrame | None
-    """calibrate.predictions(): per variant and size, predicted vs measured tokens/s; None when
-    no model could be fitted (the lines say why)."""
-    lines: list[str]
-    """One line per layout: the fitted parameters and where each came from; then the in-sample error."""
 
 
 def _count(n: int, noun: str) -> str:

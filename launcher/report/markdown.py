@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -18,8 +18,17 @@ from launcher.results.policy import Recommendation
 from launcher.results.table import peak_mismatch_line
 from launcher.trials.folder import read_record, read_sweep_spec, trial_dirs
 
-if TYPE_CHECKING:  # only a type here; importing it would tie the writer to the model's fitting code
-    from launcher.perf.summary import ModelSummary
+
+@dataclass(kw_only=True, frozen=True)
+class ModelSummary:
+    """What the report shows of the performance model (built by launcher/perf/summary.py, above this
+    package: the report defines what it renders and the model fills it in)."""
+
+    predictions: pd.DataFrame | None
+    """calibrate.predictions(): per variant and size, predicted vs measured tokens/s; None when
+    no model could be fitted (the lines say why)."""
+    lines: list[str]
+    """One line per layout: the fitted parameters and where each came from; then the in-sample error."""
 
 
 def markdown_table(df: pd.DataFrame) -> str:

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from launcher import __version__
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
+from launcher.config.expand import expand
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
@@ -46,7 +47,6 @@ from launcher.run.repeats import summary as repeats_summary
 from launcher.slurm.commands import SlurmError
 from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
 from launcher.slurm.track import Stalled, track
-from launcher.trials.expand import expand
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trial
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 

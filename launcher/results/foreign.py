@@ -1,4 +1,4 @@
-"""`launcher analyze TABLE`: judge a scaling table measured anywhere with the launcher's analysis.
+"""A scaling table measured anywhere (`launcher analyze TABLE`), judged with the launcher's analysis.
 
 The table needs a device count and either a throughput or a time to train:
     gpus (or world_size, devices, ranks, nodes)
@@ -9,7 +9,6 @@ Optional: status (rows other than `completed` are ignored), variant, scaling (we
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from launcher.results.cost import Pricing, add_cost
 from launcher.results.policy import Policy, Recommendation, recommend
 from launcher.results.scaling import add_scaling
 from launcher.config.errors import ConfigError
-from launcher.report.terminal import print_table
 
 SIZE_COLUMNS = ("gpus", "world_size", "devices", "ranks", "nodes")
 RATE_COLUMNS = ("tokens_per_s", "samples_per_s", "throughput")
@@ -114,20 +112,3 @@ def check_policy(policy: Policy, pricing: Pricing) -> None:
         raise ConfigError(f"--threshold {policy.threshold} must be in (0, 1]; e.g. --threshold 0.8")
     if not 0 <= pricing.spot_discount < 1:
         raise ConfigError(f"--spot-discount {pricing.spot_discount} must be in [0, 1); e.g. --spot-discount 0.6")
-
-
-def main(args: argparse.Namespace) -> int:
-    """`launcher analyze TABLE`: judge a scaling table measured anywhere."""
-    policy = Policy(name=args.policy, threshold=args.threshold, budget_device_hours=args.budget_gpu_hours,
-                    budget_usd=args.budget_usd)
-    pricing = Pricing(usd_per_device_hour=args.usd_per_gpu_hour, spot_discount=args.spot_discount,
-                      token_budget=args.token_budget)
-    for flag, value in (("--usd-per-gpu-hour", args.usd_per_gpu_hour), ("--token-budget", args.token_budget),
-                        ("--budget-gpu-hours", args.budget_gpu_hours), ("--budget-usd", args.budget_usd)):
-        if value is not None and not value > 0:
-            raise ConfigError(f"{flag} {value:g} must be a positive number")
-    check_policy(policy, pricing)
-    result = analyze(read_table(args.table), policy, pricing, scaling=args.scaling)
-    print_table(result.table.dropna(axis=1, how="all"), result.recommendation, title=f"{args.table} ({args.policy})", unit=result.unit,
-                everything=args.table)
-    return 0 if result.recommendation.world_size is not None else 1
