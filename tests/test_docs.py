@@ -126,6 +126,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         args=("pip install -e",),
     ),
     "python3 -m venv .venv && .venv/bin/pip install -e '.[cpu,test]' && .venv/bin/launcher cluster up && "
+    ".venv/bin/ruff check && .venv/bin/ruff format --check && "
     ".venv/bin/python -m pytest": Ran(
         tests=("test_readme.py::test_ci_runs_the_readme_test_command",),
         args=("pip install -e", "launcher cluster up", "python -m pytest"),
