@@ -4,7 +4,6 @@ sweep runs once per session and several tests read its folder."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 from pathlib import Path
 
@@ -12,17 +11,16 @@ import pytest
 
 from launcher.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def pytest_xdist_make_scheduler(config, log):
     """How pytest-xdist (`-n`, pyproject's addopts) shares the suite out: a file at a time, so that
-    a file's module fixtures (a sweep several tests read) run once; every file with a test marked
-    `slurm` on one worker, in turn, because those tests share the one dev cluster (a test that
+    a file's module fixtures (a sweep several tests read) run once; every file under tests/slurm/
+    on one worker, in turn, because those tests share the one dev cluster (a test that
     reconfigures or restarts it, or cuts a node's link, must not meet another's jobs); every file
-    reading a session sweep on one worker, so that sweep runs once. Everything else runs beside
-    them: the Slurm tests spend much of their time waiting on the cluster, the others on CPU.
-    (Groups by file text, not by marks: the controller collects nothing, and xdist's own
+    under tests/multiprocess/session/ (the readers of a session sweep: `default_sweep`,
+    `repeated_sweep`) on one worker, so that sweep runs once. Everything else runs beside them:
+    the Slurm tests spend much of their time waiting on the cluster, the others on CPU.
+    (Groups by folder, not by marks: the controller collects nothing, and xdist's own
     `xdist_group` marks do not group under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling  # lazy: only a distributed run needs it
 
@@ -33,13 +31,13 @@ def pytest_xdist_make_scheduler(config, log):
     return ByShare(config, log)
 
 
-@functools.cache
+SHARED_FOLDERS = {"tests/slurm/": "slurm", "tests/multiprocess/session/": "session_sweeps"}
+"""The folders whose files share one worker, and the name of that work unit."""
+
+
 def share_of(path: str) -> str:
-    """The work unit of a test file: "slurm", "session_sweeps" or the file itself."""
-    text = (REPO / path).read_text()
-    if "mark.slurm" in text:
-        return "slurm"
-    return "session_sweeps" if "default_sweep" in text or "repeated_sweep" in text else path
+    """The work unit of a test file (its path from the repo root): its folder's, or the file itself."""
+    return next((unit for folder, unit in SHARED_FOLDERS.items() if path.startswith(folder)), path)
 
 
 @pytest.fixture(scope="session")

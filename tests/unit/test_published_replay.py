@@ -1,0 +1,226 @@
+"""The published-runs replay: a corpus row becomes the `launcher plan` overrides that say it (or
+is skipped with the reason), and the replay writes predicted beside published figures."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.perf import preset_fit
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import published_replay as pr  # noqa: E402
+import replay_mapping as rm  # noqa: E402
+
+MPT_30B = {
+    "source": "llmfoundry_mpt",
+    "citation": "llm-foundry README, table 'H100 80GB BF16'",
+    "model": "MPT-30b",
+    "arch": "gpt",
+    "params": "29975214080",
+    "n_layers": "48",
+    "d_model": "7168",
+    "n_heads": "56",
+    "n_kv_heads": "56",
+    "ffn_hidden": "28672",
+    "vocab_size": "50368",
+    "seq_len": "2048",
+    "layout": "fsdp",
+    "dp": "8",
+    "tp": "1",
+    "pp": "1",
+    "cp": "1",
+    "precision": "bf16",
+    "activation_checkpointing": "full",
+    "hardware": "H100-SXM",
+    "gpus_per_node": "8",
+    "nics_per_node": "",
+    "interconnect": "",
+    "nodes": "1",
+    "gpus": "8",
+    "global_batch": "504",
+    "micro_batch": "3",
+    "tokens_per_s_per_gpu": "2002",
+    "mfu": "0.3811",
+    "hfu": "0.5082",
+    "tflops_per_gpu": "377",
+    "derived": "",
+    "read_how": "table text",
+    "notes": "FSDP FULL_SHARD",
+}
+MPT_30B_16 = MPT_30B | {
+    "dp": "16",
+    "nodes": "2",
+    "gpus": "16",
+    "global_batch": "480",
+    "micro_batch": "10",
+    "tokens_per_s_per_gpu": "2263",
+    "mfu": "0.4307",
+}
+MEGATRON_39B = MPT_30B | {
+    "source": "megatron_narayanan_2021",
+    "citation": "Narayanan et al. 2021 Table 1",
+    "model": "GPT-39B",
+    "n_layers": "48",
+    "d_model": "8192",
+    "n_heads": "64",
+    "n_kv_heads": "64",
+    "ffn_hidden": "32768",
+    "vocab_size": "51200",
+    "layout": "ddp_tp_pp",
+    "dp": "32",
+    "tp": "8",
+    "pp": "2",
+    "precision": "fp16",
+    "hardware": "A100-80GB",
+    "nics_per_node": "8",
+    "interconnect": "ib200x8 (HDR)",
+    "nodes": "64",
+    "gpus": "512",
+    "global_batch": "1536",
+    "micro_batch": "",
+    "tokens_per_s_per_gpu": "",
+    "mfu": "",
+    "hfu": "0.44",
+}
+BLOG_HSDP = MPT_30B | {"source": "pytorch_fsdp_blog_2024", "layout": "hsdp", "gpus": "128", "dp": "128"}
+
+
+def test_an_fsdp_row_is_the_recipe_it_ran():
+    m = rm.map_row(MPT_30B)
+    assert m.overrides == [
+        "model=gpt_1_3b",
+        "model.name=MPT-30b",
+        "model.arch=gpt",
+        "model.n_layers=48",
+        "model.d_model=7168",
+        "model.n_heads=56",
+        "model.ffn_hidden=28672",
+        "model.seq_len=2048",
+        "model.vocab_size=50368",
+        "precision=bf16",
+        "model.activation_checkpointing=full",
+        "parallel=fsdp",
+        "parallel.reshard_after_forward=true",
+        "batch.micro=3",
+        "batch.global_batch=504",
+        "cluster=example_gpu_site",
+        "cluster.device_name=H100-SXM",
+        "cluster.peak_flops_per_device=null",
+        "cluster.gpus_per_node=8",
+        "cluster.intra_link=nvlink",
+        "cluster.inter_link=ib400",
+        "cluster.nics_per_node=8",
+    ]
+    assert (m.gpus, m.layout) == (8, "fsdp")
+    assert m.assumed == ["network not stated: DGX H100's 8 × ib400"]
+
+
+def test_a_megatron_3d_row_is_fsdp_tp_pp_without_resharding_in_pipeline_microbatches():
+    m = rm.map_row(MEGATRON_39B)
+    assert m.layout == "fsdp_tp_pp"
+    tail = m.overrides[m.overrides.index("precision=fp16") :]
+    assert tail == [
+        "precision=fp16",
+        "model.activation_checkpointing=full",
+        "parallel=fsdp_tp_pp",
+        "parallel.tp=8",
+        "parallel.pp=2",
+        "parallel.reshard_after_forward=false",
+        "batch.micro=48",
+        "batch.global_batch=1536",
+        "parallel.microbatches=48",
+        "cluster=example_gpu_site",
+        "cluster.device_name=A100-80GB",
+        "cluster.peak_flops_per_device=null",
+        "cluster.gpus_per_node=8",
+        "cluster.intra_link=nvlink",
+        "cluster.inter_link=ib200",
+        "cluster.nics_per_node=8",
+    ]
+    assert m.assumed == ["micro batch not published: 1"]
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"layout": "hsdp"}, "HSDP (shard in node, replicate across nodes) has no launcher layout"),
+        ({"precision": "fp8"}, "precision fp8 has no launcher equivalent (bf16, fp16, fp32)"),
+        ({"cp": "2", "dp": "4"}, "context parallel (cp=2) has no launcher layout"),
+        ({"tp": "", "pp": ""}, "tp/pp not published"),
+        ({"global_batch": "500"}, "global batch 500 is not divisible by dp=8"),
+    ],
+)
+def test_what_the_tool_cannot_say_is_skipped_with_the_reason(change, why):
+    with pytest.raises(rm.Unexpressible, match=f"^{why.replace('(', '.').replace(')', '.')}$"):
+        rm.map_row(MPT_30B | change)
+
+
+def test_unknown_checkpointing_and_precision_are_assumed_and_said():
+    m = rm.map_row(MEGATRON_39B | {"activation_checkpointing": "unknown", "precision": ""})
+    assert "model.activation_checkpointing=full" in m.overrides and "precision=bf16" in m.overrides
+    assert m.assumed[:2] == [
+        "precision not published: bf16 (fp16 has the same A100/H100 peak)",
+        "activation checkpointing not published: full",
+    ]
+
+
+def test_a_series_is_one_table_except_where_one_experiment_spans_tables():
+    # One recipe: a run at another micro batch starts its own series (its per-GPU work differs).
+    assert rm.series_key(MPT_30B) != rm.series_key(MPT_30B_16)
+    assert rm.series_key(MPT_30B, same_micro=False) == rm.series_key(MPT_30B_16, same_micro=False)
+    assert rm.series_key(MPT_30B) == rm.series_key(MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]})
+    assert rm.series_key(MPT_30B) != rm.series_key(
+        MPT_30B | {"citation": "llm-foundry README, table 'H100 (Large Scale)'"}
+    )
+    titan = MPT_30B | {"source": "torchtitan_h100_2024", "notes": "technique 'FSDP'; local batch 2"}
+    assert rm.series_key(titan | {"citation": "docs, Table 1 (url)"}) == rm.series_key(
+        titan | {"citation": "docs, Table 3 (url)"}
+    )
+    assert rm.series_key(titan) != rm.series_key(titan | {"notes": "technique 'FSDP + torch.compile'"})
+
+
+def test_the_replay_writes_predicted_beside_published(tmp_path):
+    corpus = tmp_path / "corpus.csv"
+    with open(corpus, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(MPT_30B))
+        w.writeheader()
+        # The 16-GPU row at the 8-GPU row's micro batch, so the two are one recipe's series.
+        w.writerows([MPT_30B, MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]}, MEGATRON_39B, BLOG_HSDP])
+    fit_out = tmp_path / "fit.json"
+    assert pr.main(["--corpus", str(corpus), "--out", str(tmp_path), "--fit-out", str(fit_out), "--no-figure"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "published_replay.csv", newline="")))
+    assert [r["status"] for r in rows] == ["replayed", "replayed", "replayed", "skipped"]
+    assert rows[3]["reason"] == "HSDP (shard in node, replicate across nodes) has no launcher layout"
+    base, big, megatron = rows[0], rows[1], rows[2]
+    assert (float(base["published_per_gpu"]), float(big["published_per_gpu"])) == (2002.0, 2263.0)
+    for r in (base, big):
+        assert r["published_from"] == "tokens_per_s_per_gpu" and r["fit_key"] == "H100/bf16"
+        assert float(r["error_in_pct"]) == pytest.approx(
+            100 * (float(r["predicted_in"]) / float(r["published_per_gpu"]) - 1)
+        )
+    assert base["published_eff"] == "" and big["baseline_gpus"] == "8"
+    assert float(big["published_eff"]) == pytest.approx(2263 / 2002)
+    assert float(big["predicted_eff_in"]) == pytest.approx(float(big["predicted_in"]) / float(base["predicted_in"]))
+    # Published HFU back to tokens/s with the source's A100 peak and the row's FLOPs, recompute included.
+    assert megatron["published_from"] == "hfu" and megatron["fit_key"] == "A100/bf16"
+    work = pr.work_of(pr.compose_config(rm.map_row(MEGATRON_39B).overrides))
+    assert float(megatron["published_per_gpu"]) == pytest.approx(0.44 * 312e12 / work.hardware_flops)
+    fit = preset_fit.load(fit_out)
+    assert (fit.rows, fit.sources, sorted(fit.mfu)) == (3, 2, ["A100/bf16", "H100/bf16"])
+    assert fit.mfu["H100/bf16"] == float(base["mfu_assumed_in"]) and fit.mfu["A100/bf16"] == float(
+        megatron["mfu_assumed_in"]
+    )
+    # Held out, MPT's device is unseen: the constant fitted on the other source's rows (every device) applies.
+    assert float(base["mfu_assumed_loso"]) == float(megatron["mfu_assumed_in"])
+    md = (tmp_path / "published_replay.md").read_text()
+    assert (
+        "| 3 | pytorch_fsdp_blog_2024 | MPT-30b | 128 | HSDP (shard in node, replicate across nodes) has no launcher "
+        "layout |" in md
+    )
+    assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md
