@@ -4,7 +4,7 @@ cost and give on this machine's CPU?
 
 One rank in this process (a 1-rank gloo group), tiny_gpt, AdamW, the same seed: an eager run,
 then a compiled run with `launcher.train.compiling.BACKEND` (inductor). The suite's test
-(tests/test_compile.py) checks the same with aot_eager, which leaves out inductor's C++ build:
+(tests/unit/test_compile.py) checks the same with aot_eager, which leaves out inductor's C++ build:
 tens of seconds cold on a 2-core machine, past the suite's budget, hence a benchmark. The eager run is
 the truth; nothing here is predicted.
 

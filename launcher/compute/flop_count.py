@@ -13,7 +13,7 @@ kernel (a custom op, a data-dependent shape) is counted instead by one real step
 What is counted is what FlopCounterMode counts: matmuls, convolutions and attention. Norms,
 activations, softmax and the optimizer are not, as in the analytic convention (6N + 12·L·H·Q·T,
 there "N" also counts norm weights and biases, which no matmul multiplies: for the built-in GPTs
-the two agree within 0.1% at d_model ≥ 1024, tests/test_flop_count.py).
+the two agree within 0.1% at d_model ≥ 1024, tests/unit/test_flop_count.py).
 
 Unlike its neighbours in launcher/compute, this module imports torch: it builds the model. Its
 callers are the payload (launcher/train/measure.py) and plan-time checks, never `plan` itself.

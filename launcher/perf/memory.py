@@ -112,7 +112,7 @@ def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, f
 
 def llama_saved_bytes(m: ModelConfig, mixed: bool) -> float:
     """Bytes a llama block saves for backward per token (checked against a built block's saved
-    tensors in tests/test_memory.py). Each RMSNorm: its input and float32 normalised value, and
+    tensors in tests/unit/test_memory.py). Each RMSNorm: its input and float32 normalised value, and
     its output as the next Linears' input; then q, the attention output (also the projection's
     input), k and v (kv width each), and SwiGLU's gate, up, silu and product (ffn width each).
     fp32: all 4 bytes. Mixed (autocast): the norms' float32 tensors stay 4 bytes; the rest are

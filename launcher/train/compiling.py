@@ -31,7 +31,7 @@ from launcher.train.models.byo import is_byo, unit_modules
 
 BACKEND = "inductor"
 """torch.compile's backend: inductor, torch's default and what a real run compiles with
-(tests/test_compile.py swaps in aot_eager to leave out its C++ build time)."""
+(tests/unit/test_compile.py swaps in aot_eager to leave out its C++ build time)."""
 
 
 class CompileFailed(RuntimeError):

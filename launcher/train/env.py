@@ -15,7 +15,7 @@ and `helpers.TorchDistributedEnvironment` only recognise a job that submitit its
 (SUBMITIT_EXECUTOR=slurm; under plain srun they raise "Could not figure out which environment"),
 they read os.environ rather than a given mapping, and TorchDistributedEnvironment picks
 MASTER_PORT with a generator seeded by the job id (20000..60000), not the template's rule.
-The host-list parsing is checked against submitit's in tests/test_rank_env.py.
+The host-list parsing is checked against submitit's in tests/unit/test_rank_env.py.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def build_model(cfg: ModelConfig, *, seed: int | None = None) -> nn.Module:
 def token_model(**fields) -> TokenModel:
     """The built-in model from ModelConfig's fields as keyword arguments: a `_target_` for the
     built-in GPT/Llama/MLP (`_target_: launcher.train.models.token_model`, `arch: gpt`, …), with
-    which the `_target_` path is checked against the built-in one (tests/test_byo_model.py)."""
+    which the `_target_` path is checked against the built-in one (tests/multiprocess/test_byo_model.py)."""
     return TokenModel(ModelConfig(**fields))
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.cli import main
 
-KEPT = Path(__file__).resolve().parent / "data" / "sweeps_before_house"
+KEPT = Path(__file__).resolve().parents[1] / "data" / "sweeps_before_house"
 
 
 @pytest.mark.parametrize("name", ["before-house", "before-house-slurm"])

@@ -152,7 +152,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         args=("parallel=ddp,fsdp", "batch.accum=1,4"),
     ),
     "launcher run run.world_size=2 run.steps=200": Ran(
-        tests=("test_site_launch.py::test_run_prints_its_figures_checkpoints_and_logs",),
+        tests=("test_site_launch_run.py::test_run_prints_its_figures_checkpoints_and_logs",),
         args=("run.world_size=2", "run.steps"),
     ),
     "launcher run run.world_size=2 --dry-run": Ran(
@@ -174,7 +174,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_corrupt_files.py::test_a_damaged_file_is_a_corrupt_row_naming_it", _SLURM_STATUS)
     ),
     "launcher cancel results/<sweep-id>": Ran(
-        tests=("test_cancel.py::test_launcher_cancel_stops_a_detached_sweep_from_another_shell",)
+        tests=("test_cancel_slurm.py::test_launcher_cancel_stops_a_detached_sweep_from_another_shell",)
     ),
     "launcher report results/<sweep-id>": Ran(
         tests=("test_corrupt_files.py::test_the_report_says_which_trials_the_model_left_out",)
@@ -190,7 +190,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "launcher cluster up": Ran(
         tests=(
             "test_readme.py::test_ci_runs_the_readme_test_command",
-            "test_devcluster.py::test_up_is_idempotent_and_fast",
+            "test_devcluster_slurm.py::test_up_is_idempotent_and_fast",
         )
     ),
     # docs/own-model.md
@@ -253,12 +253,12 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "launcher cluster up --gpus-per-node 4": Ran(
         tests=(
             "test_devcluster.py::test_stand_in_gpus_per_node",
-            "test_binding.py::test_one_rank_per_stand_in_gpu_on_one_and_two_nodes",
+            "test_binding_slurm.py::test_one_rank_per_stand_in_gpu_on_one_and_two_nodes",
         ),
         args=("--gpus-per-node 4",),
     ),
     "launcher cluster up --cpus-per-node 0.45 --link-rate 200mbit": Ran(
-        tests=("test_bed.py::test_bed_in_place_then_a_2_node_x_2_task_sweep_on_it",),
+        tests=("test_bed_slurm.py::test_bed_in_place_then_a_2_node_x_2_task_sweep_on_it",),
         args=("--cpus-per-node 0.45", "--link-rate 200mbit"),
     ),
     # docs/measured.md

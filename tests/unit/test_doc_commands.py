@@ -1,6 +1,6 @@
 """The commands README.md and docs/ show that no other test runs, run where it is cheap: composed
 (`--cfg`), planned into trials, or dry-run, and what they mean checked field by field.
-tests/test_docs.py's REGISTRY names each test here beside the command it runs."""
+tests/unit/test_docs.py's REGISTRY names each test here beside the command it runs."""
 
 from __future__ import annotations
 
