@@ -6,9 +6,8 @@ composition rejects unknown keys, wrong types and values outside a choice; `Omeg
 turns a composed config back into these objects. Every config key is its field's name.
 
 A field with a closed set of values is typed by a `StrEnum` (OmegaConf supports Enum, not
-Literal). Its members are `str`s, so code compares them to strings (`layout == "ddp"`) and writes
-them to JSON and f-strings as their values. OmegaConf looks members up by name, so every member's
-name is its value.
+Literal). Its members are `str`s: they compare equal to, and write to JSON as, their values.
+OmegaConf looks members up by name, so every member's name is its value (Layout: launcher/layouts.py's rows).
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from launcher.layouts import LAYOUTS
 
 
 def _choices(name: str, values: str) -> type[StrEnum]:
@@ -25,7 +26,7 @@ def _choices(name: str, values: str) -> type[StrEnum]:
 
 Arch = _choices("Arch", "gpt mlp llama")
 Checkpointing = _choices("Checkpointing", "none selective full")
-Layout = _choices("Layout", "ddp fsdp pipeline tp dp_pp fsdp_tp fsdp_pp fsdp_tp_pp")
+Layout = _choices("Layout", " ".join(LAYOUTS))
 Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
 Backend = _choices("Backend", "auto gloo nccl")
 OptimName = _choices("OptimName", "adamw sgd")
@@ -119,9 +120,8 @@ class ModelConfig:
 @dataclass(kw_only=True, frozen=True)
 class ParallelConfig:
     layout: Layout = Layout.ddp
-    """How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;
-    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D;
-    fsdp_tp_pp: 3-D, dp = world size ÷ (tp × pp)."""
+    """How ranks split the work (dp × tp × pp = world size), a row of launcher/layouts.py: ddp, fsdp: all dp;
+    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D; fsdp_tp_pp: 3-D."""
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None

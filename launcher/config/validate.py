@@ -14,15 +14,15 @@ from launcher.config.schema import (
     ClusterConfig,
     DataConfig,
     LauncherConfig,
-    Layout,
     ModelConfig,
     OptimConfig,
     RunConfig,
     SweepConfig,
 )
 from launcher.config.validate_byo import check_byo
+from launcher.config.validate_layout import check_byo_layout, set_degrees
 from launcher.config.validate_slurm import check_slurm
-from launcher.trials.layout import PIPELINE_LAYOUTS, check_byo_layout, set_degrees
+from launcher.layouts import layout_names, traits
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Every pattern here is applied with fullmatch: `$` alone also matches before a trailing newline.
@@ -124,7 +124,7 @@ def _check_batch(b: BatchConfig) -> None:
 
 
 def _check_parallel(cfg: LauncherConfig) -> None:
-    """The layout's own degrees, once, before any world size is tried (trials.layout has the rules)."""
+    """The layout's own degrees, once, before any world size is tried (per size: trials.layout)."""
     if cfg.model._target_ is not None:
         check_byo_layout(cfg.model._target_, cfg.parallel)
     set_degrees(cfg.parallel)
@@ -180,9 +180,10 @@ def _check_compile(cfg: LauncherConfig) -> None:
     """train.compile compiles in the first steps: warm-up must hold them (launcher/train/compiling.py)."""
     if not cfg.train.compile:
         return
-    if cfg.parallel.layout not in ("ddp", "fsdp"):
+    if not traits(cfg.parallel.layout).compile:
+        can = " or ".join(layout_names(lambda t: t.compile))
         raise ConfigError(
-            f"train.compile=true is supported with parallel.layout=ddp or fsdp, not "
+            f"train.compile=true is supported with parallel.layout={can}, not "
             f"{cfg.parallel.layout}; use one of those, or set train.compile=false"
         )
     for group, warmup in (("sweep", cfg.sweep.warmup_steps), ("run", cfg.run.warmup_steps)):
@@ -301,8 +302,8 @@ def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
     check_sizes("run.world_size", [r.world_size], local=c.kind == "local")
     _check_steps("run", r.steps, r.warmup_steps)
     at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
-    if (r.checkpoint_every or r.requeue) and cfg.parallel.layout in PIPELINE_LAYOUTS:
-        can = ", ".join(layout for layout in Layout.__members__ if layout not in PIPELINE_LAYOUTS)
+    if (r.checkpoint_every or r.requeue) and not traits(cfg.parallel.layout).checkpoint:
+        can = ", ".join(layout_names(lambda t: t.checkpoint))
         raise ConfigError(
             f"parallel.layout={cfg.parallel.layout} cannot be checkpointed yet (run.checkpoint_every / --requeue); "
             f"use one of {can} for a checkpointed run"

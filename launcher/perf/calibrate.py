@@ -17,15 +17,13 @@ import pandas as pd
 
 from launcher.config.derived import BatchMath
 from launcher.config.schema import ModelConfig
+from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.fit import fit
 from launcher.perf.links import LINKS
 from launcher.perf.shapes import LayoutSpec, layout_shape
 from launcher.perf.step import Observation, PerfModel, Shape
 from launcher.trials.folder import read_record, read_trial, trial_dirs
 from launcher.trials.layout import pipeline_bubble
-
-MEASURED_GRADIENT = ("ddp", "fsdp", "fsdp_tp")
-"""Layouts whose recorded all-reduce (`allreduce_bytes`) is one rank's whole gradient."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -100,7 +98,8 @@ def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | N
     The tp and pipeline layouts grow their one degree with the world; the others keep tp and pp."""
     t = m.trial
     n = world_size or t["world_size"]
-    tp, pp = (n if t["layout"] == "tp" else t["tp"]), (n if t["layout"] == "pipeline" else t["pp"])
+    row = traits(m.layout)
+    tp, pp = (n if row.tp == Degree.world else t["tp"]), (n if row.pp == Degree.world else t["pp"])
     par = m.config.get("parallel") or {}
     spec = layout_spec(m)
     if n % (tp * pp) or spec.model.n_layers % (pp * spec.virtual) or (pp > 1 and spec.microbatches < pp):
@@ -124,7 +123,7 @@ def layout_spec(m: Measured) -> LayoutSpec:
     par = m.config.get("parallel") or {}
     known = {f.name for f in fields(ModelConfig)}
     model = ModelConfig(**{k: v for k, v in (m.config.get("model") or {}).items() if k in known})
-    interleaved = par.get("schedule") == "interleaved_1f1b"
+    interleaved = par.get("schedule") == "interleaved_1f1b" and traits(m.layout).virtual_stages
     return LayoutSpec(
         layout=m.layout,
         model=model,
@@ -142,7 +141,8 @@ def _measured_numel(m: Measured) -> int | None:
     that all-reduce is this rank's whole gradient: layouts without a pipeline (whose probe is one
     stage's, or an activation's) and with data parallelism. ValueError for a value that is no count."""
     nbytes = m.metrics.get("allreduce_bytes")
-    if nbytes is None or m.layout not in MEASURED_GRADIENT:
+    row = traits(m.layout)
+    if nbytes is None or row.data_parallel == DataParallel.none or row.splits("pp"):
         return None
     if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
         raise ValueError(f"trial at world_size={m.trial['world_size']}: allreduce_bytes={nbytes} is no byte count")
@@ -190,9 +190,16 @@ def observation(m: Measured) -> Observation:
         shape=shape,
         step_s=m.step_s,
         allreduce=probe,
-        probe_group="pp" if m.layout == "pipeline" else "dp",
+        probe_group="pp" if _probes_pipeline(m.layout) else "dp",
         gathers=_tp_collectives(m),
     )
+
+
+def _probes_pipeline(layout: str) -> bool:
+    """Whether the trial timed its all-reduce probe on the pipeline group: a pipeline with no dp
+    group to probe (engines/pipeline.py's comm_group)."""
+    row = traits(layout)
+    return row.data_parallel == DataParallel.none and row.splits("pp")
 
 
 def _tp_collectives(m: Measured) -> tuple[tuple[int, int, int, float], ...]:
@@ -200,7 +207,9 @@ def _tp_collectives(m: Measured) -> tuple[tuple[int, int, int, float], ...]:
     (tp, bytes, count, seconds) where it recorded their bytes; the slowest rank's time."""
     layout = m.metrics.get("layout") or {}
     tp, nbytes, count = m.trial["tp"], layout.get("tp_collective_bytes_per_step"), layout.get("tp_collectives_per_step")
-    seconds = layout.get("tp_collective_time_s", layout.get("collective_time_s") if m.layout == "tp" else None)
+    # The tp-only engine (engines/tp.py) records its tp collectives as its layout's collective_time_s.
+    only_tp = traits(m.layout).tp == Degree.world
+    seconds = layout.get("tp_collective_time_s", layout.get("collective_time_s") if only_tp else None)
     if tp < 2 or not (nbytes and count and seconds and seconds > 0):
         return ()
     return ((int(tp), int(nbytes), int(count), float(seconds)),)

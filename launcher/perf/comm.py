@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from launcher.layouts import DataParallel
 from launcher.perf.links import Link
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
@@ -159,7 +160,7 @@ def p2p_s(nbytes: float, crosses_nodes: bool, intra: Link, inter: Link, nics_sha
 class Traffic:
     """What one rank communicates per optimizer step, by kind; bytes at the dtype on the wire."""
 
-    data_parallel: str = "none"
+    data_parallel: DataParallel = DataParallel.none
     """How gradients cross the dp group: `ddp` (bucketed all-reduce), `fsdp` (per-unit all-gathers
     and reduce-scatters) or `none`."""
     grad_bytes: int = 0
@@ -192,7 +193,7 @@ class Traffic:
     of the schedule, v·m + p − 1 slots per micro-step."""
 
     def __post_init__(self) -> None:
-        if self.data_parallel not in ("ddp", "fsdp", "none"):
+        if self.data_parallel not in tuple(DataParallel):
             raise ValueError(f"traffic: data_parallel must be ddp, fsdp or none, got {self.data_parallel!r}")
         for name in ("grad_bytes", "param_bytes", "tp_bytes", "tp_collectives", "pp_bytes", "pp_sends"):
             if getattr(self, name) < 0:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.trials.layout import FSDP_LAYOUTS, PIPELINE_LAYOUTS
+from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
 
 GIB = float(1 << 30)
@@ -98,7 +98,7 @@ def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, f
     """(layers' worth of whole micro-batches whose activations pipeline rank `pp_rank` holds at
     its peak; fraction of a micro-batch's tokens whose logits its last stage holds at once)."""
     m, L, pp = cfg.parallel.microbatches, cfg.model.n_layers, trial.pp
-    if trial.layout not in PIPELINE_LAYOUTS:
+    if not traits(trial.layout).splits("pp"):
         return float(L), 1.0
     schedule = cfg.parallel.schedule
     if schedule == "gpipe":  # every microbatch forward before any backward
@@ -140,7 +140,7 @@ def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: st
     if m.activation_checkpointing == "full":
         # Each block's input is kept (the residual stream, fp32 under autocast), and one block's
         # activations, of one (pipeline) microbatch, exist at a time while it is recomputed.
-        one = tokens / cfg.parallel.microbatches if trial.layout in PIPELINE_LAYOUTS else tokens
+        one = tokens / cfg.parallel.microbatches if traits(trial.layout).splits("pp") else tokens
         blocks = (layers * tokens * FP32 * m.d_model + one * per_layer) / trial.tp
     else:
         blocks = layers * tokens * per_layer / trial.tp
@@ -153,7 +153,8 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     """What pipeline rank `pp_rank` (any dp and tp coordinate) of `trial` needs, in bytes."""
     parts = model_parts(cfg.model)
     n, root = rank_params(parts, cfg.model, trial, pp_rank)
-    fsdp = trial.layout in FSDP_LAYOUTS
+    dp_kind = traits(trial.layout).data_parallel
+    fsdp = dp_kind == DataParallel.fsdp
     local = n / trial.dp if fsdp else n
     compute = 2 if mixed_precision(cfg, device) else FP32
     unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
@@ -164,7 +165,7 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
         grads = local * FP32 + unsharded_grads * FP32
     else:
         params = n * FP32 + (0 if compute == FP32 else n * compute)
-        grads = n * FP32 * (2 if trial.layout in ("ddp", "dp_pp") else 1)
+        grads = n * FP32 * (2 if dp_kind == DataParallel.ddp else 1)
     o = cfg.optim
     states = OPTIMIZER_STATES.get(o.name, 1 if o.momentum else 0)
     activations = activation_bytes(cfg, trial, pp_rank, device)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.layouts import DataParallel
 from launcher.perf.comm import (
     TP_EXPOSED,
     Group,
@@ -100,9 +101,9 @@ def comm_terms(
     pass_s = compute_s / t.passes
     window = backward_share * pass_s
     dp_total, dp_exposed = 0.0, 0.0
-    if t.data_parallel == "ddp" and t.grad_bytes and groups.dp.size > 1:
+    if t.data_parallel == DataParallel.ddp and t.grad_bytes and groups.dp.size > 1:
         dp_total, dp_exposed = _ddp(t, groups.dp, topo, intra, inter, window)
-    elif t.data_parallel == "fsdp" and groups.dp.size > 1:
+    elif t.data_parallel == DataParallel.fsdp and groups.dp.size > 1:
         dp_total, dp_exposed = _fsdp(t, groups.dp, topo, intra, inter, forward=pass_s - window, backward=window)
     tp_total = 0.0
     if t.tp_collectives and groups.tp.size > 1:

@@ -24,6 +24,7 @@ from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text
+from launcher.layouts import layout_names, traits
 from launcher.perf import preset_fit
 from launcher.perf.calibrate import fit_layouts, load_measured, shape_at
 from launcher.perf.links import LINKS
@@ -215,9 +216,11 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
 def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
     """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
     MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
-    if cfg.model._target_ is not None and cfg.parallel.layout not in ("ddp", "fsdp"):  # --from a sweep models any
+    # A `_target_` model's parameters are counted on its whole module; --from a sweep models any layout.
+    if cfg.model._target_ is not None and not traits(cfg.parallel.layout).whole_model:
+        whole = " or ".join(layout_names(lambda row: row.whole_model))
         raise ConfigError(
-            f"launcher plan on presets models a `_target_` model under ddp or fsdp only, not "
+            f"launcher plan on presets models a `_target_` model under {whole} only, not "
             f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that"
         )
     work = work_of(cfg)

@@ -11,14 +11,13 @@ from launcher.compute.flops import ModelParts, flops_per_token, model_parts, rec
 from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.layouts import DataParallel, traits
 from launcher.perf.comm import Traffic, ddp_buckets
 from launcher.perf.step import Shape
-from launcher.trials.layout import FSDP_LAYOUTS, layout_degrees, pipeline_bubble, virtual_stages
+from launcher.trials.layout import layout_degrees, pipeline_bubble, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
 
-DDP_LAYOUTS = ("ddp", "dp_pp")
-"""Layouts whose gradients go through torch DDP (launcher/train/engines)."""
 WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 """Bytes per element of activations (autocast) and FSDP's gathered parameters, per precision."""
 REDUCE_BYTES = 4
@@ -78,13 +77,12 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     wire = WIRE_BYTES[spec.precision]
     activation = batch.micro // mb * m.seq_len * m.d_model * wire
     blocks = m.n_layers // pp
-    if spec.layout in FSDP_LAYOUTS:
+    row = traits(spec.layout)
+    dp_kind, params = row.data_parallel, 0
+    if dp_kind == DataParallel.fsdp:
         # The pipeline's FSDP stages are sharded without a MixedPrecisionPolicy (engines/pipeline.py):
         # their parameters are gathered in fp32.
-        param_dtype = wire if spec.layout in ("fsdp", "fsdp_tp") else REDUCE_BYTES
-        dp_kind, params = "fsdp", round(numel) * param_dtype
-    else:
-        dp_kind, params = ("ddp" if spec.layout in DDP_LAYOUTS else "none"), 0
+        params = round(numel) * (REDUCE_BYTES if row.splits("pp") else wire)
     tp_count = 0
     if tp > 1:
         # Full checkpointing replays each block's forward, its collectives (half the block's) with it;
@@ -93,12 +91,12 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         tp_count = blocks * per_block + TP_OUTSIDE_BLOCKS
     return Traffic(
         data_parallel=dp_kind,
-        grad_bytes=round(numel) * REDUCE_BYTES if dp_kind != "none" else 0,
+        grad_bytes=round(numel) * REDUCE_BYTES if dp_kind != DataParallel.none else 0,
         param_bytes=params,
         root_share=root / numel,
         blocks=max(1, blocks),
         reshard=spec.reshard_after_forward,
-        gathered_once=dp_kind == "fsdp" and pp > 1 and not spec.reshard_after_forward,
+        gathered_once=dp_kind == DataParallel.fsdp and pp > 1 and not spec.reshard_after_forward,
         passes=batch.accum * mb,
         tp_bytes=activation,
         tp_collectives=tp_count,

@@ -14,8 +14,8 @@ model.target reaches the last stage's loss, or the last stage's output is the mo
 The schedule steps, gradient semantics (scale_grads=False, loss ÷ (m × accum), dp sync only on
 the last schedule step), bubble measurement, metrics and full state dict are PipelineEngine's
 (engines/pipeline.py), which this subclasses; only the stages and the dict batch differ.
-Schedules gpipe and 1f1b; no FSDP or TP inside a stage, no virtual stages (trials/layout.py);
-like every pipeline layout, no checkpoints and no train.compile (config/validate.py refuses them).
+Schedules gpipe and 1f1b; no FSDP or TP inside a stage, no virtual stages (config/validate_layout.py);
+like every pipeline layout, no checkpoints and no train.compile (their rows in launcher/layouts.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from launcher.compute.flop_count import random_tensor
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate_byo import TARGET_KEY
+from launcher.layouts import DataParallel, traits
 from launcher.train.engines.base import Topology, autocast
 from launcher.train.engines.fsdp import local_numel
 from launcher.train.engines.pipeline import PipelineEngine, _RunState, _Stage
@@ -186,6 +187,7 @@ class ByoPipelineEngine(PipelineEngine):
         self.layout, self.schedule_name = par.layout, par.schedule
         self.pp, self.m, self.v, self.n_stages = topo.pp, par.microbatches, 1, topo.pp
         self.tensor_parallel = self.fsdp = False
+        self.data_parallel = traits(par.layout).data_parallel  # none: pipeline; ddp: dp_pp
         self.pp_group, self.dp_group = topo.mesh["pp"].get_group(), topo.mesh["dp"].get_group()
         traced = trace_stages(model, cfg.model, par.pp_split, cfg.batch.micro // self.m)
         stage = traced.stages[topo.pp_rank]
@@ -201,7 +203,8 @@ class ByoPipelineEngine(PipelineEngine):
         self._stage_numel = sum(local_numel(p) for p in module.parameters())
         self._activation_numel = traced.p2p_numel
         ids = [device.index] if device.type == "cuda" else None
-        self.wrapped = [DDP(module, device_ids=ids, process_group=self.dp_group) if self.layout == "dp_pp" else module]
+        replicas = self.data_parallel == DataParallel.ddp
+        self.wrapped = [DDP(module, device_ids=ids, process_group=self.dp_group) if replicas else module]
         self.foreach_optimizer = True
         self.loss = loss_fn(cfg.model)
         self._state = _RunState(device)
@@ -260,3 +263,7 @@ class ByoPipelineEngine(PipelineEngine):
         """PipelineEngine's (bubble theory and measured, schedule, p2p_numel: the largest send
         between stages), and the split."""
         return super().metrics() | {"pp_split": list(self.cfg.parallel.pp_split)}
+
+
+ENGINE = ByoPipelineEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

@@ -61,3 +61,7 @@ class ByoTPEngine(Engine):
 
     def metrics(self) -> dict[str, Any]:
         return {"tp": self.topo.tp, "tp_plan": dict(self.cfg.parallel.tp_plan)}
+
+
+ENGINE = ByoTPEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

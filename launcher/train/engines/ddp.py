@@ -80,3 +80,7 @@ class DDPEngine(Engine):
 
     def comm_numel(self):
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+
+ENGINE = DDPEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

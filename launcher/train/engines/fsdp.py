@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from launcher.config.schema import LauncherConfig
+from launcher.layouts import traits
 from launcher.train.dist import sync
 from launcher.train.engines.base import Engine, Topology
 from launcher.train.engines.tp import (
@@ -57,7 +58,7 @@ def local_numel(p: torch.Tensor) -> int:
 class FSDPEngine(Engine):
     def __init__(self, model: nn.Module, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
         self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
-        self.tensor_parallel = cfg.parallel.layout == "fsdp_tp"
+        self.tensor_parallel = traits(cfg.parallel.layout).splits("tp")  # fsdp_tp
         self.reshard = bool(cfg.parallel.reshard_after_forward)
         self.dp_mesh = topo.mesh["dp"]
         self.group = self.dp_mesh.get_group()
@@ -228,3 +229,7 @@ def replay_seconds(ops: Counter, group, device: torch.device) -> float:
             )
         total += count * seconds
     return total
+
+
+ENGINE = FSDPEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

@@ -45,13 +45,14 @@ from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
+from launcher.layouts import DataParallel, traits
 from launcher.train.dist import sync
 from launcher.train.engines.base import Engine, Topology, autocast
 from launcher.train.engines.fsdp import CollectiveCounter, local_numel, replay_seconds
 from launcher.train.engines.stages import StageModule, rank_stages
 from launcher.train.engines.tp import apply_tensor_parallel, cross_entropy, local_scalar, mixed_params
 from launcher.train.models import TokenModel, materialise
-from launcher.trials.layout import FSDP_LAYOUTS, TP_LAYOUTS, pipeline_bubble, virtual_stages
+from launcher.trials.layout import pipeline_bubble, virtual_stages
 
 BUBBLE_STEPS = 2
 """Optimizer steps of the instrumented pass that measures the bubble, after the timed steps."""
@@ -134,8 +135,10 @@ class _Stage(PipelineStage):
 class PipelineEngine(Engine):
     def __init__(self, model: TokenModel, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
         par = cfg.parallel
-        self.tensor_parallel = par.layout in TP_LAYOUTS  # fsdp_tp_pp
-        self.fsdp = par.layout in FSDP_LAYOUTS  # fsdp_pp, fsdp_tp_pp
+        row = traits(par.layout)
+        self.tensor_parallel = row.splits("tp")  # fsdp_tp_pp
+        self.data_parallel = row.data_parallel  # none: pipeline; ddp: dp_pp; fsdp: fsdp_pp, fsdp_tp_pp
+        self.fsdp = self.data_parallel == DataParallel.fsdp
         if topo.tp != 1 and not self.tensor_parallel:
             raise ValueError(f"parallel.layout={par.layout} does not combine with tensor parallel (tp={topo.tp})")
         self.cfg, self.device, self.topo = cfg, device, topo
@@ -190,7 +193,7 @@ class PipelineEngine(Engine):
                 fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
             fully_shard(mod, mesh=mesh, reshard_after_forward=reshard)
         materialise(mod, self.device, seed=self.cfg.seed)
-        if self.layout == "dp_pp":
+        if self.data_parallel == DataParallel.ddp:
             ids = [self.device.index] if self.device.type == "cuda" else None
             return DDP(mod, device_ids=ids, process_group=self.dp_group)
         return mod
@@ -299,13 +302,13 @@ class PipelineEngine(Engine):
         return full
 
     def comm_group(self):
-        return self.pp_group if self.layout == "pipeline" else self.dp_group
+        return self.pp_group if self.data_parallel == DataParallel.none else self.dp_group
 
     def comm_numel(self):
         # dp_pp / fsdp_pp / fsdp_tp_pp: this stage's (tp-local) gradient, all-reduced (DDP) or
         # reduce-scattered (FSDP) over dp. pipeline: one microbatch's activation, the size of
         # each send between stages.
-        return self._activation_numel if self.layout == "pipeline" else self._stage_numel
+        return self._activation_numel if self.data_parallel == DataParallel.none else self._stage_numel
 
     def metrics(self) -> dict[str, Any]:
         """Bubble: theory (p−1)/(v·m+p−1), and measured on this rank as 1 − busy ÷ wall, summed
@@ -345,3 +348,7 @@ class PipelineEngine(Engine):
             if self.tensor_parallel:
                 out |= {"tp": self.topo.tp, "tp_collective_time_s": tp_s, "tp_collectives_per_step": count}
         return out
+
+
+ENGINE = PipelineEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

@@ -266,3 +266,7 @@ def gather_full_state(model: nn.Module) -> dict[str, torch.Tensor] | None:
             value = value.full_tensor()
         full[name] = value.detach().cpu()
     return full if torch.distributed.get_rank() == 0 else None
+
+
+ENGINE = TPEngine
+"""The engine the layouts whose row names this module run (launcher/layouts.py)."""

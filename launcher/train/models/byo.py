@@ -24,8 +24,8 @@ The recipe (recipes/model/<name>.yaml, or model/<name>.yaml in your --recipes fo
   tokens/s is samples/s (tokens_per_sample). FLOPs: torch's counter (model/flop_count.py).
 - Layouts: ddp and fsdp (units: parallel.fsdp_units by class name, else parallel.fsdp_min_params);
   tp with the recipe's parallel.tp_plan (engines/byo_tp.py); pipeline and dp_pp with its
-  parallel.pp_split (engines/byo_pipeline.py); fsdp_pp, fsdp_tp and fsdp_tp_pp are refused at
-  plan time (trials/layout.py).
+  parallel.pp_split (engines/byo_pipeline.py): each row's byo_engine in launcher/layouts.py;
+  fsdp_pp, fsdp_tp and fsdp_tp_pp have none and are refused by config validation (config/validate_layout.py).
 - Found through this environment locally (the ranks inherit it, and cluster.env), through
   cluster.setup / cluster.env (`PYTHONPATH=/shared/src`) on Slurm; checked at plan time
   (byo_check.py), cluster.env's PYTHONPATH included.
