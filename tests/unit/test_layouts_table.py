@@ -23,7 +23,7 @@ from launcher.perf.shapes import shape_for
 from launcher.trials.layout import layout_degrees
 from launcher.trials.spec import make_trial
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes" / "parallel").glob("*.yaml"))
 
 
