@@ -13,7 +13,7 @@ Goals (a miss is written "NOT met"): losses within 1e-5 relative of eager at eve
 (compile_after_warmup_s = 0). Reported, no goal: compile seconds (cold unless inductor's cache
 under /tmp is warm: the run says which it found) and the median timed step, eager vs compiled.
 
-    .venv/bin/python benchmarks/compile_inductor.py [--steps 12] [--warmup 4]
+    .venv/bin/python -m benchmarks.compile_inductor [--steps 12] [--warmup 4]
 
 Writes benchmarks/results/compile_inductor.{md,json}.
 """
@@ -30,14 +30,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, atomic_write_text
+from launcher.train import compiling, loop
+from launcher.train.env import RankEnv
+from launcher.trials.spec import make_trial
 
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.train import compiling, loop  # noqa: E402
-from launcher.train.env import RankEnv  # noqa: E402
-from launcher.trials.spec import make_trial  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 OUT = HERE / "results"
 CPU = torch.device("cpu")
@@ -77,7 +76,7 @@ def main() -> int:
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, eager_losses, strict=True))
     timed = slice(args.warmup, None)
     result = {
-        "how": f"`.venv/bin/python benchmarks/compile_inductor.py --steps {args.steps} --warmup {args.warmup}`",
+        "how": f"`.venv/bin/python -m benchmarks.compile_inductor --steps {args.steps} --warmup {args.warmup}`",
         "backend": compiling.BACKEND,
         "torch": torch.__version__,
         "python": platform.python_version(),

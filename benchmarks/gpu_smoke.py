@@ -17,7 +17,7 @@ after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate wi
 measured peak allocation. Without a GPU
 (torch.cuda.is_available() false) it writes "NOT run: no GPU" to the same files and exits 0.
 
-    .venv/bin/python benchmarks/gpu_smoke.py [--steps 30] [--warmup 10] [--micro 8]
+    .venv/bin/python -m benchmarks.gpu_smoke [--steps 30] [--warmup 10] [--micro 8]
 """
 
 from __future__ import annotations
@@ -34,18 +34,17 @@ from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.perf.memory import estimate
+from launcher.run.local import run_local
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
 
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.perf.memory import estimate  # noqa: E402
-from launcher.run.local import run_local  # noqa: E402
-from launcher.trials.folder import trial_document  # noqa: E402
-from launcher.trials.spec import make_trial  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 OUT = HERE / "results"
-REPRODUCE = "`.venv/bin/python benchmarks/gpu_smoke.py` (on a machine with one CUDA GPU and a CUDA build of torch)"
+REPRODUCE = "`.venv/bin/python -m benchmarks.gpu_smoke` (on a machine with one CUDA GPU and a CUDA build of torch)"
 COMMON = ["batch.accum=1", "optim=adamw", "seed=0"]
 
 

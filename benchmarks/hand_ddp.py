@@ -4,6 +4,8 @@ Same model class, batch, optimizer and thread count as a launcher trial; none of
 launcher's machinery (no config, sampler, DataLoader, records, LR schedule, comm/compute
 probes). Run one process per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; rank 0
 prints one JSON line: {"tokens_per_s": ..., "step_time_median_s": ...}.
+
+    python -m benchmarks.hand_ddp MICRO STEPS WARMUP   # as harness_overhead.py runs it, once per rank
 """
 
 import json

@@ -5,7 +5,7 @@ alternating order, and takes the ratio of their measured tokens/s (launcher ÷ h
 median ratio over rounds is the figure; goal ≥ 0.98. Writes
 benchmarks/results/harness_overhead.{json,md}.
 
-    .venv/bin/python benchmarks/harness_overhead.py [--rounds 7] [--ranks 2] [--steps 60]
+    .venv/bin/python -m benchmarks.harness_overhead [--rounds 7] [--ranks 2] [--steps 60]
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.run.local import free_port, rank_env, run_local
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
 
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.run.local import free_port, rank_env, run_local  # noqa: E402
-from launcher.trials.folder import trial_document  # noqa: E402
-from launcher.trials.spec import make_trial  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 GOAL = 0.98
 
@@ -46,7 +45,7 @@ def launcher_trial(work: Path, ranks: int, micro: int, steps: int, warmup: int) 
 
 def hand_loop(ranks: int, micro: int, steps: int, warmup: int) -> float:
     port = free_port()
-    argv = [sys.executable, str(HERE / "hand_ddp.py"), str(micro), str(steps), str(warmup)]
+    argv = [sys.executable, "-m", "benchmarks.hand_ddp", str(micro), str(steps), str(warmup)]
     procs = [
         subprocess.Popen(argv, env=rank_env(r, ranks, port, 1), stdout=subprocess.PIPE, text=True) for r in range(ranks)
     ]
@@ -121,7 +120,7 @@ def main() -> None:
             for i, r in enumerate(rounds)
         ],
         "",
-        "Reproduce: `.venv/bin/python benchmarks/harness_overhead.py`",
+        "Reproduce: `.venv/bin/python -m benchmarks.harness_overhead`",
         "",
     ]
     atomic_write_text(out / "harness_overhead.md", "\n".join(lines))

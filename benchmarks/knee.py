@@ -19,8 +19,8 @@ Writes benchmarks/results/knee.{md,json,png}; saves every trial of both sweeps t
 benchmarks/data/bed_curves.csv and the model's bound per measured set to
 benchmarks/data/bed_bounds.csv (replayed by benchmarks/search_cost.py).
 
-    .venv/bin/python benchmarks/knee.py                       # ≈ 6.5 min on this machine
-    .venv/bin/python benchmarks/knee.py --from GRID_DIR ADAPTIVE_DIR   # report existing sweeps
+    .venv/bin/python -m benchmarks.knee                       # ≈ 6.5 min on this machine
+    .venv/bin/python -m benchmarks.knee --from GRID_DIR ADAPTIVE_DIR   # report existing sweeps
 """
 
 from __future__ import annotations
@@ -36,13 +36,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from launcher.io import atomic_write_json, atomic_write_text
+from launcher.perf.calibrate import fit_layouts, load_measured, predictions
+from launcher.results.policy import recommend
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-
-from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.perf.calibrate import fit_layouts, load_measured, predictions  # noqa: E402
-from launcher.results.policy import recommend  # noqa: E402
 
 BED = ["--cpus-per-node", "0.45", "--link-rate", "200mbit"]
 THRESHOLD = 0.8
@@ -265,7 +264,7 @@ def report(doc: dict) -> list[str]:
         "",
         f"Sweeps: `{grid['sweep']}`, `{adaptive['sweep']}` (not committed). Trials saved to "
         "benchmarks/data/bed_curves.csv, the model's bounds to benchmarks/data/bed_bounds.csv.",
-        "Reproduce: `.venv/bin/python benchmarks/knee.py` ("
+        "Reproduce: `.venv/bin/python -m benchmarks.knee` ("
         + (
             f"{doc['wall_s']:.0f} s here, bed included)."
             if doc["wall_s"]

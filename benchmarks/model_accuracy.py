@@ -16,8 +16,8 @@ Truth is the measured held-out trials: MAPE of tokens/s against each held-out sh
 coverage of every held-out trial by the interval. Goals: MAPE ≤ 10% (stretch ≤ 5%), coverage
 ≥ 80%, fitted inter-node bandwidth within ±20% of the configured rate.
 
-    flock /tmp/bed.lock .venv/bin/python benchmarks/model_accuracy.py [--rounds 2] [--steps 10]
-    .venv/bin/python benchmarks/model_accuracy.py --evaluate DIR [DIR ...]   # sweeps already run
+    flock /tmp/bed.lock .venv/bin/python -m benchmarks.model_accuracy [--rounds 2] [--steps 10]
+    .venv/bin/python -m benchmarks.model_accuracy --evaluate DIR [DIR ...]   # sweeps already run
 """
 
 from __future__ import annotations
@@ -34,15 +34,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from launcher.io import atomic_write_json, atomic_write_text
+from launcher.perf.calibrate import Measured, fit_layouts, load_measured, shape_at
+from launcher.perf.interval import coverage
+from launcher.perf.summary import interval_phrase
+from launcher.slurm.devcluster.limits import parse_rate
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-
-from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
-from launcher.perf.calibrate import Measured, fit_layouts, load_measured, shape_at  # noqa: E402
-from launcher.perf.interval import coverage  # noqa: E402
-from launcher.perf.summary import interval_phrase  # noqa: E402
-from launcher.slurm.devcluster.limits import parse_rate  # noqa: E402
 
 SPLITS = {
     "sizes": (lambda nodes, accum: nodes != 3, "fit nodes {1,2,4}, predict nodes 3"),
@@ -381,7 +380,7 @@ def main() -> None:
     else:
         run = {
             "command": "flock /tmp/bed.lock "
-            + shlex.join([".venv/bin/python", "benchmarks/model_accuracy.py", *sys.argv[1:]]),
+            + shlex.join([".venv/bin/python", "-m", "benchmarks.model_accuracy", *sys.argv[1:]]),
             "rounds": args.rounds,
             "steps": args.steps,
             "warmup_steps": args.warmup_steps,

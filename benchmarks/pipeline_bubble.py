@@ -6,7 +6,7 @@ every case once as a real launcher trial (launcher.run.local.run_local, like the
 case order rotated from round to round; figures are medians over rounds, beside the theory
 (p−1)/(v·m+p−1). Writes benchmarks/results/pipeline_bubble.{json,md}.
 
-    .venv/bin/python benchmarks/pipeline_bubble.py [--rounds 3] [--steps 6] [--budget-s 330]
+    .venv/bin/python -m benchmarks.pipeline_bubble [--rounds 3] [--steps 6] [--budget-s 330]
 """
 
 from __future__ import annotations
@@ -15,19 +15,17 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.run.local import run_local
+from launcher.trials.folder import trial_document
+from launcher.trials.spec import make_trial
 
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.run.local import run_local  # noqa: E402
-from launcher.trials.folder import trial_document  # noqa: E402
-from launcher.trials.spec import make_trial  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 RANKS = 2
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2)]
@@ -201,7 +199,7 @@ def main() -> None:
         + ". Step times vary 10–30% run to run on this machine (more while other work runs): compare within "
         "this table, not across benchmarks.",
         "",
-        "Reproduce: `.venv/bin/python benchmarks/pipeline_bubble.py`",
+        "Reproduce: `.venv/bin/python -m benchmarks.pipeline_bubble`",
         "",
     ]
     atomic_write_text(out / "pipeline_bubble.md", "\n".join(lines))

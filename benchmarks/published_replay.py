@@ -19,7 +19,7 @@ Truth is the published figure, never the model: tokens/s per GPU as published, e
 published MFU (or HFU) × the source's peak (A100 312, H100 989 TFLOP/s) ÷ the row's FLOPs per
 token (launcher.compute.flops on the row's shape, recompute included for HFU).
 
-    .venv/bin/python benchmarks/published_replay.py [--corpus CSV] [--out DIR] [--fit-out JSON]
+    .venv/bin/python -m benchmarks.published_replay [--corpus CSV] [--out DIR] [--fit-out JSON]
 """
 
 from __future__ import annotations
@@ -30,23 +30,20 @@ import math
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.replay_case import GOAL_EFF, GOAL_THR, QUANTILE, Case
+from benchmarks.replay_mapping import Unexpressible, map_row, num, series_key
+from launcher.config.compose import compose_config
+from launcher.config.errors import ConfigError
+from launcher.config.schema import LauncherConfig
+from launcher.perf import preset_fit
+from launcher.perf.plan_table import from_presets_forecast, work_of
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-from replay_mapping import Mapped, Unexpressible, map_row, num, series_key  # noqa: E402
-
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.config.errors import ConfigError  # noqa: E402
-from launcher.config.schema import LauncherConfig  # noqa: E402
-from launcher.perf import preset_fit  # noqa: E402
-from launcher.perf.plan_table import from_presets_forecast, work_of  # noqa: E402
 
 CORPUS = HERE / "data" / "published_scaling.csv"
 GRID = np.array([0.9, 0.7, 0.55, 0.45, 0.35, 0.25, 0.15])
@@ -55,39 +52,6 @@ while communication does not depend on compute), so the fit interpolates instead
 FINE = np.round(np.arange(0.10, 1.0, 0.0025), 4)
 SOURCE_PEAK = {"A100": 312e12, "H100": 989e12}
 """The dense bf16 peaks the sources divide by (corpus README), to turn their MFU back into tokens/s."""
-QUANTILE = 0.9
-GOAL_THR, GOAL_THR_SHARE = 0.25, 0.80
-GOAL_EFF, GOAL_EFF_SHARE = 0.10, 0.90
-
-
-@dataclass(kw_only=True)
-class Case:
-    """One corpus row on its way through the replay."""
-
-    index: int
-    """Row number in the corpus (0-based, header excluded)."""
-    row: dict
-    """The corpus row as read."""
-    mapped: Mapped | None = None
-    """Its plan overrides; None when skipped."""
-    skip: str | None = None
-    """Why the tool cannot replay it; None when replayed."""
-    cfg: LauncherConfig | None = None
-    """The composed plan config."""
-    key: str = ""
-    """Its fit key (`H100/bf16`)."""
-    published: float = math.nan
-    """Published tokens/s per GPU."""
-    published_from: str = ""
-    """Which published column that came from."""
-    inv_grid: np.ndarray | None = None
-    """1 / predicted per-GPU throughput at each GRID MFU."""
-    out: dict = field(default_factory=dict)
-    """Figures reported for the row."""
-
-    @property
-    def source(self) -> str:
-        return self.row["source"]
 
 
 def read_corpus(path: Path) -> list[dict]:
@@ -300,7 +264,7 @@ def made_by(argv: list[str]) -> str:
         )
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
-    command = " ".join([".venv/bin/python benchmarks/published_replay.py", *argv])
+    command = " ".join([".venv/bin/python -m benchmarks.published_replay", *argv])
     return f"`{command}` at commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
 
 
@@ -339,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         rows_by_key=constants["rows_by_key"],
     )
     preset_fit.save(fit, args.fit_out)
-    from replay_report import write_results  # lazy: the report (and matplotlib) only once there is something to say
+    from benchmarks.replay_report import (
+        write_results,  # lazy: the report (and matplotlib) only once there is something to say
+    )
 
     write_results(
         args.out,

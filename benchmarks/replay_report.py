@@ -9,9 +9,8 @@ import io
 import math
 from pathlib import Path
 
-from published_replay import GOAL_EFF, GOAL_EFF_SHARE, GOAL_THR, GOAL_THR_SHARE, QUANTILE, Case
-from replay_mapping import DEFAULT_NETWORK, INTERCONNECTS, LAYOUTS, NOT_EXPRESSIBLE, ONE_EXPERIMENT
-
+from benchmarks.replay_case import GOAL_EFF, GOAL_EFF_SHARE, GOAL_THR, GOAL_THR_SHARE, QUANTILE, Case
+from benchmarks.replay_mapping import DEFAULT_NETWORK, INTERCONNECTS, LAYOUTS, NOT_EXPRESSIBLE, ONE_EXPERIMENT
 from launcher.io import atomic_write_json, atomic_write_text
 
 COLUMNS = (

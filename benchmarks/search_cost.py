@@ -15,7 +15,7 @@ it on); on the bed's own trials, with and without the bound knee.py fitted (bed_
 
 Goals: device-hours ÷ grid < 1 (mean), and the adaptive pick's true throughput within 5% of the
 grid pick's in ≥ 90% of replays. Writes benchmarks/results/search_cost.{json,md}.
-    .venv/bin/python benchmarks/search_cost.py [--seeds 200]
+    .venv/bin/python -m benchmarks.search_cost [--seeds 200]
 """
 
 from __future__ import annotations
@@ -23,24 +23,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-from search_replay import (
+from benchmarks.search_replay import (
     Curve,
     Noise,
     draw_bed,
     draw_published,
     is_monotone,
     knee_inside,
-    load_bed,  # noqa: E402
+    load_bed,
     load_published,
     oracle_pick,
     replay,
@@ -49,8 +44,9 @@ from search_replay import (
     summarise,
     weak_scaling_hours,
 )
+from launcher.io import atomic_write_json, atomic_write_text
 
-from launcher.io import atomic_write_json, atomic_write_text  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 DATA = HERE / "data"
 THRESHOLDS = (0.7, 0.8, 0.9)
@@ -215,7 +211,7 @@ def report(result: dict, seeds: int, wall_s: float) -> list[str]:
             "",
         ]
     lines += [
-        f"Reproduce: `.venv/bin/python benchmarks/search_cost.py --seeds {seeds}` ({wall_s:.0f} s here). Data and "
+        f"Reproduce: `.venv/bin/python -m benchmarks.search_cost --seeds {seeds}` ({wall_s:.0f} s here). Data and "
         "citations: benchmarks/data/README.md.",
         "",
     ]

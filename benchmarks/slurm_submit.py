@@ -10,7 +10,7 @@
    Start) and start→`step 1/` in rank 0's log.
 
 Writes benchmarks/results/slurm_submit.{json,md}.
-    .venv/bin/python benchmarks/slurm_submit.py [--rounds 5] [--first-step-runs 3]
+    .venv/bin/python -m benchmarks.slurm_submit [--rounds 5] [--first-step-runs 3]
 """
 
 from __future__ import annotations
@@ -27,17 +27,16 @@ from pathlib import Path
 
 import submitit
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from launcher.config.compose import compose_config
+from launcher.io import atomic_write_json, atomic_write_text, read_json
+from launcher.run.sweep import create_sweep_dir
+from launcher.slurm import devcluster
+from launcher.slurm.render import job_request, render_script
+from launcher.slurm.submit import PreparedJob, job_requests, submit_jobs, write_scripts
+from launcher.slurm.track import track
+from launcher.trials.spec import sweep_trials
 
-from launcher.config.compose import compose_config  # noqa: E402
-from launcher.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from launcher.run.sweep import create_sweep_dir  # noqa: E402
-from launcher.slurm import devcluster  # noqa: E402
-from launcher.slurm.render import job_request, render_script  # noqa: E402
-from launcher.slurm.submit import PreparedJob, job_requests, submit_jobs, write_scripts  # noqa: E402
-from launcher.slurm.track import track  # noqa: E402
-from launcher.trials.spec import sweep_trials  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 GOAL_S = 2.0
 HELD = [
@@ -244,7 +243,7 @@ def report(summary: dict, first: dict | None, rounds: int, first_runs: int, meas
         f"Measured {measured_at} on the dev cluster (4 nodes in network namespaces on one 2-core machine). "
         "Jobs of part 1 were submitted with --hold and cancelled, so none ran.",
         "",
-        "Reproduce: `launcher cluster up && .venv/bin/python benchmarks/slurm_submit.py`",
+        "Reproduce: `launcher cluster up && .venv/bin/python -m benchmarks.slurm_submit`",
         "",
     ]
 

@@ -7,20 +7,15 @@ needs a C++ compiler on CPU), the parity test with aot_eager (the same capture, 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
 
+from benchmarks import compile_inductor as bench  # inductor itself: the benchmark, tens of seconds cold
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.train import compiling
 from launcher.train.models import build_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import compile_inductor as bench  # noqa: E402  (inductor itself: the benchmark, tens of seconds cold)
 
 STEPS, WARMUP = 4, 2
 

@@ -4,18 +4,12 @@ is skipped with the reason), and the replay writes predicted beside published fi
 from __future__ import annotations
 
 import csv
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmarks import published_replay as pr
+from benchmarks import replay_mapping as rm
 from launcher.perf import preset_fit
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import published_replay as pr  # noqa: E402
-import replay_mapping as rm  # noqa: E402
 
 MPT_30B = {
     "source": "llmfoundry_mpt",

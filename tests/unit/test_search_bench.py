@@ -4,20 +4,17 @@ as the max_efficient policy does, and the adaptive search is driven through its 
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks import search_replay as sr
 from launcher.results.policy import recommend
 from launcher.results.scaling import add_scaling
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import search_replay as sr  # noqa: E402
 
 PUBLISHED = ROOT / "benchmarks" / "data" / "published_curves.csv"
 HOW = {"table (text)", "table image (printed numbers, not read off a plot)"}

@@ -5,8 +5,9 @@ address and hostname. `launcher cluster up|down|status` calls the functions here
 Modules: conf (pure config text and paths), netns (bridge and namespaces), daemons (start,
 liveness and stop by pid), install (Debian packages), accounting (MariaDB, sacctmgr), state
 (the record of what `up` started), ready (asking the running cluster), limits (pure rules of the
-bed's CPU share and link rate), bed (applying them: cgroups and tc), lifecycle (up, down,
-status), cluster (the `launcher cluster` verb).
+bed's CPU share and link rate), bed (applying them: cgroups and tc), limits_in_place (whether they
+are in place on the running cluster, and putting them there), lifecycle (up, down, status), cluster
+(the `launcher cluster` verb).
 """
 
 from launcher.slurm.devcluster.errors import DevClusterError

@@ -2,7 +2,8 @@
 
 The state file (`cluster.json` in the cluster folder) records every pid `up` started and every
 namespace, bridge or cgroup it created; `down` acts on that record only. The bed's limits (a CPU
-share per node, a link rate) are applied to a running cluster in place, with no restart (`bed`).
+share per node, a link rate) are applied to a running cluster in place, with no restart
+(`limits_in_place`, through `bed`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from launcher.slurm.devcluster.conf import Layout
 from launcher.slurm.devcluster.errors import DevClusterError
 from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
 from launcher.slurm.devcluster.limits import Limits
+from launcher.slurm.devcluster.limits_in_place import apply_limits, exclusive, limits_current, set_exclusive
 from launcher.slurm.devcluster.ready import HEALTHY_STATES, run, sinfo_states, wait_ready
 from launcher.slurm.devcluster.state import State, load, locked, save
 
@@ -79,7 +81,7 @@ def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bo
         return False
     if not all(netns.node_ok(n) for n in nodes):
         return False
-    if not files.configs_current(layout, nodes, gpus, _exclusive(st.limits)):
+    if not files.configs_current(layout, nodes, gpus, exclusive(st.limits)):
         return False
     states = sinfo_states(layout)
     return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
@@ -119,10 +121,10 @@ def up(
         raise DevClusterError(str(exc)) from None
     try:
         if layout.state_file.exists() and _healthy(layout, st, names, gpus):
-            if not _limits_current(st, names, lim):
+            if not limits_current(st, names, lim):
                 with locked(layout):
-                    _apply_limits(load(layout), layout, names, lim, log)
-                    _set_exclusive(layout, names, gpus, lim)
+                    apply_limits(load(layout), layout, names, lim, log)
+                    set_exclusive(layout, names, gpus, lim)
             return _cluster(layout, names, gpus, lim)
         with locked(layout):
             return _up(layout, names, gpus, lim, log)
@@ -133,11 +135,11 @@ def up(
 def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Callable[[str], None]) -> DevCluster:
     t0 = time.monotonic()
     st = load(layout)
-    if _healthy(layout, st, names, gpus) and _limits_current(st, names, lim):  # another `up` did it meanwhile
+    if _healthy(layout, st, names, gpus) and limits_current(st, names, lim):  # another `up` did it meanwhile
         return _cluster(layout, names, gpus, lim)
     ensure_packages(log, layout.log_file("apt"))
     files.make_dirs(layout, names, gpus)
-    changed = files.write_configs(layout, names, gpus, _exclusive(lim))
+    changed = files.write_configs(layout, names, gpus, exclusive(lim))
     if st.nodes and st.nodes != names:
         log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
     if st.nodes and st.gpus_per_node != gpus:
@@ -170,7 +172,7 @@ def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Cal
         _node_net_down(st, n)
     save(layout, st)
     # Before the nodes start: each slurmd starts inside its cgroup, the links are already shaped.
-    _apply_limits(st, layout, names, lim, log)
+    apply_limits(st, layout, names, lim, log)
 
     ctld_argv = netns.as_host_argv(conf.CONTROLLER, layout, [program("slurmctld"), "-D"])
     _start(layout, st, "slurmctld", ctld_argv, env)
@@ -184,57 +186,6 @@ def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Cal
     wait_ready(layout, st, names)
     log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
     return _cluster(layout, names, gpus, lim)
-
-
-def _exclusive(lim: Limits) -> bool:
-    # A node's CPU share stands for a dedicated device: one job at a time on it, as with GPUs.
-    return lim.cpus_per_node > 0
-
-
-def _set_exclusive(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits) -> None:
-    """Whole nodes per job (or not) on the running controller, and in slurm.conf for its next start."""
-    if files.write_configs(layout, names, gpus, _exclusive(lim)):
-        value = "EXCLUSIVE" if _exclusive(lim) else "NO"
-        r = run([program("scontrol"), "update", f"PartitionName={conf.PARTITION}", f"OverSubscribe={value}"], layout)
-        if r.returncode != 0:
-            raise DevClusterError(
-                f"scontrol update PartitionName={conf.PARTITION} OverSubscribe={value} failed: {r.stderr.strip()}"
-            )
-
-
-def _slurmd_pids(st: State, names: tuple[str, ...]) -> dict[str, int]:
-    return {n: st.procs[f"slurmd-{n}"].pid for n in names if f"slurmd-{n}" in st.procs}
-
-
-def _limits_current(st: State, names: tuple[str, ...], lim: Limits) -> bool:
-    """The recorded limits are `lim` and the machine agrees (quota files, slurmd in its cgroup, qdiscs)."""
-    if st.limits != lim or bool(st.cgroup_base) != bool(lim.cpus_per_node):
-        return False
-    cpu_ok = not lim.cpus_per_node or bed.cpu_in_place(
-        names, lim.cpus_per_node, Path(st.cgroup_base), st.cgroup_version, _slurmd_pids(st, names)
-    )
-    return cpu_ok and bed.link_in_place(names, lim.link_rate_bit)
-
-
-def _apply_limits(st: State, layout: Layout, names: tuple[str, ...], lim: Limits, log: Callable[[str], None]) -> None:
-    """Set, change or lift each node's CPU quota and link shaping on the running nodes, in place."""
-    if lim.cpus_per_node:
-        h = bed.hierarchy()
-        base = Path(st.cgroup_base) if st.cgroup_base else bed.group_base(h)
-        st.cgroup_base, st.cgroup_version = str(base), st.cgroup_version or h.version
-        save(layout, st)  # recorded before it exists: `down` must find a half-made one
-        bed.set_cpu(names, lim.cpus_per_node, base, st.cgroup_version)
-    elif st.cgroup_base:
-        bed.remove_cpu(Path(st.cgroup_base))
-        st.cgroup_base, st.cgroup_version = "", 0
-    bed.set_link(names, lim.link_rate_bit)
-    if st.limits != lim:
-        log(
-            f"{limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())}\n"
-            f"{limits.describe_link(lim.link_rate_bit)}"
-        )
-    st.limits = lim
-    save(layout, st)
 
 
 def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
@@ -385,7 +336,7 @@ def _bed_lines(st: State) -> list[str]:
     lim = st.limits
     cpu = limits.describe_cpus(lim.cpus_per_node, st.cgroup_version, bed.cores())
     out = [cpu + (f" in {st.cgroup_base}/n*" if st.cgroup_base else ""), limits.describe_link(lim.link_rate_bit)]
-    if st.nodes and not _limits_current(st, st.nodes, lim):
+    if st.nodes and not limits_current(st, st.nodes, lim):
         out.append("NOT in place on every node (a node restarted by hand?): `launcher cluster up` applies them")
     return out
 
