@@ -37,6 +37,7 @@ from launcher.slurm import devcluster  # noqa: E402
 from launcher.slurm.render import job_request, render_script  # noqa: E402
 from launcher.slurm.submit import PreparedJob, job_requests, submit_jobs, write_scripts  # noqa: E402
 from launcher.slurm.track import track  # noqa: E402
+from launcher.trials.payload import payload_for  # noqa: E402
 from launcher.trials.spec import sweep_trials  # noqa: E402
 
 GOAL_S = 2.0
@@ -68,6 +69,7 @@ def submit_256(work: Path, arrays: bool, env: dict) -> dict:
                 job_name=f"lnch-{sweep_dir.name}",
                 log_dir=sweep_dir.resolve() / "jobs",
                 python=sys.executable,
+                payload=payload_for(cfg),
             )
             jobs.append(PreparedJob(name=f"job-{i:03d}", trials=(t,), request=req, script=render_script(req)))
     write_scripts(sweep_dir, jobs)
