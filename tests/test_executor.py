@@ -183,3 +183,18 @@ def test_another_payload_through_the_local_ranks(tmp_path):
     out = run_local(tdir, world_size=2, threads=1, timeout_s=60, payload=payload)
     assert out.ok, out.reason()
     assert [(tdir / f"hello{r}").read_text() for r in (0, 1)] == [f"hi{sys.executable}"] * 2  # PYTHON: this one
+
+
+def test_a_resumed_pack_whose_job_went_out_submits_nothing(tmp_path, monkeypatch):
+    """`sweep --resume` of a packed sweep still running: every trial is submitted, so no job is
+    rendered (a pack of no trials used to stop the resume with "a job needs at least one trial")."""
+    cfg = compose_config(
+        ["cluster=devcluster", "sweep.nodes=[1,2]", "sweep.pack=true", f"sweep.results_dir={tmp_path}"]
+    )
+    trials = sweep_trials(cfg)
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
+    monkeypatch.setattr("launcher.slurm.submit.sbatch", lambda script, env: "41")
+    executor_for(cfg).submit_detached(sweep_dir, trials)
+    monkeypatch.setattr("launcher.slurm.submit.sbatch", lambda script, env: pytest.fail("submitted twice"))
+    executor_for(cfg).submit_detached(sweep_dir, trials)
+    assert sorted(p.name for p in (sweep_dir / "jobs").iterdir()) == ["job-000.sbatch", "job-000.submitted.json"]

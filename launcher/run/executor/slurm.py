@@ -40,6 +40,8 @@ class SlurmExecutor(Executor):
         # A damaged submission.json still counts as submitted: submitting again would run the trial twice.
         submitted = submissions(sweep_dir)
         todo = [t for t in trials if t.trial_id not in submitted]
+        if not todo:  # a resumed sweep whose jobs all went out (a pack of none would be an empty job)
+            return
         done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
         jobs = job_requests(self.cfg, sweep_dir, todo, first_index=len(done))
         write_scripts(sweep_dir, jobs)
