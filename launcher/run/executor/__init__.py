@@ -14,8 +14,9 @@ interpreter (`Payload.here`), SlurmExecutor as shell words in the job script (re
 user's own command, `job=command`) plugs in as one more branch in `payload_for`, on the config's
 choice of payload, returning its argv and env and launch (srun: one process per rank, the
 rendezvous variables set; torchrun: one agent per node, handed `Payload.after_interpreter`);
-neither executor changes. A launch mode neither knows yet (`none`: argv starts its own ranks)
-is one more case where the launch mode is read (the job template, run/local.py), not here.
+neither executor changes. A launch mode not spelled yet (`none`: argv starts its own ranks;
+torchrun on this machine, where run/local.py starts every rank itself today) is one more case
+where the ranks are started (the job template's launch lines, run/local.py), not a new executor.
 """
 
 from __future__ import annotations
