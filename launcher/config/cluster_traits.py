@@ -1,4 +1,4 @@
-"""What each cluster kind means to the layers below the executors: one row per kind.
+"""What each kind of cluster means to the layers below the executors: one row per kind.
 
 The executor (launcher/run/executor) is chosen once from the cluster's kind. Config validation, the
 trial sizes and the memory budget run before any executor exists; they read these facts, never

@@ -23,7 +23,7 @@ _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
 
 
 def check_slurm(c: ClusterConfig) -> None:
-    """Values a Slurm job script carries (checked on every cluster kind: `run --dry-run` renders one)."""
+    """Values a Slurm job script carries (checked on every kind of cluster: `run --dry-run` renders one)."""
     _check_slurm_values(c)
     _check_script_lines(c)
     _check_node_shape(c)

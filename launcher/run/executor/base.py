@@ -26,7 +26,7 @@ class Executor(ABC):
     """Runs the trials of one config (the sweep's, or the first combination's: they share the cluster)."""
 
     name: str
-    """The cluster kind it serves, as the status table's title shows it."""
+    """The kind of cluster it serves, as the status table's title shows it."""
 
     def __init__(self, cfg: LauncherConfig) -> None:
         self.cfg = cfg
