@@ -34,6 +34,7 @@ from launcher.slurm import devcluster
 from launcher.slurm.render import job_request, render_script
 from launcher.slurm.submit import PreparedJob, job_requests, submit_jobs, write_scripts
 from launcher.slurm.track import track
+from launcher.trials.payload import payload_for
 from launcher.trials.spec import sweep_trials
 
 HERE = Path(__file__).resolve().parent
@@ -67,6 +68,7 @@ def submit_256(work: Path, arrays: bool, env: dict) -> dict:
                 job_name=f"lnch-{sweep_dir.name}",
                 log_dir=sweep_dir.resolve() / "jobs",
                 python=sys.executable,
+                payload=payload_for(cfg),
             )
             jobs.append(PreparedJob(name=f"job-{i:03d}", trials=(t,), request=req, script=render_script(req)))
     write_scripts(sweep_dir, jobs)

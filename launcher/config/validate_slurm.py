@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from launcher.config.checks import at_least, check_sizes, short
+from launcher.config.cluster_traits import traits
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
@@ -22,7 +23,7 @@ _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
 
 
 def check_slurm(c: ClusterConfig) -> None:
-    """Values a Slurm job script carries (checked on every cluster kind: `run --dry-run` renders one)."""
+    """Values a Slurm job script carries (checked on every kind of cluster: `run --dry-run` renders one)."""
     _check_slurm_values(c)
     _check_script_lines(c)
     _check_node_shape(c)
@@ -112,7 +113,7 @@ def _check_node_shape(c: ClusterConfig) -> None:
 def _check_binding(c: ClusterConfig) -> None:
     """Each rank's threads fit the CPUs Slurm gives it, and a CUDA rank has a GPU of its own."""
     # Locally cpus_per_task binds nothing (every rank shares this machine), so only Slurm is checked.
-    if c.kind == "slurm" and c.threads_per_rank > c.cpus_per_task:
+    if not traits(c).ranks_here and c.threads_per_rank > c.cpus_per_task:
         raise ConfigError(
             f"cluster.threads_per_rank={c.threads_per_rank} is more than cluster.cpus_per_task={c.cpus_per_task}, "
             f"so each rank's threads would share its CPUs; set cluster.cpus_per_task={c.threads_per_rank} "

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from launcher.config.cluster_traits import recorded_traits
 from launcher.config.derived import BatchMath
 from launcher.config.schema import ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
@@ -60,7 +61,8 @@ class Measured:
     @property
     def local(self) -> bool:
         """Ran as local processes: one machine, however many ranks (never "multi-node")."""
-        return (self.config.get("cluster") or {}).get("kind") == "local"
+        recorded = recorded_traits(self.config.get("cluster") or {})
+        return recorded is not None and recorded.ranks_here
 
     @property
     def ranks_per_node(self) -> int:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
+from launcher.config.cluster_traits import traits
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
@@ -190,7 +191,7 @@ def runs_on_gpu(cfg: LauncherConfig, gpu_here: bool | None = None) -> bool:
     c = cfg.cluster
     if c.device != "auto":
         return c.device == "cuda"
-    if c.kind == "local":
+    if traits(c).ranks_here:
         return local_gpu() if gpu_here is None else gpu_here
     return c.gpus_per_node > 0
 
@@ -206,13 +207,13 @@ def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | No
         return Room(bytes_per_rank=c.device_memory_gb * GIB, source="cluster.device_memory_gb")
     if c.host_memory_gb:
         total, what = c.host_memory_gb * GIB, "cluster.host_memory_gb"
-    elif c.kind == "slurm" and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
+    elif traits(c).batch_jobs and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
         total, what = per_node, f"cluster.mem={c.mem}"
-    elif c.kind == "local" and host_bytes:
+    elif traits(c).ranks_here and host_bytes:
         total, what = host_bytes, "this machine's MemTotal"
     else:
         return None
-    ranks = trial.world_size if c.kind == "local" else math.ceil(trial.world_size / max(1, trial.nodes))
+    ranks = math.ceil(trial.world_size / max(1, trial.nodes))  # a local trial is one node: all its ranks share it
     shared = f", shared by {ranks} ranks" if ranks > 1 else ""
     return Room(bytes_per_rank=total / ranks, source=f"host memory {total / GIB:.1f} GiB ({what}){shared}")
 

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.run.executor import executor_for
+from launcher.run.executor.base import NothingToCancel
 from launcher.run.sweep import finish, load_sweep
-from launcher.slurm.submit import cancel_trials
 
 REASON = "cancelled by the user (launcher cancel)"
 
 
 def main(args: argparse.Namespace) -> int:
     path, cfg, _ = load_sweep(args.sweep_dir)
-    if cfg.cluster.kind != "slurm":
-        print(
-            f"nothing to cancel: sweep {path.name} runs locally (cluster={cfg.cluster.name}), inside the launcher "
-            "that started it; Ctrl-C there stops it"
-        )
+    try:
+        ids = executor_for(cfg).cancel(path, REASON)
+    except NothingToCancel as why:
+        print(why)
         return 0
-    ids = cancel_trials(path, cfg, REASON)
     if not ids:
         print(f"nothing to cancel: no submitted trial of sweep {path.name} is still queued or running")
         return 0

@@ -1,8 +1,9 @@
-"""Embedded default executor: a trial's ranks as processes on this machine.
+"""A trial's ranks as processes on this machine (what LocalExecutor runs a trial with).
 
-Each rank is `python -m launcher.train` with torchrun-style variables, its output in
-`rank<r>.log` inside the trial folder. If one rank dies, the others are stopped: a peer
-blocked in a collective would otherwise wait for the process-group timeout.
+Each rank runs the trial's payload (launcher/trials/payload.py; the built-in trainer unless told
+otherwise) with torchrun-style variables, its output in `rank<r>.log` inside the trial folder. If
+one rank dies, the others are stopped: a peer blocked in a collective would otherwise wait for
+the process-group timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from launcher.config.validate_slurm import env_pairs
 from launcher.io import last_lines
 from launcher.trials.ends import NEAR_LIMIT, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
+from launcher.trials.payload import Payload, builtin_payload
 
 # The launcher shares the cores with the ranks it measures: poll gently.
 POLL_S = 0.25
@@ -211,10 +213,6 @@ def check_gpu_count(device: str, world_size: int) -> None:
         )
 
 
-def payload_argv(trial_json: Path, record: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "launcher.train", "--trial", str(trial_json), "--record", str(record), *extra]
-
-
 def run_local(
     trial_dir: Path,
     *,
@@ -223,15 +221,19 @@ def run_local(
     timeout_s: float,
     extra_args: list[str] | None = None,
     on_poll: Callable[[], None] | None = None,
+    payload: Payload | None = None,
 ) -> LocalOutcome:
-    """Run the trial in `trial_dir` (holding trial.json) and wait for every rank."""
-    argv = payload_argv(trial_dir / "trial.json", trial_dir / "record.json", extra_args or [])
+    """Run `payload` for the trial in `trial_dir` (holding trial.json) and wait for every rank.
+    No payload: the built-in trainer with `extra_args` after its own (tests and benchmarks that
+    run a trial folder directly)."""
+    payload = payload or builtin_payload(extra_args=extra_args or ())
+    argv = payload.here(trial_dir, sys.executable)
     spec = read_trial(trial_dir)
     if not spec.ok:  # written by this launcher a moment ago: damage here is a bug to see, not a row
         raise RuntimeError(spec.reason)
     cluster = spec.doc["config"]["cluster"]
     check_gpu_count(str(cluster.get("device", "auto")), world_size)
-    user_env = dict(env_pairs(cluster.get("env") or []))
+    user_env = dict(env_pairs(cluster.get("env") or [])) | dict(payload.env)
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
@@ -329,9 +331,9 @@ def run_trial_dir(
     threads: int,
     timeout_s: float,
     on_step: Callable[[int], None] | None = None,
-    extra_args: list[str] | None = None,
+    payload: Payload | None = None,
 ) -> dict:
-    """Run the trial in `tdir` locally; write and return its outcome.json."""
+    """Run the trial in `tdir` locally (`payload`: as run_local takes it); write and return its outcome.json."""
     log0 = tdir / "rank0.log"
 
     def poll() -> None:
@@ -342,7 +344,7 @@ def run_trial_dir(
 
     try:
         outcome = run_local(
-            tdir, world_size=world_size, threads=threads, timeout_s=timeout_s, extra_args=extra_args, on_poll=poll
+            tdir, world_size=world_size, threads=threads, timeout_s=timeout_s, on_poll=poll, payload=payload
         )
     except KeyboardInterrupt:
         write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})

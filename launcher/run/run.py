@@ -10,17 +10,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.config.cluster_traits import traits
 from launcher.config.compose import compose_config
 from launcher.config.schema import LauncherConfig
 from launcher.io import read_json
 from launcher.run import sweep as sw
-from launcher.run.local import payload_argv, rank_env
-from launcher.slurm.submit import job_requests, write_scripts
+from launcher.run.executor import executor_for
 from launcher.trials.folder import read_record, read_submission, trial_dir
 from launcher.trials.spec import Trial, sweep_trials
 
@@ -28,7 +26,7 @@ from launcher.trials.spec import Trial, sweep_trials
 def as_sweep(cfg: LauncherConfig) -> LauncherConfig:
     """A single run is a one-trial sweep: same folder layout, record and table."""
     r = cfg.run
-    sizes = {"nodes": [cfg.cluster.nodes]} if cfg.cluster.kind == "slurm" else {"world_sizes": [r.world_size]}
+    sizes = {"world_sizes": [r.world_size]} if traits(cfg.cluster).ranks_here else {"nodes": [cfg.cluster.nodes]}
     sweep = dataclasses.replace(
         cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False, search="grid"
     )
@@ -46,24 +44,7 @@ def run_trials(cfg: LauncherConfig) -> list[Trial]:
 
 def dry_run(cfg: LauncherConfig, overrides: list[str]) -> int:
     (trial,) = run_trials(cfg)
-    if cfg.cluster.kind == "slurm":
-        sweep_dir = sw.create_sweep_dir(cfg, [(trial, cfg)], overrides)
-        (job,) = job_requests(cfg, sweep_dir, [trial])
-        write_scripts(sweep_dir, [job])
-        script = sweep_dir / "jobs" / f"{job.name}.sbatch"
-        print(job.script, end="")
-        print(f"# written to {script}; submit with: sbatch {shlex.quote(str(script))}", file=sys.stderr)
-        return 0
-    print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
-    for rank in range(trial.world_size):
-        env = rank_env(rank, trial.world_size, 0, cfg.cluster.threads_per_rank)
-        keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
-        argv = payload_argv(Path("<trial-dir>/trial.json"), Path("<trial-dir>/record.json"), [])
-        print(
-            " ".join(
-                [*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]
-            )
-        )
+    executor_for(cfg).dry_run(trial, make_folder=lambda: sw.create_sweep_dir(cfg, [(trial, cfg)], overrides))
     return 0
 
 

@@ -9,8 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from launcher.report.terminal import stdout_console
+from launcher.run.executor import executor_for
 from launcher.run.sweep import load_sweep
-from launcher.slurm.submit import refresh
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, trial_dir
 
 
@@ -53,9 +53,9 @@ def queue_reason(reason: str, job: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     path, cfg, trials = load_sweep(args.sweep_dir)
-    if cfg.cluster.kind == "slurm":
-        refresh(path, cfg)  # rewrites each submitted trial's outcome.json from sacct/squeue
-    table = Table(title=f"sweep {path.name} ({cfg.cluster.kind})")
+    executor = executor_for(cfg)
+    executor.refresh(path)
+    table = Table(title=f"sweep {path.name} ({executor.name})")
     for col in ("trial", "nodes", "ranks", "job", "state", "source", "reason"):
         table.add_column(col)
     for t in trials:

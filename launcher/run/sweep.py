@@ -22,7 +22,6 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from launcher import __version__
 from launcher.config.compose import compose_config
@@ -41,12 +40,10 @@ from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
 from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
-from launcher.run.local import check_gpu_count, run_trial_dir
+from launcher.run.executor import executor_for
+from launcher.run.executor.base import Stalled
 from launcher.run.repeats import run_repeats
 from launcher.run.repeats import summary as repeats_summary
-from launcher.slurm.commands import SlurmError
-from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
-from launcher.slurm.track import Stalled, track
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trial
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
@@ -149,11 +146,10 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
 
 
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
-    """What no trial can survive, refused whole before any folder exists: locally, more ranks than
-    this machine's GPUs (one rank per GPU; run_local alone would stop only after the smaller sizes
-    ran, as seen on an H100), and a `_target_` model that does not import, build or take its inputs."""
-    if cfg.cluster.kind == "local" and items:
-        check_gpu_count(cfg.cluster.device, max(t.world_size for t, _ in items))
+    """What no trial can survive, refused whole before any folder exists: what the executor cannot
+    hold (locally, more ranks than this machine's GPUs), and a `_target_` model that does not
+    import, build or take its inputs."""
+    executor_for(cfg).check_trials([t for t, _ in items])
     if any(
         c.model._target_ or c.data._target_ for _, c in items
     ):  # lazy: torch and the user's package, for `_target_`s only
@@ -258,60 +254,21 @@ def show(result: SweepResult) -> None:
     )
 
 
-def _run_local(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], progress_bars: bool) -> None:
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
-        overall = progress.add_task("sweep", total=len(trials))
-        for t in trials:
-            task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-            outcome = run_trial_dir(
-                trial_dir(sweep_dir, t.trial_id),
-                world_size=t.world_size,
-                threads=cfg.cluster.threads_per_rank,
-                timeout_s=cfg.cluster.trial_timeout_s,
-                on_step=lambda k, task=task: progress.update(task, completed=k),
-            )
-            status = "done" if outcome["reason"] is None else "[red]failed[/red]"
-            progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
-            progress.advance(overall)
-
-
-def _submit(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> None:
-    done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
-    jobs = job_requests(cfg, sweep_dir, trials, first_index=len(done))
-    write_scripts(sweep_dir, jobs)
-    console = Console(stderr=True)
-    submit_jobs(
-        sweep_dir,
-        jobs,
-        env_for(cfg),
-        on_submit=lambda job, job_id: console.print(
-            f"submitted {job.name} as job {job_id}: {', '.join(t.trial_id for t in job.trials)}"
-        ),
-    )
-
-
 def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progress_bars: bool) -> None:
-    """Run (local) or submit and wait for (slurm) a few trials: one step of an adaptive search."""
-    if cfg.cluster.kind == "local":
-        _run_local(sweep_dir, cfg, batch, progress_bars)
-        return
-    # A damaged submission.json still counts as submitted: submitting again would run the trial twice.
-    submitted = submissions(sweep_dir)
-    _submit(sweep_dir, cfg, [t for t in batch if t.trial_id not in submitted])
-    track(sweep_dir, cfg, batch, progress_bars=progress_bars)
+    """Run a few trials and wait for them (a round of repeats, a step of an adaptive search)."""
+    executor_for(cfg).run_batch(sweep_dir, batch, progress_bars=progress_bars)
 
 
 def execute(
     sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial], *, progress_bars: bool = True, detach: bool = False
 ) -> SweepResult | None:
-    """Run (local) or submit and track (slurm) the trials not yet done, round by round
+    """Run the trials not yet done (the executor runs or submits and tracks them), round by round
     (run/repeats.py); then build the table. With detach (slurm), return None right after
     submission; also (detached) when the sweep stalled in the queue. An adaptive search or
-    sweep.repeats=auto decides each step from the last, so it stays attached. Ctrl-C cancels the
-    sweep's Slurm jobs unless it was detached."""
+    sweep.repeats=auto decides each step from the last, so it stays attached. Ctrl-C: the executor
+    stops what would go on running (a Slurm sweep's jobs, unless it was detached)."""
     pending = [t for t in trials if not is_done(sweep_dir, t)]
+    executor = executor_for(cfg)
 
     def run(batch: list[Trial]) -> None:
         # Every repeat of the batch's sizes, done or not: repeats=auto counts what already ran.
@@ -323,8 +280,7 @@ def execute(
         if cfg.sweep.search == "adaptive":
             run_adaptive(sweep_dir, cfg, trials, run)
         elif detach and not repeat_plan(cfg.sweep).auto:  # slurm only (the CLI refuses it locally)
-            submitted = submissions(sweep_dir)
-            _submit(sweep_dir, cfg, [t for t in pending if t.trial_id not in submitted])
+            executor.submit_detached(sweep_dir, pending)
             print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
             return None
         else:
@@ -333,43 +289,10 @@ def execute(
         _detach_stalled(sweep_dir, cfg, stalled)
         return None
     except KeyboardInterrupt:
-        _cancel_on_interrupt(sweep_dir, cfg, detach)
+        executor.interrupted(sweep_dir, detach=detach)
         finish(sweep_dir, cfg)  # the table of what finished; the rest show as cancelled (or pending)
         raise
     return finish(sweep_dir, cfg)
-
-
-CTRL_C_REASON = "cancelled by the user (Ctrl-C)"
-
-
-def _cancel_on_interrupt(sweep_dir: Path, cfg: LauncherConfig, detach: bool) -> None:
-    """Ctrl-C on a Slurm sweep: scancel its jobs that have not ended (left alone they keep
-    spending the allocation) and record their trials as cancelled — unless it was started with
-    --detach, whose point is that the jobs outlive the launcher."""
-    if cfg.cluster.kind != "slurm":
-        return
-    console = Console(stderr=True)
-    if detach:
-        console.print(
-            f"interrupted; the jobs submitted so far keep running (--detach); cancel them with: "
-            f"launcher cancel {escape(str(sweep_dir))}",
-            soft_wrap=True,
-        )
-        return
-    try:
-        ids = cancel_trials(sweep_dir, cfg, CTRL_C_REASON)
-    except SlurmError as exc:
-        console.print(
-            f"interrupted, but cancelling the sweep's jobs failed: {escape(str(exc))}; retry with: "
-            f"launcher cancel {escape(str(sweep_dir))}",
-            soft_wrap=True,
-        )
-        return
-    if ids:
-        console.print(
-            f"interrupted: cancelled Slurm job(s) {', '.join(ids)}; their trials are recorded as cancelled",
-            soft_wrap=True,
-        )
 
 
 def _detach_stalled(sweep_dir: Path, cfg: LauncherConfig, stalled: Stalled) -> None:
@@ -394,10 +317,10 @@ def run_sweep(
     console = Console(stderr=True)
     for line in plan.skipped:
         console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
-    if cfg.cluster.kind == "slurm":
-        # Render every job script before the folder exists: a bad value stops here, not mid-submission.
-        planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
-        job_requests(cfg, planned, trials)
+    # What the executor writes per trial (Slurm: job scripts) is rendered before the folder exists: a
+    # bad value stops here, not mid-submission.
+    planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
+    executor_for(cfg).check_scripts(planned, trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
     console.print(
         f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True
@@ -431,8 +354,8 @@ def main(args: argparse.Namespace) -> int:
             )
         return show_and_exit_code(resume_sweep(args.resume, progress_bars=not args.quiet, detach=args.detach))
     prepared = prepare_sweep(args.overrides, args.recipes)
-    if args.detach and prepared.cfg.cluster.kind != "slurm":
-        raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
+    if args.detach:
+        executor_for(prepared.cfg).check_detach()
     if args.detach and prepared.cfg.sweep.search == "adaptive":
         raise ConfigError(
             "--detach with sweep.search=adaptive: the search picks each size from the last result, "
@@ -449,6 +372,6 @@ def main(args: argparse.Namespace) -> int:
 def collect(sweep_dir: str | Path, *, ask_scheduler: bool = True) -> SweepResult:
     """Ask the scheduler once (Slurm), then rebuild the table and report from the folder."""
     path, cfg, _ = load_sweep(sweep_dir)
-    if cfg.cluster.kind == "slurm" and ask_scheduler:
-        refresh(path, cfg)
+    if ask_scheduler:
+        executor_for(cfg).refresh(path)
     return finish(path, cfg)

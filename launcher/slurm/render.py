@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate_slurm import env_pairs
+from launcher.trials.payload import Payload, Word, spell
 from launcher.trials.spec import Trial
 
 TEMPLATES = bundled("sbatch_templates")  # in the package when installed, else the top-level folder
@@ -74,8 +75,6 @@ class JobRequest:
     """Extra #SBATCH options."""
     setup: tuple[str, ...] = ()
     """User's shell lines, verbatim."""
-    launch: str = "srun"
-    """srun | torchrun."""
     python: str
     """Interpreter on the nodes: runs the payload (srun) or torchrun's module and so every rank (torchrun)."""
     threads_per_rank: int = 1
@@ -92,12 +91,17 @@ class JobRequest:
     """One allocation, trials run one after another as job steps."""
     singleton: bool = False
     """`--dependency=singleton`."""
-    payload_args: tuple[str, ...] = field(default_factory=tuple)
-    """Extra arguments for `python -m launcher.train`."""
+    payload: Payload
+    """What each rank runs (launcher/trials/payload.py), and how its ranks start."""
     env: tuple[tuple[str, str], ...] = ()
     """(name, value) exported for every rank, after the setup lines; values are quoted (env_word)."""
     requeue: bool = False
     """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
+
+    @property
+    def launch(self) -> str:
+        """srun | torchrun: the payload's."""
+        return self.payload.launch
 
 
 @lru_cache(maxsize=1)
@@ -112,7 +116,19 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["env_word"] = env_word
+    env.filters["words"] = shell_words
     return env
+
+
+def shell_words(words: tuple[Word, ...], python: str) -> str:
+    """A payload's words on a job script's line: text and the interpreter shell-quoted, a trial
+    file in the step's trial folder."""
+    return " ".join(spell(words, python=shlex.quote(python), trial_file=_in_step_dir, text=shlex.quote))
+
+
+def _in_step_dir(name: str) -> str:
+    """`"$dir/<name>"`: run_trial's `dir` is the step's trial folder (a TrialFile name needs no quoting)."""
+    return f'"$dir/{name}"'
 
 
 def env_word(value: str) -> str:
@@ -160,8 +176,8 @@ def job_request(
     job_name: str,
     log_dir: Path,
     python: str,
+    payload: Payload,
     pack: bool = False,
-    payload_args: tuple[str, ...] = (),
     requeue: bool = False,
 ) -> JobRequest:
     """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation.
@@ -190,7 +206,6 @@ def job_request(
         exclusive=cluster.exclusive,
         sbatch_extra=tuple(cluster.sbatch_extra),
         setup=tuple(cluster.setup),
-        launch=cluster.launch,
         python=payload_python(cluster, python),
         threads_per_rank=cluster.threads_per_rank,
         signal_warning_s=cluster.signal_warning_s,
@@ -199,7 +214,7 @@ def job_request(
         array=not pack and len(trials) > 1,
         pack=pack,
         singleton=cluster.serialize_trials,
-        payload_args=payload_args,
+        payload=payload,
         env=tuple(env_pairs(cluster.env)),
         requeue=requeue,
     )

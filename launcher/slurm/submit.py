@@ -4,13 +4,13 @@ All scripts are rendered (and so checked) before the first sbatch. Each job has 
 `jobs/<job>.submitted.json`, written (fsync'd) just before its sbatch, naming its trials, and
 again right after, with the job id: the durable and exact account of what was submitted, so a
 resumed sweep never submits a trial twice. Each trial's `submission.json` is a copy derived from
-it. `launcher.slurm.track` follows the jobs to their ends.
+it. `launcher.slurm.track` follows the jobs to their ends; `launcher.slurm.explain` says what each
+trial ended as.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import signal
 import sys
 import threading
@@ -23,20 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_text, last_lines
+from launcher.io import atomic_write_json, atomic_write_text
 from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
+from launcher.slurm.explain import status_and_reason
 from launcher.slurm.render import JobRequest, job_request, render_script
 from launcher.trials.folder import (
     FileRead,
     read_document,
     read_outcome,
-    read_record,
     read_submission,
     trial_dir,
     trial_dirs,
     write_outcome,
     write_submission,
 )
+from launcher.trials.payload import payload_for
 from launcher.trials.spec import Trial
 
 
@@ -78,9 +79,11 @@ def job_requests(
     first_index: int = 0,
     payload_args: tuple[str, ...] = (),
 ) -> list[PreparedJob]:
-    """Render every job of these trials (pure apart from reading templates)."""
+    """Render every job of these trials (pure apart from reading templates); `payload_args`
+    follow the payload's own arguments."""
     sweep_dir = sweep_dir.resolve()
     python = cfg.cluster.python or sys.executable
+    payload = payload_for(cfg, payload_args)
     jobs = []
     for i, group in enumerate(group_trials(trials, pack=cfg.sweep.pack), start=first_index):
         request = job_request(
@@ -90,8 +93,8 @@ def job_requests(
             job_name=f"lnch-{sweep_dir.name}"[:64],
             log_dir=sweep_dir / "jobs",
             python=python,
+            payload=payload,
             pack=cfg.sweep.pack,
-            payload_args=payload_args,
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
         )
         jobs.append(
@@ -225,64 +228,6 @@ def submissions(sweep_dir: Path) -> dict[str, FileRead]:
     return out
 
 
-def pack_step_state(sub: dict, job: JobState) -> tuple[str, str, int, int] | None:
-    """The sacct step of a packed trial: the i-th srun of the job is step `<job>.<i>`."""
-    if sub.get("pack_step") is None:
-        return None
-    want = f"{sub['job_id']}.{sub['pack_step']}"
-    return next((s for s in job.steps if s[0] == want), None)
-
-
-def first_task_error(batch_log: Path, trial_dir: Path) -> str | None:
-    """srun's own word on the first task that failed in the trial's latest attempt, from the
-    batch log (`srun: error: n4: task 1: Killed` → `task 1 on n4: Killed`)."""
-    try:
-        text = batch_log.read_text(errors="replace")
-    except OSError:
-        return None
-    # The job script ends each attempt with "trial DIR: srun exit RC (attempt A)"; the log is appended.
-    segments = re.split(rf"trial {re.escape(str(trial_dir))}: srun exit .*\n", text)
-    segment = segments[-2] if len(segments) > 1 else segments[-1]
-    hit = _TASK_ERROR.search(segment)
-    return f"task {hit['task']} on {hit['node']}: {hit['what'].strip()}" if hit else None
-
-
-_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<what>.+)")
-
-
-def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
-    """What the trial's own files say about a failed attempt: the first task srun saw fail,
-    srun's exit code (the job script records it), and the end of the first rank log that holds
-    an error, else of rank 0's."""
-    codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
-    parts = []
-    task = first_task_error(batch_log, tdir.resolve()) if batch_log else None
-    if task:
-        # srun's word "Killed" is SIGKILL; the ranks it stopped afterwards only show as 143 (SIGTERM).
-        parts.append(task.replace(": Killed", " was killed by signal 9 (SIGKILL)") + " (srun)")
-    attempt = codes[-1].suffix.removeprefix(".attempt") if codes else "0"
-    if codes:
-        rc = codes[-1].read_text().strip()
-        if rc.isdigit() and int(rc) > 128 and not task:
-            parts.append(f"srun exit {rc} (a rank was killed by signal {int(rc) - 128})")
-        elif rc != "0":
-            parts.append(f"srun exit {rc}")
-    logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
-    culprit = next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
-    tail = last_lines(culprit) if culprit else ""
-    if tail:
-        parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
-    return "; ".join(parts) or None
-
-
-def _record_completed(tdir: Path) -> bool:
-    record = read_record(tdir)
-    return record.doc is not None and record.doc["status"] == "completed"
-
-
-_ERROR = re.compile(r"Traceback|Error|error:|Killed|killed")
-
-
 def refresh(sweep_dir: Path, cfg: LauncherConfig, known: dict[str, dict] | None = None) -> dict[str, dict]:
     """Ask Slurm about every submitted trial that has not ended, write each outcome.json that
     changed, and return every submitted trial's outcome. A trial whose outcome is final (on
@@ -346,7 +291,7 @@ def _outcome(
             "source": "none",
             "reason": f"job {sub['key']} state unknown ({why})",
         }
-    status, reason = _status_and_reason(sweep_dir, cfg, tdir, sub, st)
+    status, reason = status_and_reason(sweep_dir, cfg.cluster.time_limit, tdir, sub, st)
     return {
         "executor": "slurm",
         "job": sub["key"],
@@ -362,27 +307,6 @@ def _outcome(
         "steps": [list(s) for s in st.steps],
         "requeues": st.requeues,
     }
-
-
-def _status_and_reason(
-    sweep_dir: Path, cfg: LauncherConfig, tdir: Path, sub: dict, st: JobState
-) -> tuple[str, str | None]:
-    """The trial's status and reason from its job's state (a packed trial: its own step's)."""
-    status, reason = st.status, st.reason(cfg.cluster.time_limit)
-    step = pack_step_state(sub, st)
-    if step is not None:  # a packed trial is one step of a shared job: its own step speaks for it
-        step_id, step_state, code, sig = step
-        if step_state == "COMPLETED":
-            status, reason = "completed", None
-        elif step_state not in ("RUNNING", "PENDING"):
-            status = "failed" if step_state == "FAILED" else step_state.lower()
-            reason = f"step {step_id} {step_state} with " + (f"signal {sig}" if sig else f"exit code {code}")
-    # A failure the payload may explain itself: srun's exit code and the log's last lines.
-    # (cancelled, timeout, node_fail: Slurm's word is the whole story.)
-    if status in ("failed", "oom") or (status == "completed" and not _record_completed(tdir)):
-        detail = payload_detail(tdir, sweep_dir / "jobs" / f"slurm-{sub['key']}.out")
-        reason = "; ".join(r for r in (reason, detail) if r) or None
-    return status, reason
 
 
 def cancel_trials(sweep_dir: Path, cfg: LauncherConfig, reason: str) -> list[str]:

@@ -190,7 +190,7 @@ def guarded(values: dict | None = None):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("launcher.slurm.commands._run", refuse)
-        mp.setattr("launcher.run.sweep.run_trial_dir", refuse)
+        mp.setattr("launcher.run.executor.local.run_trial_dir", refuse)
         mp.setattr("launcher.run.local.run_local", refuse)
         if values is not None:
             mp.setattr(compose_mod, "compose_dict", compose_dict)

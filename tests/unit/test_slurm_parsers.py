@@ -184,7 +184,7 @@ def test_malformed_lines_are_errors_not_guesses():
 
 def test_the_first_task_srun_saw_fail_is_named_from_the_batch_log():
     """Captured from the dev cluster: rank 1 of a 2-node trial SIGKILLed; srun then stops rank 0 (143)."""
-    from launcher.slurm.submit import first_task_error
+    from launcher.slurm.explain import first_task_error
 
     log = DATA / "batch_log_rank_killed.txt"
     assert first_task_error(log, Path("/scratch/sweep/trials/007-killrank-ws2")) == "task 1 on n4: Killed"

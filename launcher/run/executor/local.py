@@ -1,0 +1,80 @@
+"""LocalExecutor: a trial's ranks as processes on this machine, one trial after another
+(launcher/run/local.py starts and watches them); nothing outlives the launcher."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from launcher.config.errors import ConfigError
+from launcher.run.executor.base import Executor, NothingToCancel
+from launcher.run.local import check_gpu_count, rank_env, run_trial_dir
+from launcher.trials.folder import trial_dir
+from launcher.trials.payload import payload_for
+from launcher.trials.spec import Trial
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def check_trials(self, trials: Sequence[Trial]) -> None:
+        # One rank per GPU: run_local alone would stop only after the smaller sizes ran (as seen on an H100).
+        if trials:
+            check_gpu_count(self.cfg.cluster.device, max(t.world_size for t in trials))
+
+    def check_scripts(self, planned_dir: Path, trials: Sequence[Trial]) -> None:
+        return None  # no file of a local trial depends on more than its config, checked already
+
+    def check_detach(self) -> None:
+        raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
+
+    def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
+        c = self.cfg.cluster
+        payload = payload_for(self.cfg)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        console = Console(stderr=True)
+        with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
+            overall = progress.add_task("sweep", total=len(trials))
+            for t in trials:
+                task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
+                outcome = run_trial_dir(
+                    trial_dir(sweep_dir, t.trial_id),
+                    world_size=t.world_size,
+                    threads=c.threads_per_rank,
+                    timeout_s=c.trial_timeout_s,
+                    on_step=lambda k, task=task: progress.update(task, completed=k),
+                    payload=payload,
+                )
+                status = "done" if outcome["reason"] is None else "[red]failed[/red]"
+                progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
+                progress.advance(overall)
+
+    def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial]) -> None:
+        self.check_detach()
+
+    def interrupted(self, sweep_dir: Path, *, detach: bool) -> None:
+        return None  # the ranks died with the launcher; run_trial_dir recorded the trial as interrupted
+
+    def refresh(self, sweep_dir: Path) -> None:
+        return None  # each trial's outcome.json is written as it ends
+
+    def cancel(self, sweep_dir: Path, reason: str) -> list[str]:
+        raise NothingToCancel(
+            f"nothing to cancel: sweep {sweep_dir.name} runs locally (cluster={self.cfg.cluster.name}), inside the "
+            "launcher that started it; Ctrl-C there stops it"
+        )
+
+    def dry_run(self, trial: Trial, make_folder: Callable[[], Path]) -> None:
+        """Each rank's command line, its variables first (the port is picked when it runs)."""
+        print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
+        argv = payload_for(self.cfg).here(Path("<trial-dir>"), sys.executable)
+        keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
+        for rank in range(trial.world_size):
+            env = rank_env(rank, trial.world_size, 0, self.cfg.cluster.threads_per_rank)
+            shown = [*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]
+            print(" ".join(shown))
