@@ -33,7 +33,7 @@ TRAITS: Mapping[str, ClusterTraits] = {
 """Every ClusterKind's row (a test checks none is missing)."""
 
 
-def traits(c: ClusterConfig) -> ClusterTraits:
+def cluster_traits(c: ClusterConfig) -> ClusterTraits:
     """The facts of `c`'s kind."""
     return TRAITS[c.kind]
 

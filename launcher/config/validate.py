@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from launcher.config.checks import at_least, check_sizes, positive, short
-from launcher.config.cluster_traits import traits
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.errors import ConfigError
 from launcher.config.schema import (
     BatchConfig,
@@ -229,14 +229,14 @@ def _check_peak(peak: float) -> None:
 
 
 def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
-    check_sizes("sweep.world_sizes", s.world_sizes, local=traits(c).ranks_here)
+    check_sizes("sweep.world_sizes", s.world_sizes, local=cluster_traits(c).ranks_here)
     _check_steps("sweep", s.steps, s.warmup_steps)
     if not 0 < s.threshold <= 1:
         raise ConfigError(f"sweep.threshold={s.threshold} must be in (0, 1]; set e.g. sweep.threshold=0.8")
     _check_policy(s, c)
     if s.nodes is not None:
         check_sizes("sweep.nodes", s.nodes)
-        if traits(c).ranks_here:
+        if cluster_traits(c).ranks_here:
             raise ConfigError(
                 f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)"
             )
@@ -246,13 +246,13 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
             f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. "
             "sweep.pending_timeout_s=600"
         )
-    _check_results_dir(s.results_dir, on_sbatch_lines=traits(c).batch_jobs)
+    _check_results_dir(s.results_dir, on_sbatch_lines=cluster_traits(c).batch_jobs)
     if s.pack and s.search == "adaptive":
         raise ConfigError(
             "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the "
             "last one's result; use one of them"
         )
-    if s.pack and not traits(c).batch_jobs:
+    if s.pack and not cluster_traits(c).batch_jobs:
         raise ConfigError("sweep.pack=true runs trials as steps of one Slurm allocation; use cluster=slurm")
 
 
@@ -300,7 +300,7 @@ def _check_repeats(s: SweepConfig) -> None:
 def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
     c = cfg.cluster
     at_least("run.world_size", r.world_size, 1, 1)
-    check_sizes("run.world_size", [r.world_size], local=traits(c).ranks_here)
+    check_sizes("run.world_size", [r.world_size], local=cluster_traits(c).ranks_here)
     _check_steps("run", r.steps, r.warmup_steps)
     at_least("run.checkpoint_every", r.checkpoint_every, 0, 100)
     if (r.checkpoint_every or r.requeue) and not traits(cfg.parallel.layout).checkpoint:
@@ -309,7 +309,7 @@ def _check_run(r: RunConfig, cfg: LauncherConfig) -> None:
             f"parallel.layout={cfg.parallel.layout} cannot be checkpointed yet (run.checkpoint_every / --requeue); "
             f"use one of {can} for a checkpointed run"
         )
-    if r.requeue and not traits(c).batch_jobs:
+    if r.requeue and not cluster_traits(c).batch_jobs:
         raise ConfigError("--requeue (run.requeue=true) needs a Slurm cluster; use cluster=slurm or cluster=devcluster")
 
 

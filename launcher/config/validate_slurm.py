@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from launcher.config.checks import at_least, check_sizes, short
-from launcher.config.cluster_traits import traits
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
@@ -113,7 +113,7 @@ def _check_node_shape(c: ClusterConfig) -> None:
 def _check_binding(c: ClusterConfig) -> None:
     """Each rank's threads fit the CPUs Slurm gives it, and a CUDA rank has a GPU of its own."""
     # Locally cpus_per_task binds nothing (every rank shares this machine), so only Slurm is checked.
-    if not traits(c).ranks_here and c.threads_per_rank > c.cpus_per_task:
+    if not cluster_traits(c).ranks_here and c.threads_per_rank > c.cpus_per_task:
         raise ConfigError(
             f"cluster.threads_per_rank={c.threads_per_rank} is more than cluster.cpus_per_task={c.cpus_per_task}, "
             f"so each rank's threads would share its CPUs; set cluster.cpus_per_task={c.threads_per_rank} "

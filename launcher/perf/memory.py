@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
-from launcher.config.cluster_traits import traits
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
@@ -191,7 +191,7 @@ def runs_on_gpu(cfg: LauncherConfig, gpu_here: bool | None = None) -> bool:
     c = cfg.cluster
     if c.device != "auto":
         return c.device == "cuda"
-    if traits(c).ranks_here:
+    if cluster_traits(c).ranks_here:
         return local_gpu() if gpu_here is None else gpu_here
     return c.gpus_per_node > 0
 
@@ -207,9 +207,9 @@ def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | No
         return Room(bytes_per_rank=c.device_memory_gb * GIB, source="cluster.device_memory_gb")
     if c.host_memory_gb:
         total, what = c.host_memory_gb * GIB, "cluster.host_memory_gb"
-    elif traits(c).batch_jobs and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
+    elif cluster_traits(c).batch_jobs and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
         total, what = per_node, f"cluster.mem={c.mem}"
-    elif traits(c).ranks_here and host_bytes:
+    elif cluster_traits(c).ranks_here and host_bytes:
         total, what = host_bytes, "this machine's MemTotal"
     else:
         return None

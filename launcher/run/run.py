@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from launcher.config.cluster_traits import traits
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.compose import compose_config
 from launcher.config.schema import LauncherConfig
 from launcher.io import read_json
@@ -26,7 +26,9 @@ from launcher.trials.spec import Trial, sweep_trials
 def as_sweep(cfg: LauncherConfig) -> LauncherConfig:
     """A single run is a one-trial sweep: same folder layout, record and table."""
     r = cfg.run
-    sizes = {"world_sizes": [r.world_size]} if traits(cfg.cluster).ranks_here else {"nodes": [cfg.cluster.nodes]}
+    sizes = (
+        {"world_sizes": [r.world_size]} if cluster_traits(cfg.cluster).ranks_here else {"nodes": [cfg.cluster.nodes]}
+    )
     sweep = dataclasses.replace(
         cfg.sweep, **sizes, steps=r.steps, warmup_steps=r.warmup_steps, repeats=1, pack=False, search="grid"
     )

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.config.cluster_traits import traits
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import batch_math, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, SweepConfig
@@ -101,7 +101,7 @@ def make_trial(
 
 def sweep_sizes(cfg: LauncherConfig) -> list[tuple[int, int]]:
     """(nodes, world size) per size, smallest first."""
-    if traits(cfg.cluster).ranks_here:  # one machine: sizes count ranks
+    if cluster_traits(cfg.cluster).ranks_here:  # one machine: sizes count ranks
         return [(1, w) for w in sorted(cfg.sweep.world_sizes)]
     rpn = ranks_per_node(cfg.cluster)
     if cfg.sweep.nodes is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.cluster_traits import TRAITS, recorded_traits, traits
+from launcher.config.cluster_traits import TRAITS, cluster_traits, recorded_traits
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterKind, Launch
@@ -23,7 +23,7 @@ from launcher.slurm.render import job_request, render_script
 from launcher.trials.payload import PYTHON, Payload, TrialFile, builtin_payload, payload_for
 from launcher.trials.spec import sweep_trials
 
-PACKAGE = Path(__file__).resolve().parents[1] / "launcher"
+PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
 CHOICE = "run/executor/__init__.py"  # executor_for: the one place that reads the kind to choose
 SCHEMA = "config/schema.py"
 
@@ -54,7 +54,7 @@ def test_an_unknown_kind_never_reaches_the_choice():
 
 
 def test_traits_of_each_kind():
-    assert traits(compose_config([]).cluster) == TRAITS["local"]
+    assert cluster_traits(compose_config([]).cluster) == TRAITS["local"]
     assert (TRAITS["local"].ranks_here, TRAITS["local"].batch_jobs) == (True, False)
     assert (TRAITS["slurm"].ranks_here, TRAITS["slurm"].batch_jobs) == (False, True)
     assert recorded_traits({"kind": "local"}) == TRAITS["local"] and recorded_traits({}) is None
