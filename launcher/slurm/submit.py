@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_text, last_lines
+from launcher.io import atomic_write_json, atomic_write_text
 from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 from launcher.slurm.render import JobRequest, job_request, render_script
+from launcher.trials.ends import log_reason
 from launcher.trials.folder import (
     FileRead,
     read_document,
@@ -269,7 +270,7 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
             parts.append(f"srun exit {rc}")
     logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
     culprit = next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
-    tail = last_lines(culprit) if culprit else ""
+    tail = log_reason(culprit) if culprit else ""
     if tail:
         parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
     return "; ".join(parts) or None
