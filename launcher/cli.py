@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from launcher import __version__
 from launcher.config import show
 from launcher.config.errors import ConfigError
+from launcher.config.field_docs import group_text
 from launcher.results.policy import POLICIES
 from launcher.slurm.commands import SlurmError
 from launcher.slurm.devcluster import cluster
@@ -110,7 +111,13 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"launcher {__version__}")
-    p.add_argument("--info", action="store_true", help="list the config groups and their options, and exit")
+    p.add_argument(
+        "--info",
+        nargs="?",
+        const=True,
+        metavar="GROUP",
+        help="list the config groups and their options, or GROUP's fields with their docs (--info parallel), and exit",
+    )
     p.add_argument("--recipes", help="with --info: your recipes folder (default: $LAUNCHER_RECIPES)")
     # Not required: `launcher --info` needs no verb; main() asks for one otherwise.
     sub = p.add_subparsers(dest="command")
@@ -137,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not args.info:
         p.error("a command is required (sweep, run, plan, …); see launcher --help")
     try:
+        if isinstance(getattr(args, "info", None), str):
+            print(group_text(args.info), end="")
+            return 0
         if getattr(args, "info", False):
             print(show.groups_text(args.recipes))
             return 0

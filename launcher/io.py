@@ -40,12 +40,3 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def last_lines(path: Path, n: int = 2, width: int = 160) -> str:
-    """The last non-empty lines of a log, each cut to `width`, joined with ' | ' (for a reason)."""
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return " | ".join(ln if len(ln) <= width else ln[: width - 1] + "…" for ln in lines[-n:])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MATH_DTYPES = ("bf16", "tf32", "fp32")
 """The math precisions a row gives a peak for."""
@@ -109,7 +109,11 @@ class PeakChoice:
     device: str | None
     """The table row the device name matched (None: no row)."""
     mismatch: str | None
-    """One line when an explicit peak does not fit the precision used on a known device."""
+    """One line when an explicit peak does not fit the precision used on a known device, or when
+    the device torch detected is not the one `cluster.device_name` names ("; "-joined when both)."""
+    fits_device: bool = True
+    """`flops` is the matched row's own figure for the precision (the table's, or an explicit peak
+    within 5% of it); False when a row matched but an explicit peak is some other figure."""
 
 
 def find_device(name: str | None) -> DevicePeak | None:
@@ -134,22 +138,64 @@ def resolve_precision(requested: str, device_type: str) -> str:
     return "bf16" if device_type == "cuda" else "fp32"
 
 
-def choose_peak(*, device_name: str | None, dtype: str, explicit: float | None) -> PeakChoice:
-    """An explicit peak wins (flagged when it does not fit `dtype` on a known device); else the
-    table's peak for the device and `dtype`; else unknown."""
-    row = find_device(device_name)
+def choose_peak(
+    *, device_name: str | None, dtype: str, explicit: float | None, detected: str | None = None
+) -> PeakChoice:
+    """The peak of the device that ran. `detected` (what torch reports) wins when `device_name`
+    (the recipe's) names a device of other peaks: the recipe then no longer speaks for the device,
+    its explicit peak included, and the mismatch is flagged. Else an explicit peak (flagged when
+    it does not fit `dtype` on a known device); else the table's peak for the device and `dtype`;
+    else unknown."""
+    named, found = find_device(device_name), find_device(detected)
+    if named is not None and detected and not (found is not None and _same_peaks(named, found)):
+        note = device_mismatch(device_name, detected, named=named, found=found, dtype=dtype, explicit=explicit)
+        if found is not None:
+            return replace(_table_peak(found, dtype), mismatch=note)
+        choice = choose_peak(device_name=device_name, dtype=dtype, explicit=explicit)
+        return replace(choice, mismatch="; ".join(n for n in (note, choice.mismatch) if n))
+    row = found or named
     if explicit:
-        note = mismatch(row, dtype, explicit) if row is not None else None
         return PeakChoice(
             flops=explicit,
             source="cluster.peak_flops_per_device",
             device=row.device if row is not None else None,
-            mismatch=note,
+            mismatch=mismatch(row, dtype, explicit) if row is not None else None,
+            fits_device=row is None or _close(row.flops(dtype), explicit),
         )
     if row is None:
         return PeakChoice(flops=None, source=None, device=None, mismatch=None)
+    return _table_peak(row, dtype)
+
+
+def _table_peak(row: DevicePeak, dtype: str) -> PeakChoice:
     return PeakChoice(
         flops=row.flops(dtype), source=f"{row.device} dense {dtype}: {row.source}", device=row.device, mismatch=None
+    )
+
+
+def _same_peaks(a: DevicePeak, b: DevicePeak) -> bool:
+    """Rows of one device (A100 and A100 SXM4): naming either gives the same MFU."""
+    return all(a.flops(d) == b.flops(d) for d in MATH_DTYPES)
+
+
+def device_mismatch(
+    configured: str | None,
+    detected: str,
+    *,
+    named: DevicePeak,
+    found: DevicePeak | None,
+    dtype: str,
+    explicit: float | None,
+) -> str:
+    """One line: the recipe's device is not the one that ran, and which peak MFU used."""
+    said = f"cluster.device_name={configured!r} but torch detected {detected!r}"
+    if found is None:
+        used = f"cluster.peak_flops_per_device={explicit:.3g}" if explicit else f"the {named.device} {dtype} peak"
+        return f"device mismatch: {said}, which the peak table does not know: MFU uses {used} as configured"
+    instead = f", not cluster.peak_flops_per_device={explicit:.3g}" if explicit else ""
+    return (
+        f"device mismatch: {said}: MFU uses the {found.device} dense {dtype} peak "
+        f"{found.flops(dtype):.3g}{instead}; set cluster.device_name to the device that runs"
     )
 
 

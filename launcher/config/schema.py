@@ -212,9 +212,9 @@ class ClusterConfig:
     device_name: str = "cpu"
     """Name of the device, recorded, and the row of the peak table (launcher/compute/peaks.py) MFU
     uses, matched case-insensitively: "A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (as
-    torch.cuda.get_device_name reports it), "MI300X". On CUDA a name the table does not know
-    (this default "cpu", "unknown") gives way to the one torch reports, recorded as
-    `metrics.cuda_device_name`; on CPU no table row applies."""
+    torch.cuda.get_device_name reports it), "MI300X". On CUDA the GPU torch reports wins, over an
+    unknown name ("cpu") silently, over one of other peaks (peak_flops_per_device too) with a line
+    under the table; on CPU no row applies. `launcher plan` runs nothing: it uses this name."""
     peak_flops_per_device: float | None = None
     """Dense peak FLOP/s of one device at the precision its matmuls run in (bf16/fp16, or tf32 for
     fp32 on CUDA), overriding the table. null → the table's peak for the device; a device the

@@ -184,8 +184,9 @@ def _row(
 
 def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, given: float | None) -> tuple[float, str]:
     """The MFU the presets assume and where it comes from: the user's, else the replay's fit."""
-    if given is None and work.peak.mismatch:
-        # A peak that does not fit the named device says the name is not the device: no family is assumed.
+    if given is None and not work.peak.fits_device:
+        # A peak other than the named device's own (a typo, a tuned clock, another GPU) says the name may
+        # not be the device: that device's fitted MFU is no longer known to apply, so no family is assumed.
         given = fit.mfu_any_device
         said = (
             f"fitted on {fit.rows} published runs of every device; cluster.peak_flops_per_device is not "

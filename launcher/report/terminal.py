@@ -106,6 +106,8 @@ def _cell(value: Any, fmt: str) -> str:
 
 def _shown_cell(row: pd.Series, col: str, fmt: str) -> str:
     """The value, with its size's interval where the row has one: `0.83 [0.76–0.90]`."""
+    if col == "reason" and not isinstance(row[col], str):
+        return ""  # a row that did not fail has no reason to give: blank, not a dash among the reasons
     lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and pd.notna(row[col]):
         return interval_text(row[col], lo, hi, fmt)
@@ -186,7 +188,8 @@ def flag_lines(df: pd.DataFrame, unit: str = "rank") -> list[str]:
 
 
 # What a reader deciding "how many GPUs" needs first; every other column follows in DISPLAY
-# order. `reason` only matters for failed rows and may wrap, so it comes after the key numbers.
+# order. `reason` is shown only where a row failed, and then says more than the figures after it
+# (tokens/s per device and step time follow from tokens/s), so it comes right after the key numbers.
 PRIORITY = (
     "variant",
     "world_size",
@@ -194,11 +197,11 @@ PRIORITY = (
     "tokens_per_s",
     "efficiency",
     "nodes",
+    "reason",
     "tokens_per_s_per_device",
     "step_time_median_s",
     "mfu",
     "usd_per_1m_tokens",
-    "reason",
 )
 REASON_MIN = 20  # narrower than this a wrapped reason is a column of word fragments: leave it out instead
 _TEXT = ("variant", "status", "reason")  # left-aligned; every other column is a number, right-aligned
@@ -250,8 +253,19 @@ def _greedy(header: Sequence[str], needs: Sequence[int], width: int) -> list[int
 
 
 def fit_columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str = "rank") -> Fit:
-    """The columns of display_rows() that fit in `width` terminal columns, none cut. Full headers
-    first; only when that drops a column are long headers allowed to wrap to save room."""
+    """The columns of display_rows() that fit in `width` terminal columns, none cut. Columns with
+    nothing in them (all "—") go first: none outlives one that says something (a failure's reason)."""
+    fit = _fit(header, rows, width, unit)
+    empty = {c for i, c in enumerate(header) if rows and all(r[i] == "—" for r in rows)}
+    if not empty or not set(fit.dropped) - empty:
+        return fit
+    keep = [i for i, c in enumerate(header) if c not in empty]
+    fit = _fit([header[i] for i in keep], [[r[i] for i in keep] for r in rows], width, unit)
+    return Fit(fit.columns, fit.widths, [c for c in header if c not in fit.columns])
+
+
+def _fit(header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str) -> Fit:
+    """Full headers first; only when that drops a column are long headers allowed to wrap to save room."""
     for compact in (False, True):
         needs = _needs(header, rows, unit, compact)
         keep = _greedy(header, needs, width)
@@ -330,7 +344,7 @@ def print_table(
         console.print(_left_out(console.width, names, where), markup=False, highlight=False)
     if mismatch := peak_mismatch_line(df):
         console.print(mismatch, markup=False, highlight=False)
-    if "mfu" in fit.columns and df["mfu"].isna().all():
+    if "mfu" in header and df["mfu"].isna().all():  # its dashes shown, or the column left out as empty
         console.print("mfu —: the device's peak FLOP/s is unknown; set cluster.peak_flops_per_device")
     for line in flag_lines(trials, unit):
         console.print(f"flagged: {line}", markup=False, highlight=False)

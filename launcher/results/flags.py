@@ -9,8 +9,13 @@ from typing import Any, Mapping
 STRAGGLER_SPREAD = 0.10
 """A trial whose slowest rank's median step time is more than this much over its fastest rank's
 (`rank_spread`, launcher/train/metrics.spread) has a straggler."""
+BUSY_SHARE = 0.9
+"""A CPU trial whose ranks' threads demand at least this share of their machine's cores (without
+oversubscribing them: cpu_contention 1) ran on a busy host: nothing left for the launcher and the
+system, so its step times are noisier than the table's figures suggest."""
 OVERSUBSCRIBED = "oversubscribed"
 STRAGGLER = "straggler"
+BUSY = "busy host"
 _SEP = "; "
 
 
@@ -35,6 +40,26 @@ def oversubscribed(metrics: Mapping[str, Any], world_size: int | None) -> str | 
     return f"{OVERSUBSCRIBED}: {where} (cpu_contention {c:.1f})"
 
 
+def busy_host(metrics: Mapping[str, Any], world_size: int | None) -> str | None:
+    """`busy host: 2 ranks on 2 cores keep every core busy (cpu_contention 1.0) …` when a CPU trial's
+    ranks on one machine, under no CPU quota, demand at least BUSY_SHARE of its cores (more than
+    all of them is `oversubscribed`). Several machines or a quota: the record cannot say; no flag."""
+    c = _number(metrics.get("cpu_contention"))
+    cores, threads = _number(metrics.get("cpus_per_machine")), _number(metrics.get("threads_per_rank")) or 1
+    quotas = metrics.get("cpu_quota_per_rank") or []
+    one_machine = (metrics.get("machines") or 1) == 1 and not any(q is not None for q in quotas)
+    if c is None or c > 1.0 + 1e-9 or metrics.get("cuda_device_name") or not (world_size and cores and one_machine):
+        return None
+    share = world_size * threads / cores
+    if share < BUSY_SHARE:
+        return None
+    ranks = f"{world_size} rank{'s' * (world_size != 1)}" + (f" × {threads:g} threads" if threads > 1 else "")
+    return (
+        f"{BUSY}: {ranks} on {cores:g} core{'s' * (cores != 1)} keep {share:.0%} of them busy (cpu_contention "
+        f"{c:.1f}), none left for the launcher and the system: its step times are noisier"
+    )
+
+
 def straggler(metrics: Mapping[str, Any], hosts: Any = None) -> str | None:
     """`straggler: rank 3's median step (on host node-b) is 19% over the fastest rank's (rank_spread
     0.19 > 0.10)` when the ranks' own median step times spread beyond STRAGGLER_SPREAD. `hosts`:
@@ -56,7 +81,8 @@ def straggler(metrics: Mapping[str, Any], hosts: Any = None) -> str | None:
 def trial_flags(metrics: Mapping[str, Any], world_size: int | None, hosts: Any = None) -> str | None:
     """Every flag of one trial's record metrics, joined; None when there is none. `hosts`: the
     record's per-rank host names (a straggler's host is named)."""
-    flags = [f for f in (oversubscribed(metrics, world_size), straggler(metrics, hosts)) if f]
+    found = (oversubscribed(metrics, world_size), busy_host(metrics, world_size), straggler(metrics, hosts))
+    flags = [f for f in found if f]
     return _SEP.join(flags) or None
 
 
@@ -66,7 +92,7 @@ def split(flags: Any) -> list[str]:
 
 
 def kinds(flags: Any) -> list[str]:
-    """The distinct kinds (`straggler`, `oversubscribed`) of a `flags` cell, in order."""
+    """The distinct kinds (`straggler`, `oversubscribed`, `busy host`) of a `flags` cell, in order."""
     return list(dict.fromkeys(f.split(":", 1)[0] for f in split(flags)))
 
 

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
-from launcher.io import last_lines
-from launcher.trials.ends import NEAR_LIMIT, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
+from launcher.trials.ends import NEAR_LIMIT, log_reason, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
 from launcher.trials.payload import Payload, builtin_payload
 
@@ -352,7 +351,7 @@ def run_trial_dir(
     reason = outcome.reason()
     culprit = outcome.culprit()
     if culprit is not None:
-        tail = last_lines(tdir / f"rank{culprit}.log")
+        tail = log_reason(tdir / f"rank{culprit}.log")
         reason = f"{reason}; rank {culprit} log ends: {tail}" if tail else reason
     doc = {
         "executor": "local",

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.io import last_lines
 from launcher.slurm.commands import JobState
+from launcher.trials.ends import log_reason
 from launcher.trials.folder import read_record
 
 
@@ -76,7 +76,7 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
             parts.append(f"srun exit {rc}")
     logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
     culprit = next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
-    tail = last_lines(culprit) if culprit else ""
+    tail = log_reason(culprit) if culprit else ""
     if tail:
         parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
     return "; ".join(parts) or None

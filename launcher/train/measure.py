@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from launcher.cgroup import own_cpu_quota
 from launcher.compute.flops import flops_per_token, hardware_flops_per_token
-from launcher.compute.peaks import PeakChoice, choose_peak, find_device, math_dtype
+from launcher.compute.peaks import PeakChoice, choose_peak, math_dtype
 from launcher.config.schema import LauncherConfig
 from launcher.train import metrics, nvml
 from launcher.train.allreduce_probe import comm_metrics, time_comm
@@ -246,19 +246,16 @@ def speed_metrics(
 
 
 def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:
-    """The peak MFU divides by: cluster.peak_flops_per_device, else the peak table's for this GPU at
-    the precision its matmuls ran in; on CPU no table row applies (MFU null unless set)."""
+    """The peak MFU divides by: the peak table's for the GPU torch detects at the precision its
+    matmuls ran in, unless cluster.device_name (same peaks) or cluster.peak_flops_per_device says
+    otherwise (compute/peaks.py: choose_peak); on CPU no table row applies (MFU null unless set)."""
+    cuda = device.type == "cuda"
     return choose_peak(
-        device_name=table_name(cfg, device), dtype=matmul_dtype(cfg, device), explicit=cfg.cluster.peak_flops_per_device
+        device_name=cfg.cluster.device_name if cuda else None,
+        dtype=matmul_dtype(cfg, device),
+        explicit=cfg.cluster.peak_flops_per_device,
+        detected=torch.cuda.get_device_name(device) if cuda else None,
     )
-
-
-def table_name(cfg: LauncherConfig, device: torch.device) -> str | None:
-    """The name looked up in the peak table: cluster.device_name when the table knows it, else
-    what torch reports for this GPU; None on CPU."""
-    if device.type != "cuda":
-        return None
-    return cfg.cluster.device_name if find_device(cfg.cluster.device_name) else torch.cuda.get_device_name(device)
 
 
 def matmul_dtype(cfg: LauncherConfig, device: torch.device) -> str:

@@ -93,3 +93,44 @@ def memory_limit_bytes(dirs: list[Path] | None = None) -> int | None:
             if text.isdigit() and (total is None or int(text) < total):
                 return int(text)
     return total
+
+
+# Lines of a log that never say why a rank failed: blank ones, a traceback's header, frames and the
+# carets/tildes under their code, the chained-exception banners, and torch's exit warning that any
+# rank dying inside a process group prints after the error (it would hide the error itself).
+_NOISE = re.compile(
+    r"^\s*$"
+    r"|^\s*[\^~\s]+$"
+    r"|^\s*Traceback \(most recent call last\):"
+    r"|^\s*File \".*\", line \d+"
+    r"|^\s*(During handling of the above exception|The above exception was the direct cause)"
+    r"|destroy_process_group\(\)"
+)
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch's per-rank prefix (TORCH_SHOW_CPP_STACKTRACES, torchrun)
+_FRAME = re.compile(r"^\s*File \".*\", line \d+")
+
+
+def meaningful_line(text: str, width: int = 160) -> str:
+    """The last line of a log that says something: not blank, not a traceback's frame (`File "…",
+    line N`), the code line under it or its `^^^^` markers: "RuntimeError: boom", never "^^^^^".
+    Cut to `width`; "" when no line says anything. One rule for every executor's failure reason."""
+    kept: list[str] = []
+    code_next = False
+    for raw in text.splitlines():
+        line = _RANK_PREFIX.sub("", raw)
+        if code_next and line.startswith("    ") and line.strip():
+            code_next = False  # the source line a frame quotes (indented under `  File …`)
+            continue
+        code_next = bool(_FRAME.match(line))
+        if not _NOISE.search(line):
+            kept.append(line.strip())
+    last = kept[-1] if kept else ""
+    return last if len(last) <= width else last[: width - 1] + "…"
+
+
+def log_reason(path: Path) -> str:
+    """meaningful_line of the log at `path`; "" when it cannot be read."""
+    try:
+        return meaningful_line(path.read_text(errors="replace"))
+    except OSError:
+        return ""

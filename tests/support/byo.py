@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,8 +116,18 @@ def user_package(root: Path, modules: dict[str, str], recipes: dict[str, str]) -
     (root / "recipes" / "model").mkdir(parents=True)
     for name, text in recipes.items():
         (root / "recipes" / "model" / f"{name}.yaml").write_text(text)
+    forget_package()  # a test file run before this one in the same worker imported its own byo_pkg
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(root))
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
         mp.setenv("LAUNCHER_RECIPES", str(root / "recipes"))
-        yield root
+        try:
+            yield root
+        finally:
+            forget_package()
+
+
+def forget_package() -> None:
+    """byo_pkg and its modules out of sys.modules: each file's user_package imports its own."""
+    for name in [m for m in sys.modules if m == "byo_pkg" or m.startswith("byo_pkg.")]:
+        del sys.modules[name]

@@ -183,6 +183,10 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_cli.py::test_cfg_prints_the_resolved_config_and_runs_nothing",), args=("model=mlp", "--cfg")
     ),
     "launcher --info": Ran(tests=("test_cli.py::test_info_lists_groups_options_and_defaults",), args=("--info",)),
+    "launcher --info parallel": Ran(
+        tests=("test_info_group.py::test_info_parallel_prints_every_field_its_type_default_and_doc",),
+        args=("--info", "parallel"),
+    ),
     "launcher sweep --help": Ran(tests=("test_cli.py::test_every_verb_answers_help[sweep]",), args=("--help",)),
     "launcher sweep cluster=slurm sweep.nodes='[1,2,4]'": Ran(
         tests=("test_slurm_cluster.py::test_sweep_over_nodes_1_2_4",), args=("sweep.nodes", "[1,2,4]")

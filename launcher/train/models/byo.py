@@ -189,7 +189,7 @@ def unit_modules(model: nn.Module, par: ParallelConfig) -> list[nn.Module]:
     def visit(module: nn.Module) -> int:  # returns its parameters not yet in a unit
         loose = sum(visit(child) for child in module.children())
         loose += sum(p.numel() for p in module.parameters(recurse=False))
-        if module is model or type(module).forward is nn.Module.forward:  # the root; a container (ModuleList)
+        if not can_be_unit(module, model):
             return loose
         if (type(module).__name__ in wanted) if wanted else loose >= par.fsdp_min_params:
             units.append(module)
@@ -198,6 +198,17 @@ def unit_modules(model: nn.Module, par: ParallelConfig) -> list[nn.Module]:
 
     visit(model)
     return units
+
+
+def can_be_unit(module: nn.Module, model: nn.Module) -> bool:
+    """Neither the root (it holds the rest) nor a container without a forward of its own
+    (ModuleList, ModuleDict): FSDP shards around a forward call."""
+    return module is not model and type(module).forward is not nn.Module.forward
+
+
+def unit_classes(model: nn.Module) -> list[str]:
+    """The class names parallel.fsdp_units can name in `model`: those of its possible units."""
+    return sorted({type(m).__name__ for m in model.modules() if can_be_unit(m, model)})
 
 
 def checkpoint_modules(modules: list[nn.Module]) -> None:

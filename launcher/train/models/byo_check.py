@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,7 +20,7 @@ from torch import nn
 from launcher.compute.flop_count import random_tensor
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.train.models.byo import build_target, loss_fn, own_loss
+from launcher.train.models.byo import build_target, can_be_unit, is_integer, loss_fn, own_loss, unit_classes
 
 WHERE = "put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)"
 CHECK_BATCH = 2
@@ -30,7 +31,7 @@ def check_targets(configs: Sequence[LauncherConfig]) -> None:
     """Every distinct `_target_` model among `configs` (a sweep's combinations), checked once, and
     every `data._target_` located, found as the ranks will find them: this environment, plus the
     folders of a PYTHONPATH that cluster.env gives the ranks (locally and on Slurm)."""
-    seen: list[tuple[ModelConfig, Any, list[str], int]] = []
+    seen: list[tuple[ModelConfig, Any, list[str], int, list[str]]] = []
     for cfg in configs:
         with ranks_path(cfg.cluster.env):
             if cfg.data.kind == "dataset" and cfg.data._target_:
@@ -43,10 +44,11 @@ def check_targets(configs: Sequence[LauncherConfig]) -> None:
                 par.tp_plan,
                 list(par.pp_split),
                 max(1, cfg.batch.micro // par.microbatches) if par.pp_split else 0,
+                list(par.fsdp_units),
             )
             if cfg.model._target_ is not None and key not in seen:
                 seen.append(key)
-                check_target(cfg.model, par.tp_plan, pp_split=par.pp_split, pp_micro=key[3])
+                check_target(cfg.model, par.tp_plan, pp_split=par.pp_split, pp_micro=key[3], fsdp_units=par.fsdp_units)
 
 
 @contextlib.contextmanager
@@ -74,6 +76,7 @@ def check_target(
     *,
     pp_split: Sequence[str] = (),
     pp_micro: int = CHECK_BATCH,
+    fsdp_units: Sequence[str] = (),
 ) -> None:
     """`pp_split` is traced with a meta microbatch of `pp_micro` samples (the pipeline's)."""
     locate(str(m._target_))
@@ -90,9 +93,11 @@ def check_target(
             raise ConfigError(
                 _raised(m, "building it", exc, f"check its keyword arguments (model.kwargs={m.kwargs})")
             ) from None
+    check_input_names(m, model)
+    check_vocabulary(m)
     check_forward(m, model)
-    for pattern in tp_plan or {}:
-        check_plan_entry(m, model, pattern)
+    check_units(m, model, fsdp_units)
+    check_plan(m, model, dict(tp_plan or {}))
     if pp_split:
         check_split(m, model, list(pp_split), pp_micro)
 
@@ -131,27 +136,69 @@ def check_split(m: ModelConfig, model: nn.Module, split: list[str], micro: int) 
         ) from None
 
 
-def check_plan_entry(m: ModelConfig, model: nn.Module, pattern: str) -> None:
-    """parallel.tp_plan's `pattern` names Linear or Embedding modules (parallelize_module's
-    matching: each dotted part by fnmatch)."""
+def check_units(m: ModelConfig, model: nn.Module, names: Sequence[str]) -> None:
+    """parallel.fsdp_units names classes of modules the model holds (else FSDP wraps nothing by
+    that name: the model runs as one unit, gathered whole, without a word)."""
+    have = unit_classes(model)
+    wrong = [n for n in names if n not in have]
+    if wrong:
+        compound = [type(c).__name__ for c in model.modules() if can_be_unit(c, model) and next(c.children(), None)]
+        best = max(dict.fromkeys(compound), key=compound.count) if compound else have[0] if have else "Block"
+        raise ConfigError(
+            f"parallel.fsdp_units names {wrong[0]!r}, no class of a module inside model._target_={m._target_!r}, "
+            f"so FSDP would wrap nothing by it; its classes: {', '.join(have)}; e.g. parallel.fsdp_units=[{best}]"
+        )
+
+
+def check_plan(m: ModelConfig, model: nn.Module, plan: Mapping[str, str]) -> None:
+    """parallel.tp_plan's patterns name Linear or Embedding modules (parallelize_module's matching:
+    the whole dotted name, each part by fnmatch). A pattern that names none is answered with the
+    plan that would: `fc1` → `blocks.*.fc1`, the model's own names."""
+    found = {pattern: _matching(model, pattern) for pattern in plan}
+    lost = [pattern for pattern, hits in found.items() if not hits]
+    if lost:
+        fixed = {k: style for p, style in plan.items() for k in ([p] if found[p] else _plan_names(model, p))}
+        guess = all(_plan_names(model, pattern) for pattern in lost)
+        hint = (
+            "e.g. parallel.tp_plan={" + ", ".join(f"{k}: {v}" for k, v in fixed.items()) + "}"
+            if guess
+            else f"its Linear and Embedding modules: {', '.join(_plan_names(model, '*')[:8])}"
+        )
+        raise ConfigError(
+            f"parallel.tp_plan.{lost[0]} names no module of model._target_={m._target_!r}: a pattern is the whole "
+            f"dotted name, * for any part; {hint}"
+        )
+    odd = next(((p, n, mod) for p, hits in found.items() for n, mod in hits if not isinstance(mod, _SPLITTABLE)), None)
+    if odd is not None:
+        raise ConfigError(
+            f"parallel.tp_plan.{odd[0]}: {odd[1]} is a {type(odd[2]).__name__}; colwise and rowwise "
+            "split nn.Linear and nn.Embedding modules only"
+        )
+
+
+_SPLITTABLE = (nn.Linear, nn.Embedding)
+
+
+def _matching(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
     parts = pattern.split(".")
-    found = [
+    return [
         (n, mod)
         for n, mod in model.named_modules()
         if n and len(n.split(".")) == len(parts) and all(map(fnmatch.fnmatch, n.split("."), parts))
     ]
-    if not found:
-        names = ", ".join(n for n, _ in list(model.named_modules())[1:9])
-        raise ConfigError(
-            f"parallel.tp_plan.{pattern} names no module of model._target_={m._target_!r} (its modules: "
-            f"{names}, …); use their dotted names, * for any part"
-        )
-    odd = next(((n, mod) for n, mod in found if not isinstance(mod, (nn.Linear, nn.Embedding))), None)
-    if odd is not None:
-        raise ConfigError(
-            f"parallel.tp_plan.{pattern}: {odd[0]} is a {type(odd[1]).__name__}; colwise and rowwise "
-            "split nn.Linear and nn.Embedding modules only"
-        )
+
+
+def _plan_names(model: nn.Module, pattern: str) -> list[str]:
+    """Patterns of the Linear and Embedding modules whose last name part matches `pattern`'s,
+    each index part as * (`blocks.*.fc1`), in the model's order."""
+    last = pattern.split(".")[-1]
+    names = [n for n, mod in model.named_modules() if n and isinstance(mod, _SPLITTABLE)]
+    general = [
+        ".".join("*" if p.isdigit() else p for p in n.split("."))
+        for n in names
+        if fnmatch.fnmatch(n.split(".")[-1], last)
+    ]
+    return list(dict.fromkeys(general))
 
 
 def locate(target: str, key: str = "model._target_") -> None:
@@ -187,23 +234,49 @@ def locate(target: str, key: str = "model._target_") -> None:
     raise ConfigError(f"{key}={target!r} does not import: {_first(error) if error else 'no module path'}; {WHERE}")
 
 
+def check_input_names(m: ModelConfig, model: nn.Module) -> None:
+    """model.inputs reach the forward as keyword arguments: each name must be one of its
+    parameters (unless it takes **kwargs), and each parameter without a default must be given."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # a forward Python cannot introspect (a C extension): the forward is the check
+        return
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    where = f"{type(model).__name__}.forward({', '.join(named) or '*args'})"
+    unknown = [] if takes_any else [n for n in m.inputs if n not in named]
+    if unknown:
+        raise ConfigError(
+            f"model.inputs.{unknown[0]}: {where} has no parameter named {unknown[0]!r}; name each input after a "
+            f"forward parameter: {', '.join(named) or 'none can be given by name'}"
+        )
+    needed = [p.name for p in params if p.name in named and p.default is p.empty and p.name not in m.inputs]
+    if needed:
+        raise ConfigError(
+            f"{where} needs {needed[0]!r}, which model.inputs does not give (it gives {', '.join(m.inputs)}); "
+            f"name each input after a forward parameter: {', '.join(named)}"
+        )
+
+
 def check_forward(m: ModelConfig, model: nn.Module) -> None:
     """Forward and loss on a meta batch of the declared shapes. An op with no meta kernel (a
     data-dependent shape, `.item()`) cannot be checked this way: then the payload is the check."""
     batch = {name: random_tensor(spec, (CHECK_BATCH,), device="meta") for name, spec in m.inputs.items()}
     shapes = ", ".join(f"{name}{[CHECK_BATCH, *spec.shape]} {spec.dtype}" for name, spec in m.inputs.items())
-    try:
-        output = model(**batch)
-    except (NotImplementedError, RuntimeError) as exc:
-        if _meta_limit(exc):
-            return
-        raise ConfigError(
-            _raised(m, f"a forward on model.inputs ({shapes})", exc, "fix the inputs' shapes or dtypes")
-        ) from None
-    except Exception as exc:  # the user's forward: any exception, one line
-        raise ConfigError(
-            _raised(m, f"a forward on model.inputs ({shapes})", exc, "fix the inputs' shapes or dtypes")
-        ) from None
+    with embedding_lookups(model) as embedded:
+        try:
+            output = model(**batch)
+        except (NotImplementedError, RuntimeError) as exc:
+            if _meta_limit(exc):
+                return
+            raise ConfigError(
+                _raised(m, f"a forward on model.inputs ({shapes})", exc, "fix the inputs' shapes or dtypes")
+            ) from None
+        except Exception as exc:  # the user's forward: any exception, one line
+            raise ConfigError(
+                _raised(m, f"a forward on model.inputs ({shapes})", exc, "fix the inputs' shapes or dtypes")
+            ) from None
+    check_embedded(m, batch, embedded)
     fn = loss_fn(m)
     if fn is None:
         try:
@@ -231,6 +304,51 @@ def check_forward(m: ModelConfig, model: nn.Module) -> None:
             f"model.loss={m.loss} returned {getattr(loss, 'shape', type(loss).__name__)}, not a scalar; "
             "make it reduce to one number (a mean)"
         )
+
+
+def check_vocabulary(m: ModelConfig) -> None:
+    """The token ids (the first integer input, as tokens_per_sample counts them) stay below the
+    recipe's vocab_size, a keyword argument of the callable: an id past the embedding's rows is
+    a device-side assert on a GPU, at the first step of every trial."""
+    vocab = m.kwargs.get("vocab_size")
+    ids = next(((n, s) for n, s in m.inputs.items() if is_integer(s)), None)
+    if isinstance(vocab, int) and ids is not None and ids[1].high is not None and ids[1].high > vocab:
+        raise ConfigError(
+            f"model.inputs.{ids[0]}.high={ids[1].high} is above model.vocab_size={vocab}: ids up to "
+            f"{ids[1].high - 1} would index past the vocabulary; set model.inputs.{ids[0]}.high={vocab}"
+        )
+
+
+@contextlib.contextmanager
+def embedding_lookups(model: nn.Module) -> Iterator[list[tuple[str, int, Any]]]:
+    """(module name, rows, the tensor looked up) of each nn.Embedding call made inside the block."""
+    seen: list[tuple[str, int, Any]] = []
+    hooks = [
+        mod.register_forward_pre_hook(
+            lambda mod, args, name=name: seen.append((name, mod.num_embeddings, args[0] if args else None))
+        )
+        for name, mod in model.named_modules()
+        if isinstance(mod, nn.Embedding)
+    ]
+    try:
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def check_embedded(m: ModelConfig, batch: Mapping[str, torch.Tensor], embedded: list[tuple[str, int, Any]]) -> None:
+    """An input the forward hands to an nn.Embedding as it is: its `high` within the table's rows."""
+    for name, tensor in batch.items():
+        spec = m.inputs[name]
+        for module, rows, looked_up in embedded:
+            fed = looked_up is tensor or getattr(looked_up, "_base", None) is tensor  # itself, or a view of it
+            if fed and spec.high is not None and spec.high > rows:
+                raise ConfigError(
+                    f"model.inputs.{name}.high={spec.high} is above the {rows} rows of {module} (nn.Embedding) "
+                    f"of model._target_={m._target_!r}: ids up to {spec.high - 1} would index past it; set "
+                    f"model.inputs.{name}.high={rows}"
+                )
 
 
 def _meta_limit(exc: BaseException) -> bool:

@@ -1,0 +1,48 @@
+"""`launcher --info GROUP` lists the group's fields, each with its type, default and the doc
+schema.py gives it (read from the source once); an unknown group is one line, exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from launcher import cli
+from launcher.config.field_docs import field_docs, groups
+from launcher.config.schema import ParallelConfig
+
+
+def test_info_parallel_prints_every_field_its_type_default_and_doc(capsys):
+    assert cli.main(["--info", "parallel"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("parallel (ParallelConfig): ")
+    docs = field_docs()["ParallelConfig"]
+    for f in dataclasses.fields(ParallelConfig):
+        assert docs[f.name], f.name  # schema.py documents every field
+        assert "\n".join(f"      {line}" for line in docs[f.name].splitlines()) in out, f.name
+    lines = out.splitlines()
+    assert "  parallel.layout: Layout (ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp) = ddp" in lines
+    assert "  parallel.tp: int | None = null" in lines
+    assert "  parallel.reshard_after_forward: bool = true" in lines
+    assert "  parallel.fsdp_units: list[str] = []" in lines
+    assert "      How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;" in lines
+
+
+def test_every_group_is_documented_field_by_field():
+    """The docs are the dataclasses' own: a field without one would print `(no doc)`."""
+    for group, cls in groups().items():
+        assert set(field_docs()[cls.__name__]) == {f.name for f in dataclasses.fields(cls)}, group
+
+
+@pytest.mark.parametrize("group", ["nope", "seed"])
+def test_an_unknown_group_is_one_line_and_exit_2(capsys, group):
+    assert cli.main(["--info", group]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"launcher: error: --info {group!r} is no config group; the groups are {', '.join(groups())}\n"
+    assert list(groups())[:4] == ["model", "parallel", "batch", "optim"]
+
+
+def test_info_alone_still_lists_the_groups_and_their_options(capsys):
+    assert cli.main(["--info"]) == 0
+    assert capsys.readouterr().out.startswith("Config groups in ")
