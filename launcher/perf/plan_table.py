@@ -171,7 +171,7 @@ def _row(
         return {"world_size": n, "nodes": nodes, "status": "impossible", "reason": reason}
     gib = None if memory is None else memory / GIB
     if memory is not None and limit is not None and not limit.fits(memory):
-        why = f"predicted: needs ~{gib:.1f} GiB per rank > {limit.describe()}"
+        why = f"predicted: needs ~{gib:.1f} GiB per rank > {limit.usable_bytes / GIB:.1f} GiB usable (see memory:)"
         return {"world_size": n, "nodes": nodes, "dp": shape.dp, "status": "oom", "memory_gib": gib, "reason": why}
     p = model.predict(shape)
     thr = p.tokens_per_s(shape.global_batch, seq)
