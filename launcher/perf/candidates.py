@@ -101,8 +101,8 @@ class Candidate:
         parallel = dataclasses.replace(
             par,
             layout=self.layout,
-            tp=self.tp if "tp" in row.set_dims else par.tp,
-            pp=self.pp if "pp" in row.set_dims else par.pp,
+            tp=self.tp if row.tp == Degree.set else par.tp,
+            pp=self.pp if row.pp == Degree.set else par.pp,
             schedule=("interleaved_1f1b" if self.virtual_stages > 1 else "1f1b") if self.pipelined else par.schedule,
             microbatches=self.microbatches if self.pipelined else par.microbatches,
             virtual_stages=self.virtual_stages if self.virtual_stages > 1 else par.virtual_stages,
@@ -152,9 +152,9 @@ def traits_pipelined(layout: str) -> bool:
 def degrees(row: LayoutTraits, n: int, tps: list[int], pps: list[int]) -> Iterator[tuple[int, int, int]]:
     """(dp, tp, pp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps`."""
     if row.data_parallel == DataParallel.none:
-        if row.follows_world == "tp" and n in tps:
+        if row.tp == Degree.world and n in tps:
             yield 1, n, 1
-        elif row.follows_world == "pp" and n in pps:
+        elif row.pp == Degree.world and n in pps:
             yield 1, 1, n
         return
     for tp in [t for t in tps if t > 1] if row.tp == Degree.set else [1]:

@@ -227,9 +227,13 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     )
 
 
-def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
+def from_presets_forecast(
+    cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None, check_memory: bool = True
+) -> Forecast:
     """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
-    MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
+    MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links. A size whose
+    memory estimate exceeds the device is `oom (predicted)`, unless `check_memory` is False (a
+    replay of runs that did run: their throughput is what is compared)."""
     # A `_target_` model's parameters are counted on its whole module; --from a sweep models any layout.
     if cfg.model._target_ is not None and not traits(cfg.parallel.layout).whole_model:
         whole = " or ".join(layout_names(lambda row: row.whole_model))
@@ -250,7 +254,7 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
     model = preset_model(cfg, work, mfu, fit)
     c, rpn = cfg.cluster, ranks_per_node(cfg.cluster)
     rows = []
-    limit = limit_of(cfg)
+    limit = limit_of(cfg) if check_memory else None
     for n in sizes:
         try:
             shape = shape_for(cfg, n, numel=work.numel)

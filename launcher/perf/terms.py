@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from launcher.layouts import LAYOUTS, DataParallel, traits
 from launcher.perf.step import Prediction
 
 DOMINANT = {"comm_share": 0.50, "bubble_share": 0.30, "recompute_share": 0.25}
@@ -27,12 +28,13 @@ def term_shares(p: Prediction) -> dict[str, float]:
 
 
 def _comm_remedy(row: pd.Series, layout: str, reshard: bool) -> str:
+    traits_ = traits(layout) if layout in LAYOUTS else None
     part = max(COMM_PARTS, key=lambda c: row.get(c, 0.0) or 0.0)
     if part == "tp_comm_share":
         return "tensor-parallel collectives: a smaller parallel.tp, kept inside a node"
     if part == "pp_comm_share":
         return "pipeline sends: fewer stages (parallel.pp) or larger micro-batches"
-    if "fsdp" in layout and "pp" in layout and reshard:
+    if traits_ and traits_.data_parallel == DataParallel.fsdp and traits_.splits("pp") and reshard:
         return (
             "data-parallel gathers repeated per micro-batch: no resharding inside a pipeline "
             "(parallel.reshard_after_forward=false)"
