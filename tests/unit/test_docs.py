@@ -313,6 +313,10 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_plan_search.py::test_search_picks_a_fitting_candidate_per_size_and_writes_every_one",),
         args=("--search", "model=llama3_70b", "batch.global_batch=1024", "cluster.device_name=H100-SXM", "8..16384"),
     ),
+    "launcher plan --search": Ran(
+        tests=("test_plan_search.py::test_search_picks_a_fitting_candidate_per_size_and_writes_every_one",),
+        args=("--search",),
+    ),
     "launcher plan … --output plan.csv": Ran(
         tests=("test_plan_output.py::test_the_acceptance_command_writes_every_size_with_the_columns",),
         args=("--output",),
