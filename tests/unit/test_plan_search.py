@@ -178,10 +178,10 @@ def test_a_plan_that_cannot_fit_reads_oom_predicted_with_its_estimate(tmp_path, 
     df = pd.read_csv(out)
     assert df["status"].tolist() == ["oom (predicted)"] * 2 and df["tokens_per_s"].isna().all()
     assert df["memory_gib"].round(1).tolist() == [173.6, 166.1]
-    assert df.loc[0, "reason"] == "predicted: needs ~173.6 GiB per rank > 72.0 GiB usable (see memory:)"
+    assert df.loc[0, "reason"] == "predicted: needs ~173.6 GiB per rank > 76.0 GiB usable (see memory:)"
     printed = " ".join(capsys.readouterr().out.split())
     assert "Recommended GPUs: none" in printed
-    assert "against 72.0 GiB usable of 80 GiB (A100-80GB's 80 GiB (the peak table), 10% kept free" in printed
+    assert "against 76.0 GiB usable of 80 GiB (A100-80GB's 80 GiB (the peak table), 5% kept free" in printed
 
 
 def test_a_dominant_term_is_named_with_what_would_reduce_it(capsys):
@@ -272,7 +272,7 @@ def test_a_model_that_fits_nowhere_is_one_line_with_the_smallest_estimate(capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("launcher: error: llama3_70b fits no candidate at any size: the smallest estimate is ")
-    assert "GiB per rank (" in err and "> 3.6 GiB usable of 4 GiB (cluster.device_memory_gb" in err
+    assert "GiB per rank (" in err and "> 3.8 GiB usable of 4 GiB (cluster.device_memory_gb" in err
 
 
 def test_sizes_no_layout_can_divide_say_why(capsys):
