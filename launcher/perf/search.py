@@ -7,6 +7,7 @@ sweep.policy; the policy then picks the size among the sizes' best. Pure; no tor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,8 +87,6 @@ def _models(cfg: LauncherConfig, mfu: float, fit: preset_fit.PresetFit) -> dict[
 
 
 def _with_checkpointing(cfg: LauncherConfig, ckpt: str) -> LauncherConfig:
-    import dataclasses  # lazy: only this helper rebuilds configs
-
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, activation_checkpointing=ckpt))
 
 
