@@ -91,6 +91,12 @@ def _plan_and_analyze(add) -> None:
         "for the device and precision, launcher/perf/preset_fit.json)",
     )
     pl.add_argument("--output", metavar="PATH", help="also write the predicted table to PATH (.csv or .parquet)")
+    pl.add_argument(
+        "--search",
+        action="store_true",
+        help="choose layout, degrees, micro-batch, recompute and resharding per size under the memory limit "
+        "(presets); --output then writes every candidate",
+    )
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
     an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
     an.add_argument("--policy", choices=POLICIES, default="max_efficient", help="how to pick the size")

@@ -40,6 +40,12 @@ class DevicePeak:
     """Plain fp32 FLOP/s (no tensor cores)."""
     source: str
     """The vendor document the figures come from."""
+    memory_gb: float | None = None
+    """Memory of one device as its datasheet states it (HBM/GDDR capacity, binary gigabytes:
+    an "80GB" H100 holds 80 GiB of HBM3, of which the driver leaves a few hundred MiB unused),
+    the default of `cluster.device_memory_gb`; None where the row spans parts of several sizes."""
+    memory_source: str = ""
+    """The document `memory_gb` comes from."""
 
     def flops(self, math_dtype: str) -> float:
         return {"bf16": self.bf16, "fp16": self.bf16, "tf32": self.tf32, "fp32": self.fp32}[math_dtype]
@@ -48,14 +54,63 @@ class DevicePeak:
 _NV_A100 = "NVIDIA A100 Tensor Core GPU Datasheet (dense figures)"
 _NV_H100 = "NVIDIA H100 Tensor Core GPU Datasheet (sparse figures halved)"
 _NV_H200 = "NVIDIA H200 Tensor Core GPU Datasheet (sparse figures halved)"
+_NV_A100_MEM = "NVIDIA A100 Tensor Core GPU Datasheet (40 GB HBM2 or 80 GB HBM2e by part)"
+_NV_H100_MEM = "NVIDIA H100 Tensor Core GPU Datasheet (SXM and PCIe 80 GB, NVL 94 GB)"
+_NV_H200_MEM = "NVIDIA H200 Tensor Core GPU Datasheet (141 GB HBM3e, SXM and NVL)"
 
 PEAKS: tuple[DevicePeak, ...] = (
     # A100 SXM4 and PCIe share their tensor-core peaks (40 GB and 80 GB alike), so a bare "A100" is no guess.
-    DevicePeak(device="A100 SXM4", pattern=r"A100.*SXM", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
-    DevicePeak(device="A100 PCIe", pattern=r"A100.*PCIE", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
-    DevicePeak(device="A100", pattern=r"(?<![A-Z0-9])A100", bf16=312e12, tf32=156e12, fp32=19.5e12, source=_NV_A100),
-    DevicePeak(device="H100 PCIe", pattern=r"H100.*PCIE", bf16=756e12, tf32=378e12, fp32=51.2e12, source=_NV_H100),
-    DevicePeak(device="H100 NVL", pattern=r"H100.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H100),
+    # Their memory is 40 or 80 GB by part: `device_memory_gb` reads the name ("A100-SXM4-40GB"), 80 otherwise.
+    DevicePeak(
+        device="A100 SXM4",
+        pattern=r"A100.*SXM",
+        bf16=312e12,
+        tf32=156e12,
+        fp32=19.5e12,
+        source=_NV_A100,
+        memory_gb=80,
+        memory_source=_NV_A100_MEM,
+    ),
+    DevicePeak(
+        device="A100 PCIe",
+        pattern=r"A100.*PCIE",
+        bf16=312e12,
+        tf32=156e12,
+        fp32=19.5e12,
+        source=_NV_A100,
+        memory_gb=80,
+        memory_source=_NV_A100_MEM,
+    ),
+    DevicePeak(
+        device="A100",
+        pattern=r"(?<![A-Z0-9])A100",
+        bf16=312e12,
+        tf32=156e12,
+        fp32=19.5e12,
+        source=_NV_A100,
+        memory_gb=80,
+        memory_source=_NV_A100_MEM,
+    ),
+    DevicePeak(
+        device="H100 PCIe",
+        pattern=r"H100.*PCIE",
+        bf16=756e12,
+        tf32=378e12,
+        fp32=51.2e12,
+        source=_NV_H100,
+        memory_gb=80,
+        memory_source=_NV_H100_MEM,
+    ),
+    DevicePeak(
+        device="H100 NVL",
+        pattern=r"H100.*NVL",
+        bf16=835.5e12,
+        tf32=417.5e12,
+        fp32=60e12,
+        source=_NV_H100,
+        memory_gb=94,
+        memory_source=_NV_H100_MEM,
+    ),
     # torch reports the SXM5 part as "NVIDIA H100 80GB HBM3"; a bare "H100" could be a PCIe card: unknown.
     DevicePeak(
         device="H100 SXM5",
@@ -64,11 +119,29 @@ PEAKS: tuple[DevicePeak, ...] = (
         tf32=494.7e12,
         fp32=66.9e12,
         source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column)",
+        memory_gb=80,
+        memory_source=_NV_H100_MEM,
     ),
-    DevicePeak(device="H200 NVL", pattern=r"H200.*NVL", bf16=835.5e12, tf32=417.5e12, fp32=60e12, source=_NV_H200),
+    DevicePeak(
+        device="H200 NVL",
+        pattern=r"H200.*NVL",
+        bf16=835.5e12,
+        tf32=417.5e12,
+        fp32=60e12,
+        source=_NV_H200,
+        memory_gb=141,
+        memory_source=_NV_H200_MEM,
+    ),
     # H200 ships as SXM or NVL only; torch reports the SXM part as "NVIDIA H200".
     DevicePeak(
-        device="H200 SXM", pattern=r"(?<![A-Z0-9])H200", bf16=989.5e12, tf32=494.5e12, fp32=67e12, source=_NV_H200
+        device="H200 SXM",
+        pattern=r"(?<![A-Z0-9])H200",
+        bf16=989.5e12,
+        tf32=494.5e12,
+        fp32=67e12,
+        source=_NV_H200,
+        memory_gb=141,
+        memory_source=_NV_H200_MEM,
     ),
     # HGX B200 (1,000 W). A GB200 superchip's B200 runs at 1,200 W with higher peaks: not matched ("GB200").
     DevicePeak(
@@ -78,6 +151,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         tf32=1.1e15,
         fp32=75e12,
         source="NVIDIA HGX B200 specifications, NVIDIA Blackwell datasheet (sparse figures halved)",
+        memory_gb=180,
+        memory_source="NVIDIA HGX B200 specifications (1,440 GB of HBM3e over 8 GPUs)",
     ),
     DevicePeak(
         device="L40S",
@@ -86,6 +161,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         tf32=183e12,
         fp32=91.6e12,
         source="NVIDIA L40S GPU Datasheet (dense figures)",
+        memory_gb=48,
+        memory_source="NVIDIA L40S GPU Datasheet (48 GB GDDR6 with ECC)",
     ),
     DevicePeak(
         device="MI300X",
@@ -94,6 +171,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         tf32=653.7e12,
         fp32=163.4e12,
         source="AMD Instinct MI300X Accelerator Data Sheet (dense figures)",
+        memory_gb=192,
+        memory_source="AMD Instinct MI300X Accelerator Data Sheet (192 GB HBM3)",
     ),
 )
 
@@ -122,6 +201,18 @@ def find_device(name: str | None) -> DevicePeak | None:
         return None
     upper = name.upper()
     return next((row for row in PEAKS if re.search(row.pattern, upper)), None)
+
+
+def device_memory_gb(name: str | None) -> float | None:
+    """Memory of one device named `name` from the table (GiB, as cluster.device_memory_gb reads
+    it); None for a device it does not know. A100 parts come in 40 and 80 GB: a name that says
+    40GB (torch reports "NVIDIA A100-SXM4-40GB") is the smaller one."""
+    row = find_device(name)
+    if row is None or row.memory_gb is None:
+        return None
+    if row.device.startswith("A100") and re.search(r"40\s*GB", (name or "").upper()):
+        return 40.0
+    return float(row.memory_gb)
 
 
 def math_dtype(precision: str, *, tf32: bool) -> str:

@@ -240,9 +240,9 @@ class ClusterConfig:
     pg_timeout_s: float = 120.0
     """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
     device_memory_gb: float | None = None
-    """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
-    per-rank memory is estimated (launcher/perf/memory.py); one that cannot fit is recorded as
-    a predicted `oom` and not launched. Null: GPU trials are not checked."""
+    """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100); null: the peak table's for device_name
+    (compute/peaks.py), unchecked for a device it lacks. Each trial's per-rank memory is estimated first
+    (perf/memory.py): one that cannot fit is a predicted `oom`, not launched (plan: `oom (predicted)`)."""
     host_memory_gb: float | None = None
     """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
     trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
+from launcher.compute.peaks import device_memory_gb
 from launcher.config.cluster_traits import cluster_traits
-from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.config.schema import ClusterConfig, LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
 
@@ -181,8 +182,11 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
 
 def estimate(cfg: LauncherConfig, trial: Trial, device: str = "cpu") -> RankMemory:
     """The neediest rank of `trial` (pipeline ranks differ: the first holds the embeddings, the
-    last the head and logits, the early ones more microbatches in flight)."""
-    return max((rank_memory(cfg, trial, r, device) for r in range(trial.pp)), key=lambda mem: mem.total)
+    last the head and logits, the early ones more microbatches in flight). A middle rank holds
+    no more than the first in any part (the same blocks, no root, no more in flight), so only
+    the two ends are counted: a 20-stage pipeline costs two ranks' arithmetic, not twenty."""
+    ends = sorted({0, trial.pp - 1})
+    return max((rank_memory(cfg, trial, r, device) for r in ends), key=lambda mem: mem.total)
 
 
 def runs_on_gpu(cfg: LauncherConfig, gpu_here: bool | None = None) -> bool:
@@ -202,9 +206,7 @@ def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | No
     memory, used for local CPU trials when cluster.host_memory_gb is not set."""
     c = cfg.cluster
     if gpu:
-        if not c.device_memory_gb:
-            return None
-        return Room(bytes_per_rank=c.device_memory_gb * GIB, source="cluster.device_memory_gb")
+        return gpu_room(c)
     if c.host_memory_gb:
         total, what = c.host_memory_gb * GIB, "cluster.host_memory_gb"
     elif cluster_traits(c).batch_jobs and c.mem and (per_node := slurm_mem_bytes(c.mem)) is not None:
@@ -216,6 +218,17 @@ def room(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | No
     ranks = math.ceil(trial.world_size / max(1, trial.nodes))  # a local trial is one node: all its ranks share it
     shared = f", shared by {ranks} ranks" if ranks > 1 else ""
     return Room(bytes_per_rank=total / ranks, source=f"host memory {total / GIB:.1f} GiB ({what}){shared}")
+
+
+def gpu_room(c: ClusterConfig) -> Room | None:
+    """One GPU's memory: cluster.device_memory_gb, else the peak table's for cluster.device_name
+    (None where neither says)."""
+    if c.device_memory_gb:
+        return Room(bytes_per_rank=c.device_memory_gb * GIB, source="cluster.device_memory_gb")
+    table = device_memory_gb(c.device_name)
+    if table is None:
+        return None
+    return Room(bytes_per_rank=table * GIB, source=f"{c.device_name}'s {table:g} GiB (the peak table)")
 
 
 def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | None) -> str | None:

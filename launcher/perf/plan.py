@@ -12,7 +12,17 @@ from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.messages import RENAMED
-from launcher.perf.plan_table import Forecast, check_output, from_presets_forecast, from_sweep_forecast, write_output
+from launcher.config.schema import LauncherConfig
+from launcher.perf.plan_search import memory_line, search_main
+from launcher.perf.plan_table import (
+    Forecast,
+    check_output,
+    from_presets_forecast,
+    from_sweep_forecast,
+    joined,
+    write_output,
+)
+from launcher.perf.terms import dominant_lines
 from launcher.report.terminal import print_table
 from launcher.trials.folder import read_sweep_spec
 
@@ -78,25 +88,43 @@ def _current_spelling(override: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`launcher plan`: predict sizes from presets or a measured sweep; nothing runs."""
+    """`launcher plan`: predict sizes from presets or a measured sweep; nothing runs. Comma
+    overrides plan each combination into one table with a variant column, as a sweep does."""
     sizes = parse_gpus(args.gpus)
     check_output(args.output)
-    if args.from_sweep:
-        sweep_dir = Path(args.from_sweep)
-        cfg = compose_config(sweep_overrides(sweep_dir, args.overrides), args.recipes)
-        result = from_sweep_forecast(sweep_dir, cfg, sizes)
+    user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
+    variants = expand(user)
+    if getattr(args, "search", False):
+        if len(variants) > 1:
+            raise ConfigError("launcher plan --search searches the layouts itself: give one recipe, no comma values")
+        return search_main(compose_config(variants[0].overrides, args.recipes), sizes, args)
+    planned = [(v.label, _forecast(args, compose_config(v.overrides, args.recipes), sizes)) for v in variants]
+    cfg = compose_config(variants[0].overrides, args.recipes)
+    if len(planned) == 1:
+        result, label = planned[0][1][1], cfg.parallel.layout
     else:
-        cfg = compose_config(args.overrides, args.recipes)
-        result = from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)
+        result, label = joined(planned, cfg), ", ".join(v for v, _ in planned)
+    footer = [f"model{f' ({v})' if len(planned) > 1 else ''}: {fc.source}" for v, (_, fc) in planned]
+    footer = list(dict.fromkeys(footer)) if len({fc.source for _, (_, fc) in planned}) > 1 else footer[:1]
+    for v, (c, fc) in planned:
+        lines = dominant_lines(fc.table, c.parallel.layout, c.parallel.reshard_after_forward)
+        footer += [f"{v}: {line}" if len(planned) > 1 else line for line in lines]
+    footer.append(memory_line(cfg))
     print_table(
         result.table.dropna(axis=1, how="all"),
         result.recommendation,
         unit="GPU",
         everything=None,
-        title=f"plan: {cfg.model.name}, {cfg.parallel.layout}, {cfg.cluster.name} (predicted; nothing ran)",
-        footer=f"model: {result.source}",
+        title=f"plan: {cfg.model.name}, {label}, {cfg.cluster.name} (predicted; nothing ran)",
+        footer="\n".join(footer),
     )
     if args.output:
         write_output(result.table, args.output)
         print(f"table written to {args.output}")
     return 0 if result.recommendation.world_size is not None else 1
+
+
+def _forecast(args: argparse.Namespace, cfg: LauncherConfig, sizes: list[int]) -> tuple[LauncherConfig, Forecast]:
+    if args.from_sweep:
+        return cfg, from_sweep_forecast(Path(args.from_sweep), cfg, sizes)
+    return cfg, from_presets_forecast(cfg, sizes, assume_mfu=args.assume_mfu)

@@ -28,10 +28,13 @@ from launcher.layouts import layout_names, traits
 from launcher.perf import preset_fit
 from launcher.perf.calibrate import fit_layouts, load_measured, shape_at
 from launcher.perf.links import LINKS
+from launcher.perf.memory import GIB
+from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
 from launcher.perf.presets import from_presets
 from launcher.perf.shapes import planned_device, shape_for
 from launcher.perf.step import PerfModel, Shape
 from launcher.perf.summary import interval_phrase, residual_phrase
+from launcher.perf.terms import term_shares
 from launcher.results.cost import add_cost, pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
 from launcher.results.scaling import add_scaling
@@ -52,6 +55,8 @@ OUTPUT_FIRST = (
 )
 """The columns `--output` writes first, in this order (the rest of the table follows)."""
 OUTPUT_SUFFIXES = (".csv", ".parquet")
+OOM = "oom (predicted)"
+"""The status of a size whose memory estimate exceeds the device's (memory_limit.py)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -156,11 +161,18 @@ def _row(
     seq: int,
     reason: str | None,
     interval_log: float | None = None,
+    memory: float | None = None,
+    limit: Limit | None = None,
 ) -> dict:
     """One size's predicted figures; the interval × / ÷ exp(interval_log) where given (presets),
-    else the model's own (calibrated on a sweep)."""
+    else the model's own (calibrated on a sweep). `memory`: the neediest rank's estimated bytes;
+    over `limit` the size is a predicted oom, with the estimate and no throughput."""
     if shape is None or model is None:
         return {"world_size": n, "nodes": nodes, "status": "impossible", "reason": reason}
+    gib = None if memory is None else memory / GIB
+    if memory is not None and limit is not None and not limit.fits(memory):
+        why = f"predicted: needs ~{gib:.1f} GiB per rank > {limit.usable_bytes / GIB:.1f} GiB usable (see memory:)"
+        return {"world_size": n, "nodes": nodes, "dp": shape.dp, "status": "oom", "memory_gib": gib, "reason": why}
     p = model.predict(shape)
     thr = p.tokens_per_s(shape.global_batch, seq)
     low, high = p.tokens_per_s_interval(shape.global_batch, seq)
@@ -178,6 +190,8 @@ def _row(
         "tokens_per_s_per_device": thr / n,
         "step_time_median_s": p.step_s,
         "comm_share": p.comm_s / p.step_s if p.step_s else None,
+        "memory_gib": gib,
+        **term_shares(p),
         "reason": None,
     }
 
@@ -214,9 +228,13 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     )
 
 
-def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None) -> Forecast:
+def from_presets_forecast(
+    cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None, check_memory: bool = True
+) -> Forecast:
     """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
-    MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links."""
+    MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links. A size whose
+    memory estimate exceeds the device is `oom (predicted)`, unless `check_memory` is False (a
+    replay of runs that did run: their throughput is what is compared)."""
     # A `_target_` model's parameters are counted on its whole module; --from a sweep models any layout.
     if cfg.model._target_ is not None and not traits(cfg.parallel.layout).whole_model:
         whole = " or ".join(layout_names(lambda row: row.whole_model))
@@ -237,18 +255,13 @@ def from_presets_forecast(cfg: LauncherConfig, sizes: Sequence[int], *, assume_m
     model = preset_model(cfg, work, mfu, fit)
     c, rpn = cfg.cluster, ranks_per_node(cfg.cluster)
     rows = []
+    limit = limit_of(cfg) if check_memory else None
     for n in sizes:
         try:
+            shape = shape_for(cfg, n, numel=work.numel)
+            need = planned_bytes(cfg, make_trial(cfg, index=0, world_size=n, steps=1, warmup_steps=0))
             rows.append(
-                _row(
-                    n,
-                    math.ceil(n / rpn),
-                    shape_for(cfg, n, numel=work.numel),
-                    model,
-                    work.tokens_per_sample,
-                    None,
-                    fit.interval_log,
-                )
+                _row(n, math.ceil(n / rpn), shape, model, work.tokens_per_sample, None, fit.interval_log, need, limit)
             )
         except ConfigError as exc:
             rows.append(_row(n, None, None, None, work.tokens_per_sample, str(exc)))
@@ -281,10 +294,11 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
     model = models[template.layout]
     seq = template.tokens_per_sample
     rows = []
+    limit = limit_of(cfg)
     for n in sizes:
         nodes = 1 if template.local else math.ceil(n / template.ranks_per_node)
         try:
-            make_trial(cfg, index=0, world_size=n, steps=1, warmup_steps=0)  # the sweep's own rule
+            trial = make_trial(cfg, index=0, world_size=n, steps=1, warmup_steps=0)  # the sweep's own rule
         except ConfigError as exc:
             rows.append(_row(n, None, None, None, seq, str(exc)))
             continue
@@ -294,7 +308,8 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
             if shape
             else f"{template.layout} with tp×pp={template.trial['tp'] * template.trial['pp']} cannot split {n}"
         )
-        rows.append(_row(n, nodes, shape, model if shape else None, seq, reason))
+        need = planned_bytes(cfg, trial)
+        rows.append(_row(n, nodes, shape, model if shape else None, seq, reason, None, need, limit))
     inter = model.inter
     source = (
         f"calibrated on {model.n_observations} trials of {sweep_dir.name}"
@@ -324,5 +339,15 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work) -> F
     df["mfu"] = df["tokens_per_s_per_device"] * work.model_flops / peak if peak else math.nan
     df["hfu"] = df["tokens_per_s_per_device"] * work.hardware_flops / peak if peak else math.nan
     rec = recommend(df, policy_of(cfg), unit="GPU")
-    df["status"] = df["status"].replace("completed", "predicted")  # judged like measured rows, shown as what they are
+    # Judged like measured rows, shown as what they are.
+    df["status"] = df["status"].replace({"completed": "predicted", "oom": OOM})
     return Forecast(table=df, recommendation=rec, source=source)
+
+
+def joined(planned: Sequence[tuple[str, tuple[LauncherConfig, Forecast]]], cfg: LauncherConfig) -> Forecast:
+    """Several combinations' forecasts (comma overrides) as one table with a `variant` column,
+    the pick made over all of them by `cfg`'s policy, as a sweep's table is judged."""
+    df = pd.concat([fc.table.assign(variant=v) for v, (_, fc) in planned], ignore_index=True)
+    judged = df.assign(status=df["status"].replace({"predicted": "completed", OOM: "oom"}))
+    rec = recommend(judged, policy_of(cfg), unit="GPU")
+    return Forecast(table=df, recommendation=rec, source="; ".join(fc.source for _, (_, fc) in planned))

@@ -44,6 +44,7 @@ SHORT = {
     "jobs_per_hour": "runs/h",
     "tokens_per_s_interval": "interval",
     "comm_share": "comm",
+    "memory_gib": "mem GiB",
     "flagged": "flags",
 }
 
@@ -51,6 +52,7 @@ SHORT = {
 DISPLAY = [
     ("variant", "{}"),
     ("world_size", "{:d}"),
+    ("candidate", "{}"),
     ("nodes", "{:d}"),
     ("status", "{}"),
     ("repeats", "{:d}"),
@@ -58,6 +60,7 @@ DISPLAY = [
     ("tokens_per_s_interval", "{}"),
     ("tokens_per_s_per_device", "{:,.0f}"),
     ("comm_share", "{:.0%}"),
+    ("memory_gib", "{:.1f}"),
     ("samples_per_s", "{:,.1f}"),
     ("step_time_median_s", "{:.4f}"),
     ("efficiency", "{:.2f}"),
@@ -80,11 +83,13 @@ FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other 
 OPTIONAL = {
     "reason",
     "variant",
+    "candidate",
     "nodes",
     "repeats",
     "flagged",
     "tokens_per_s_interval",
     "comm_share",
+    "memory_gib",
     "bubble_measured",
     "bubble_theory",
     "hours",
@@ -193,9 +198,11 @@ def flag_lines(df: pd.DataFrame, unit: str = "rank") -> list[str]:
 PRIORITY = (
     "variant",
     "world_size",
+    "candidate",
     "status",
     "tokens_per_s",
     "efficiency",
+    "memory_gib",
     "nodes",
     "reason",
     "tokens_per_s_per_device",
@@ -204,7 +211,7 @@ PRIORITY = (
     "usd_per_1m_tokens",
 )
 REASON_MIN = 20  # narrower than this a wrapped reason is a column of word fragments: leave it out instead
-_TEXT = ("variant", "status", "reason")  # left-aligned; every other column is a number, right-aligned
+_TEXT = ("variant", "candidate", "status", "reason")  # left-aligned; every other column is a number, right-aligned
 _BORDER = 3  # rich's default box: one rule and a space of padding either side per column (+1 for the last rule)
 
 

@@ -293,20 +293,33 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "launcher analyze TABLE": Ran(
         tests=("test_doc_commands.py::test_analyze_judges_a_table_measured_elsewhere_and_prices_it",)
     ),
-    "launcher plan model=llama3_8b precision=bf16 model.activation_checkpointing=selective parallel=fsdp "
-    "batch.micro=2 cluster=example_gpu_site cluster.peak_flops_per_device=9.89e14 cluster.inter_link=ib400 "
+    "launcher plan model=llama3_8b precision=bf16 model.activation_checkpointing=full parallel=fsdp "
+    "batch.micro=1 cluster=example_gpu_site cluster.peak_flops_per_device=9.89e14 cluster.inter_link=ib400 "
     "cluster.nics_per_node=8 --gpus 8..1024 --output plan.csv": Ran(
         tests=("test_plan_output.py::test_the_acceptance_command_writes_every_size_with_the_columns",),
         args=(
             "model=llama3_8b",
-            "model.activation_checkpointing=selective",
-            "batch.micro=2",
+            "model.activation_checkpointing=full",
+            "batch.micro=1",
             "cluster.peak_flops_per_device=9.89e14",
             "cluster.inter_link=ib400",
             "cluster.nics_per_node=8",
             "8..1024",
             "--output",
         ),
+    ),
+    "launcher plan model=gpt_1_3b parallel=fsdp,fsdp_tp parallel.tp=2 cluster=example_gpu_site --gpus 8..1024": Ran(
+        tests=("test_plan_search.py::test_comma_values_plan_each_combination_in_one_table",),
+        args=("parallel=fsdp,fsdp_tp", "parallel.tp=2", "8..1024"),
+    ),
+    "launcher plan --search model=llama3_70b precision=bf16 batch.global_batch=1024 cluster=example_gpu_site "
+    "cluster.device_name=H100-SXM cluster.peak_flops_per_device=null cluster.nics_per_node=8 --gpus 8..16384": Ran(
+        tests=("test_plan_search.py::test_search_picks_a_fitting_candidate_per_size_and_writes_every_one",),
+        args=("--search", "model=llama3_70b", "batch.global_batch=1024", "cluster.device_name=H100-SXM", "8..16384"),
+    ),
+    "launcher plan --search": Ran(
+        tests=("test_plan_search.py::test_search_picks_a_fitting_candidate_per_size_and_writes_every_one",),
+        args=("--search",),
     ),
     "launcher plan … --output plan.csv": Ran(
         tests=("test_plan_output.py::test_the_acceptance_command_writes_every_size_with_the_columns",),

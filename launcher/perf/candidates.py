@@ -1,0 +1,208 @@
+"""What `launcher plan --search` tries at one GPU count: every configuration the layout traits
+table (launcher/layouts.py) allows, as small frozen `Candidate`s that turn back into config
+overrides (for a later run of the chosen ones). Pure; no torch.
+
+The space, per size N:
+- every layout row; its set degrees from tp ∈ divisors of the GPUs per node (cluster.
+  gpus_per_node, else DEFAULT_GPUS_PER_NODE: tensor parallel stays inside a node) and pp ∈
+  divisors of model.n_layers up to PP_BOUND, both ≥ 2 where the row sets them (degree 1 is
+  another row); a row whose dimension follows the world size takes N (tp: N within a node);
+- virtual stages VIRTUAL_STAGES (and the recipe's) for rows that interleave, v > 1 running
+  interleaved_1f1b;
+- micro-batch size MICRO_BATCHES (and the recipe's). Per data-parallel rank a step holds S
+  samples: batch.global_batch ÷ dp when the recipe fixes the global batch, else the recipe's
+  batch.micro × batch.accum. A pipeline runs all S / micro-batch of them as its micro-batches
+  in one schedule (Megatron's way: the bubble is smallest); without a pipeline they are the
+  accumulation steps;
+- activation checkpointing none / selective / full (selective only where the model has
+  attention); reshard after forward true / false for fsdp rows.
+Each is checked by the sweep's own rules (trials.spec.make_trial): what a sweep would refuse is
+never a candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from launcher.config.derived import ranks_per_node
+from launcher.config.schema import LauncherConfig
+from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
+from launcher.trials.layout import virtual_stages
+
+DEFAULT_GPUS_PER_NODE = 8
+"""GPUs per node when cluster.gpus_per_node does not say (0): an HGX/DGX-class node."""
+PP_BOUND = 32
+"""Largest pipeline degree tried (beyond it the bubble and the sends dominate any model here)."""
+MICRO_BATCHES = (1, 2, 4, 8)
+"""Micro-batch sizes tried, beside the recipe's own."""
+VIRTUAL_STAGES = (1, 2, 4)
+"""Stages per pipeline rank tried where the row interleaves, beside the recipe's own."""
+CHECKPOINTING = ("none", "selective", "full")
+
+
+@dataclass(kw_only=True, frozen=True)
+class Candidate:
+    """One configuration at one size."""
+
+    world_size: int
+    """GPUs: dp × tp × pp."""
+    layout: str
+    """A row of launcher/layouts.py."""
+    dp: int
+    """Data-parallel degree."""
+    tp: int
+    """Tensor-parallel degree."""
+    pp: int
+    """Pipeline degree."""
+    virtual_stages: int
+    """Stages per pipeline rank (1: plain 1F1B; > 1: interleaved_1f1b)."""
+    micro_batch: int
+    """Samples in one micro-batch (one pipeline micro-batch under pp, one accumulation step without)."""
+    microbatches: int
+    """Pipeline micro-batches per optimizer step (1 without a pipeline)."""
+    accum: int
+    """Accumulation steps per optimizer step (1 under a pipeline: its micro-batches are the steps)."""
+    checkpointing: str
+    """model.activation_checkpointing: none, selective or full."""
+    reshard_after_forward: bool | None
+    """FSDP rows: free gathered parameters after forward; None where no FSDP runs."""
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.microbatches * self.accum * self.dp
+
+    @property
+    def pipelined(self) -> bool:
+        return LAYOUTS[self.layout].splits("pp")
+
+    def overrides(self) -> list[str]:
+        """The config overrides that run this candidate (on top of its recipe): the layout and its
+        set degrees, the schedule, the batch split, checkpointing, resharding."""
+        row = LAYOUTS[self.layout]
+        out = [f"parallel={self.layout}"]
+        out += [f"parallel.{d}={getattr(self, d)}" for d in row.set_dims]
+        if self.pipelined:
+            schedule = "interleaved_1f1b" if self.virtual_stages > 1 else "1f1b"
+            out += [f"parallel.schedule={schedule}", f"parallel.microbatches={self.microbatches}"]
+            if self.virtual_stages > 1:
+                out.append(f"parallel.virtual_stages={self.virtual_stages}")
+        out += [f"batch.micro={self.micro_batch * self.microbatches}", f"batch.accum={self.accum}"]
+        out.append(f"model.activation_checkpointing={self.checkpointing}")
+        if self.reshard_after_forward is not None:
+            out.append(f"parallel.reshard_after_forward={str(self.reshard_after_forward).lower()}")
+        return out
+
+    def config(self, cfg: LauncherConfig) -> LauncherConfig:
+        """`cfg` with this candidate's overrides applied (what composing `overrides()` gives, without
+        Hydra: the search builds thousands)."""
+        row, par = LAYOUTS[self.layout], cfg.parallel
+        parallel = dataclasses.replace(
+            par,
+            layout=self.layout,
+            tp=self.tp if row.tp == Degree.set else par.tp,
+            pp=self.pp if row.pp == Degree.set else par.pp,
+            schedule=("interleaved_1f1b" if self.virtual_stages > 1 else "1f1b") if self.pipelined else par.schedule,
+            microbatches=self.microbatches if self.pipelined else par.microbatches,
+            virtual_stages=self.virtual_stages if self.virtual_stages > 1 else par.virtual_stages,
+            reshard_after_forward=par.reshard_after_forward
+            if self.reshard_after_forward is None
+            else self.reshard_after_forward,
+        )
+        batch = dataclasses.replace(cfg.batch, micro=self.micro_batch * self.microbatches, accum=self.accum)
+        model = dataclasses.replace(cfg.model, activation_checkpointing=self.checkpointing)
+        return dataclasses.replace(cfg, parallel=parallel, batch=batch, model=model)
+
+    @property
+    def label(self) -> str:
+        """Short: `fsdp_tp_pp tp8 pp4 v2 mb1×64 sel keep` (keep: no resharding after forward)."""
+        parts = [self.layout]
+        parts += [f"{d}{getattr(self, d)}" for d in ("tp", "pp") if LAYOUTS[self.layout].splits(d)]
+        if self.virtual_stages > 1:
+            parts.append(f"v{self.virtual_stages}")
+        steps = self.microbatches if self.pipelined else self.accum
+        parts.append(f"mb{self.micro_batch}×{steps}")
+        parts.append({"none": "no-ckpt", "selective": "sel", "full": "full"}[self.checkpointing])
+        if self.reshard_after_forward is not None:
+            parts.append("reshard" if self.reshard_after_forward else "keep")
+        return " ".join(parts)
+
+
+def gpus_per_node(cfg: LauncherConfig) -> int:
+    """GPUs on one node: the cluster's ranks per node where it says GPUs, else the default."""
+    return ranks_per_node(cfg.cluster) if cfg.cluster.gpus_per_node else DEFAULT_GPUS_PER_NODE
+
+
+def _divisors(n: int, bound: int) -> list[int]:
+    return [d for d in range(1, min(n, bound) + 1) if n % d == 0]
+
+
+def recipe_micro_batch(cfg: LauncherConfig) -> int:
+    """The recipe's own micro-batch size: batch.micro, split into parallel.microbatches under a pipeline."""
+    if traits_pipelined(cfg.parallel.layout):
+        return max(1, cfg.batch.micro // cfg.parallel.microbatches)
+    return cfg.batch.micro
+
+
+def traits_pipelined(layout: str) -> bool:
+    return LAYOUTS[layout].splits("pp")
+
+
+def degrees(row: LayoutTraits, n: int, tps: list[int], pps: list[int]) -> Iterator[tuple[int, int, int]]:
+    """(dp, tp, pp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps`."""
+    if row.data_parallel == DataParallel.none:
+        if row.tp == Degree.world and n in tps:
+            yield 1, n, 1
+        elif row.pp == Degree.world and n in pps:
+            yield 1, 1, n
+        return
+    for tp in [t for t in tps if t > 1] if row.tp == Degree.set else [1]:
+        for pp in [p for p in pps if p > 1] if row.pp == Degree.set else [1]:
+            if n % (tp * pp) == 0:
+                yield n // (tp * pp), tp, pp
+
+
+def samples_per_rank(cfg: LauncherConfig, dp: int) -> int | None:
+    """S: samples one data-parallel rank takes per optimizer step (None: the global batch does not split)."""
+    g = cfg.batch.global_batch
+    if g is None:
+        return cfg.batch.micro * cfg.batch.accum
+    return g // dp if g % dp == 0 else None
+
+
+def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
+    """Every candidate at `n` GPUs, before the sweep's checks and the memory limit (search.py
+    applies both); smaller micro-batches first within each layout and degrees."""
+    m = cfg.model
+    tps = _divisors(gpus_per_node(cfg), gpus_per_node(cfg))
+    pps = sorted({*_divisors(m.n_layers, PP_BOUND), *([cfg.parallel.pp] if cfg.parallel.pp else [])})
+    micros = sorted({*MICRO_BATCHES, recipe_micro_batch(cfg)})
+    vs = sorted({*VIRTUAL_STAGES, virtual_stages(cfg.parallel)})
+    ckpts = [c for c in CHECKPOINTING if not (c == "selective" and m.arch == "mlp")]
+    for name, row in LAYOUTS.items():
+        if cfg.train.compile and not row.compile:
+            continue
+        reshards = [True, False] if row.data_parallel == DataParallel.fsdp else [None]
+        for dp, tp, pp in degrees(row, n, tps, pps):
+            s = samples_per_rank(cfg, dp)
+            if s is None:
+                continue
+            for v in vs if row.virtual_stages and pp > 1 else [1]:
+                for ckpt in ckpts:
+                    for reshard in reshards:
+                        for mb in (x for x in micros if s % x == 0):
+                            steps = s // mb
+                            yield Candidate(
+                                world_size=n,
+                                layout=name,
+                                dp=dp,
+                                tp=tp,
+                                pp=pp,
+                                virtual_stages=v,
+                                micro_batch=mb,
+                                microbatches=steps if row.splits("pp") else 1,
+                                accum=1 if row.splits("pp") else steps,
+                                checkpointing=ckpt,
+                                reshard_after_forward=reshard,
+                            )

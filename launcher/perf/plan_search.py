@@ -1,0 +1,59 @@
+"""`launcher plan --search` as the terminal shows it: per size the best candidate in the plan's
+table (judged by sweep.policy), the runners-up with why each loses, the recommendation naming
+size and layout; `--output` writes every candidate."""
+
+from __future__ import annotations
+
+import argparse
+
+from launcher.config.schema import LauncherConfig
+from launcher.perf.memory_limit import limit_of
+from launcher.perf.plan_table import write_output
+from launcher.perf.search import TOP, search
+from launcher.perf.search_table import best_forecast, every_candidate, runner_lines
+from launcher.perf.terms import dominant_lines
+from launcher.report.terminal import print_table
+
+
+def memory_line(cfg: LauncherConfig) -> str:
+    """The footer line saying what memory the plan checked against."""
+    limit = limit_of(cfg)
+    if limit is None:
+        return (
+            "memory: estimated per rank (launcher/perf/memory.py), not checked: the device's memory is unknown "
+            "(set cluster.device_memory_gb)"
+        )
+    return f"memory: the neediest rank's estimate (launcher/perf/memory.py) against {limit.describe()}"
+
+
+def search_main(cfg: LauncherConfig, sizes: list[int], args: argparse.Namespace) -> int:
+    """Search, print, write; 0 when a size is recommended."""
+    found = search(cfg, sizes, assume_mfu=args.assume_mfu)
+    fc = best_forecast(cfg, found)
+    total = sum(len(s.ranked) + len(s.dropped) for s in found.sizes)
+    dropped = sum(len(s.dropped) for s in found.sizes)
+    footer = [
+        f"runners-up (top {TOP} per size):",
+        *runner_lines(found),
+        f"searched {total} candidates ({dropped} over the memory limit) from the layout table; within a size "
+        "tokens/s, $ per token and time to a token budget rank them alike",
+        f"model: presets, MFU {found.mfu:.2f} ({found.mfu_source})",
+        *dominant_lines(fc.table, "", False),
+        memory_line(cfg),
+    ]
+    rec = fc.recommendation
+    if rec.world_size is not None:
+        best = next(s for s in found.sizes if s.world_size == rec.world_size).ranked[0].candidate
+        footer.append(f"Recommended: {rec.world_size} GPUs with {best.layout}: {' '.join(best.overrides())}")
+    print_table(
+        fc.table.dropna(axis=1, how="all"),
+        rec,
+        unit="GPU",
+        everything=None,
+        title=f"plan --search: {cfg.model.name}, {cfg.cluster.name} (predicted; nothing ran)",
+        footer="\n".join(footer),
+    )
+    if args.output:
+        write_output(every_candidate(found), args.output)
+        print(f"every candidate written to {args.output}")
+    return 0 if rec.world_size is not None else 1

@@ -1,0 +1,73 @@
+"""The terms of a predicted step as shares of it, and the plan's footer when one term dominates:
+which, where, and what would reduce it. Pure."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from launcher.layouts import LAYOUTS, DataParallel, traits
+from launcher.perf.step import Prediction
+
+DOMINANT = {"comm_share": 0.50, "bubble_share": 0.30, "recompute_share": 0.25}
+"""A term dominates a step above this share of it: exposed communication, the pipeline bubble,
+activation recompute."""
+NAMES = {"comm_share": "communication", "bubble_share": "the pipeline bubble", "recompute_share": "recompute"}
+COMM_PARTS = ("dp_comm_share", "tp_comm_share", "pp_comm_share")
+
+
+def term_shares(p: Prediction) -> dict[str, float]:
+    """Each term's share of the predicted step (comm_share is the plan's own column)."""
+    step = p.step_s or float("nan")
+    return {
+        "bubble_share": p.bubble_s / step,
+        "recompute_share": p.recompute_s / step,
+        "dp_comm_share": p.dp_comm_s / step,
+        "tp_comm_share": p.tp_comm_s / step,
+        "pp_comm_share": p.pp_comm_s / step,
+    }
+
+
+def _comm_remedy(row: pd.Series, layout: str, reshard: bool) -> str:
+    traits_ = traits(layout) if layout in LAYOUTS else None
+    part = max(COMM_PARTS, key=lambda c: row.get(c, 0.0) or 0.0)
+    if part == "tp_comm_share":
+        return "tensor-parallel collectives: a smaller parallel.tp, kept inside a node"
+    if part == "pp_comm_share":
+        return "pipeline sends: fewer stages (parallel.pp) or larger micro-batches"
+    if traits_ and traits_.data_parallel == DataParallel.fsdp and traits_.splits("pp") and reshard:
+        return (
+            "data-parallel gathers repeated per micro-batch: no resharding inside a pipeline "
+            "(parallel.reshard_after_forward=false)"
+        )
+    return (
+        "data-parallel traffic: another layout with a smaller data-parallel group (fsdp_tp, fsdp_tp_pp), "
+        "or more samples per rank (batch.micro, batch.accum)"
+    )
+
+
+REMEDY = {
+    "bubble_share": "more micro-batches (parallel.microbatches with batch.micro), interleaved stages "
+    "(parallel.schedule=interleaved_1f1b) or a smaller parallel.pp",
+    "recompute_share": "model.activation_checkpointing=selective or none where the memory column leaves room",
+}
+
+
+def dominant_lines(table: pd.DataFrame, layout: str, reshard: bool) -> list[str]:
+    """One footer line per term that dominates some predicted size: the sizes, its largest share,
+    what would reduce it; `launcher plan --search` weighs every alternative."""
+    lines = []
+    rows = table[table["status"] == "predicted"] if "status" in table else table
+    for col, bound in DOMINANT.items():
+        if col not in rows:
+            continue
+        over = rows[rows[col] > bound]
+        if over.empty:
+            continue
+        worst = over.loc[over[col].idxmax()]
+        sizes = ", ".join(str(int(n)) for n in over["world_size"])
+        remedy = _comm_remedy(worst, layout, reshard) if col == "comm_share" else REMEDY[col]
+        lines.append(
+            f"dominant: {NAMES[col]} > {bound:.0%} of the step at {sizes} GPUs (up to {worst[col]:.0%}); "
+            f"to reduce it: {remedy}; `launcher plan --search` weighs every layout"
+        )
+    return lines
