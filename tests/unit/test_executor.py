@@ -69,14 +69,15 @@ def test_local_executor_refuses_detach(tmp_path):
 # --- no branch on the kind elsewhere ---------------------------------------------------------------
 
 # `X.kind ==`, `X.kind != `, `X.kind in`, `get("kind") ==`, a kind literal compared with `kind`, or a
-# ClusterKind member named outside the tables. `d.kind` / `data.kind` (the data source) are not the cluster's.
+# ClusterKind member named outside the tables. `d.kind` / `data.kind` (the data source) and `p.kind`
+# (a parameter's kind) are not the cluster's.
 _BRANCH = re.compile(
     r"(?P<obj>[\w.]+)\.kind\s*(==|!=|\bin\b|\bis\b)"
     r"|get\(\s*['\"]kind['\"]\s*\)\s*(==|!=)\s*['\"](local|slurm)['\"]"
     r"|\bkind\s*(==|!=)\s*['\"](local|slurm)['\"]"
     r"|ClusterKind\.(local|slurm)"
 )
-_DATA = {"d", "data", "cfg.data"}
+_DATA = {"d", "data", "cfg.data", "p"}  # p: an inspect.Parameter (byo_check reads a forward's signature)
 _TABLES = {CHOICE, SCHEMA, "config/cluster_traits.py"}  # where a ClusterKind member keys a table
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.slurm.submit import payload_detail
+from launcher.slurm.explain import payload_detail
 from launcher.trials.ends import log_reason, meaningful_line
 
 # What a rank's log ends with when the user's forward raises (Python 3.11+ marks the expression).

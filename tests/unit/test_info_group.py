@@ -25,7 +25,10 @@ def test_info_parallel_prints_every_field_its_type_default_and_doc(capsys):
     assert "  parallel.tp: int | None = null" in lines
     assert "  parallel.reshard_after_forward: bool = true" in lines
     assert "  parallel.fsdp_units: list[str] = []" in lines
-    assert "      How ranks split the work; dp × tp × pp = world size. ddp/fsdp: all data parallel;" in lines
+    layout_doc = (
+        "      How ranks split the work (dp × tp × pp = world size), a row of launcher/layouts.py: ddp, fsdp: all dp;"
+    )
+    assert layout_doc in lines
 
 
 def test_every_group_is_documented_field_by_field():
