@@ -41,7 +41,9 @@ def check_byo_layout(target: str, par: ParallelConfig) -> None:
         why = (
             f"only layout {' or '.join(takers)} takes your plan"
             if par.tp_plan
-            else "give a TP plan, parallel.tp_plan={fc1: colwise, fc2: rowwise}"
+            # Whole dotted names, as the module check (train/models/byo_check.py) accepts them.
+            else "give a TP plan by whole dotted module names, * for any part, "
+            "e.g. parallel.tp_plan={blocks.*.fc1: colwise, blocks.*.fc2: rowwise}"
         )
         raise ConfigError(
             f"parallel.layout={par.layout} cannot split model._target_={target!r} across tensor-parallel "
