@@ -237,8 +237,13 @@ class ClusterConfig:
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0
     """local: a trial still running after this many seconds is killed and recorded as failed."""
-    pg_timeout_s: float = 120.0
-    """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
+    pg_timeout_s: float = 1800.0
+    """torch.distributed collective timeout of every process group (the world's and each mesh
+    dim's): a rank stuck on a dead peer gives up after this. 1800 s (torch's gloo default, 3× its
+    NCCL one) because a collective legitimately waits behind a peer's slowest one-off: the first
+    step's torch.compile of a large model (minutes per rank, longer on a busy filesystem) and a
+    checkpoint save of tens of GB per rank to shared storage; a shorter timeout turns those into
+    a spurious failure of every rank. CPU test clusters (cluster=local) set 120 s."""
     device_memory_gb: float | None = None
     """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
     per-rank memory is estimated (launcher/perf/memory.py); one that cannot fit is recorded as

@@ -70,3 +70,21 @@ def sync(device: torch.device) -> None:
     """Wait for queued device work, so host timers measure it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def mesh_group_options(shape: tuple[int, ...], names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    """init_device_mesh's `backend_override` that gives each sub-group of a mesh of `shape` over
+    the initialised world the collective timeout `timeout_s`. Without it torch creates a mesh
+    dim's groups with its own default (10 min on NCCL, 30 on gloo), whatever the world group was
+    given. A dim spanning the whole world is left out: torch then reuses the world group (which
+    has the timeout already) instead of opening a second communicator over every rank."""
+    timeout = timedelta(seconds=timeout_s)
+    backend = dist.get_backend()
+    if backend == "nccl":
+        options: Any = dist.ProcessGroupNCCL.Options()
+        options.is_high_priority_stream = False  # torch's own default for a group made without options
+    else:  # gloo (and test backends) read only the timeout from it
+        options = torch._C._distributed_c10d.Backend.Options(backend, timeout)
+    options._timeout = timeout
+    world = dist.get_world_size()
+    return {name: options for name, size in zip(names, shape, strict=True) if size != world}

@@ -155,7 +155,7 @@ def build(
     stop: ckpt.StopFlag | None,
     log: Callable[..., None],
 ) -> Run:
-    topo = Topology.build(trial, renv.rank, device)
+    topo = Topology.build(trial, renv.rank, device, timeout_s=cfg.cluster.pg_timeout_s)
     torch.manual_seed(cfg.seed)
     with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
         model = build_model(cfg.model)
