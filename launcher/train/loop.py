@@ -112,9 +112,8 @@ def train(
             folder=trace_dir,
             first_step=trial.steps,
         )
-    full = run.engine.full_state_dict()  # collective: every rank takes part, rank 0 gets it
-    if save_params is not None and full is not None:
-        torch.save(full, save_params)
+    if save_params is not None:  # every rank has the same argv: all of them take part, or none
+        save_full_params(run.engine, save_params)
     out = {
         **measure.summarize(
             trained,
@@ -132,6 +131,16 @@ def train(
     }
     out["metrics"].update(compiled)
     return out
+
+
+def save_full_params(engine: Engine, path: Path) -> None:
+    """Rank 0 saves every parameter, complete, to `path` (--save-params: the parity tests).
+    Collective. Only on request: the gather costs what the model weighs (a pipeline gathers every
+    stage to rank 0's host, tensor parallel copies the whole model to each rank's host, FSDP
+    gathers fp32 to rank 0), which at 8B parameters is an `oom` after training finished."""
+    full = engine.full_state_dict()
+    if full is not None:
+        torch.save(full, path)
 
 
 def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
