@@ -183,6 +183,10 @@ class OptimConfig:
     """How lr follows the global batch: none, linear (lr·G/G₀) or sqrt (lr·√(G/G₀))."""
     base_global_batch: int = 8
     """G₀: the global batch at which `lr` was tuned."""
+    clip_grad_norm: float | None = 1.0
+    """Clip gradients to this global L2 norm before each optimizer step (1.0, as common LLM
+    recipes); 0 or null: no clipping. The norm is over the whole model, whatever the layout
+    splits (tp/pp ranks all-reduce their parts), and is part of every measured step time."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -140,6 +140,12 @@ def _check_optim(o: OptimConfig) -> None:
             raise ConfigError(f"{key}={beta} must be in [0, 1); set e.g. {key}=0.9")
     at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
     at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
+    clip = o.clip_grad_norm
+    if clip is not None and not (math.isfinite(clip) and clip >= 0):
+        raise ConfigError(
+            f"optim.clip_grad_norm={clip} must be a finite norm ≥ 0 (0 or null: no clipping); set e.g. "
+            "optim.clip_grad_norm=1.0"
+        )
 
 
 def _check_data(d: DataConfig, m: ModelConfig) -> None:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.train import checkpoint as ckpt
-from launcher.train import measure, nvml, profile
+from launcher.train import clipping, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -73,6 +73,9 @@ class Run:
     """train.compile: times the compilations, booked to the step they ran in; None: not compiled."""
     compiled_units: int = 0
     """Modules compiled in place (compiling.compile_units)."""
+    grad_norms: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """Each optimizer step's global gradient norm before clipping (optim.clip_grad_norm on), on
+    the device: read once, after the timed steps."""
 
 
 def train(
@@ -97,6 +100,7 @@ def train(
     with nvml.sampling(device) as gpu:  # this rank's GPU as NVML sees it, read on a background thread
         trained = run_steps(run, start_step=resume(run))
     memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
+    clipped = clipping.metrics(run.grad_norms, cfg.optim.clip_grad_norm)  # the timed steps' (profile's come after)
     compiled = compile_metrics(
         run.compile_clock,
         units=run.compiled_units,
@@ -113,7 +117,7 @@ def train(
             first_step=trial.steps,
         )
     if save_params is not None:  # every rank has the same argv: all of them take part, or none
-        save_full_params(run.engine, save_params)
+        ckpt.save_full_params(run.engine, save_params)
     out = {
         **measure.summarize(
             trained,
@@ -129,18 +133,8 @@ def train(
         ),
         **traced,
     }
-    out["metrics"].update(compiled)
+    out["metrics"].update(compiled | clipped)
     return out
-
-
-def save_full_params(engine: Engine, path: Path) -> None:
-    """Rank 0 saves every parameter, complete, to `path` (--save-params: the parity tests).
-    Collective. Only on request: the gather costs what the model weighs (a pipeline gathers every
-    stage to rank 0's host, tensor parallel copies the whole model to each rank's host, FSDP
-    gathers fp32 to rank 0), which at 8B parameters is an `oom` after training finished."""
-    full = engine.full_state_dict()
-    if full is not None:
-        torch.save(full, path)
 
 
 def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
@@ -326,6 +320,11 @@ def optimizer_step(run: Run, micro_batches: list[torch.Tensor]) -> torch.Tensor 
     """One timed step; returns this rank's loss (None on ranks that compute none), still on the
     device: nothing here waits for the device to finish."""
     loss = run.engine.forward_backward(micro_batches)
+    max_norm = run.cfg.optim.clip_grad_norm
+    if clipping.enabled(max_norm):
+        run.grad_norms.append(
+            clipping.clip_grad_norm(run.engine.parameters(), max_norm, pp_group=run.engine.grad_norm_group())
+        )
     run.optimizer.step()
     run.schedule.step()
     run.optimizer.zero_grad(set_to_none=True)

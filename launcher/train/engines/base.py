@@ -92,6 +92,12 @@ class Engine(ABC):
         """Every parameter, complete, under the reference TokenModel's names, on global rank 0
         (None elsewhere). Collective: every rank must call it."""
 
+    def grad_norm_group(self) -> Any:
+        """The group over which this rank's gradients are only a part of the model's and add up
+        to the global norm (a pipeline's pp group: each stage holds its own parameters); None
+        where the rank holds the whole model, whole or as DTensor pieces (clipping.py)."""
+        return None
+
     def compute_seconds(self, batch: torch.Tensor) -> float | None:
         """Median forward+backward time of one micro-batch with gradient sync off (for CCR); None
         where a layout cannot separate compute from communication."""

@@ -298,6 +298,9 @@ class PipelineEngine(Engine):
             full.update(part)
         return full
 
+    def grad_norm_group(self):
+        return self.pp_group  # each stage's parameters are its own: their squares add over pp
+
     def comm_group(self):
         return self.pp_group if self.layout == "pipeline" else self.dp_group
 
