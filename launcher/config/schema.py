@@ -63,9 +63,8 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`:
-    Llama-style decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`:
-    per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style
+    decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -125,8 +124,7 @@ class ParallelConfig:
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
-    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout:
-    the world size)."""
+    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout: the world size)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
@@ -184,9 +182,7 @@ class OptimConfig:
     base_global_batch: int = 8
     """G₀: the global batch at which `lr` was tuned."""
     clip_grad_norm: float | None = 1.0
-    """Clip gradients to this global L2 norm before each optimizer step (1.0, as common LLM
-    recipes); 0 or null: no clipping. The norm is over the whole model, whatever the layout
-    splits (tp/pp ranks all-reduce their parts), and is part of every measured step time."""
+    """Clip gradients to this global L2 norm before each step (1.0, as LLM recipes); 0 or null: off."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -232,8 +228,7 @@ class ClusterConfig:
     intra_link: Link = Link.nvlink
     """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
     inter_link: Link = Link.ib400
-    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says
-    otherwise."""
+    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says otherwise."""
     nics_per_node: int | None = None
     """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
     DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
@@ -242,12 +237,8 @@ class ClusterConfig:
     trial_timeout_s: float = 600.0
     """local: a trial still running after this many seconds is killed and recorded as failed."""
     pg_timeout_s: float = 1800.0
-    """torch.distributed collective timeout of every process group (the world's and each mesh
-    dim's): a rank stuck on a dead peer gives up after this. 1800 s (torch's gloo default, 3× its
-    NCCL one) because a collective legitimately waits behind a peer's slowest one-off: the first
-    step's torch.compile of a large model (minutes per rank, longer on a busy filesystem) and a
-    checkpoint save of tens of GB per rank to shared storage; a shorter timeout turns those into
-    a spurious failure of every rank. CPU test clusters (cluster=local) set 120 s."""
+    """Collective timeout of every process group (world, mesh dims): a rank stuck on a dead peer gives up
+    after it. 1800 s (gloo's default) outlasts a peer's first-step compile or checkpoint save of a big model."""
     device_memory_gb: float | None = None
     """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100). Before a sweep runs, each trial's
     per-rank memory is estimated (launcher/perf/memory.py); one that cannot fit is recorded as

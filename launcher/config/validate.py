@@ -182,6 +182,17 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
         )
 
 
+def check_precision_device(precision: str, device_type: str) -> None:
+    """fp16 on CUDA is refused: its gradients underflow without loss scaling (a GradScaler, which
+    the built-in loop and its FSDP/pipeline layouts do not run). bf16 has fp32's range and the
+    same tensor-core peak on A100/H100. On CPU fp16 autocast stays allowed (no GPU peak to chase)."""
+    if precision == "fp16" and device_type == "cuda":
+        raise ConfigError(
+            "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
+            "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
+        )
+
+
 def _check_compile(cfg: LauncherConfig) -> None:
     """train.compile compiles in the first steps: warm-up must hold them (launcher/train/compiling.py)."""
     if not cfg.train.compile:

@@ -49,6 +49,8 @@ class LayoutSpec:
     """Pipeline microbatches per micro-step (m), under pp > 1."""
     virtual: int = 1
     """Stages per pipeline rank (v)."""
+    clip: bool = False
+    """optim.clip_grad_norm is on: the global norm's scalar all-reduces (Traffic.norm_groups)."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -79,10 +81,9 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     activation = batch.micro // mb * m.seq_len * m.d_model * wire
     blocks = m.n_layers // pp
     if spec.layout in FSDP_LAYOUTS:
-        # The pipeline's FSDP stages are sharded without a MixedPrecisionPolicy (engines/pipeline.py):
-        # their parameters are gathered in fp32.
-        param_dtype = wire if spec.layout in ("fsdp", "fsdp_tp") else REDUCE_BYTES
-        dp_kind, params = "fsdp", round(numel) * param_dtype
+        # Every FSDP layout, pipeline stages included, gathers parameters in the run's precision
+        # (MixedPrecisionPolicy, engines/fsdp.py and pipeline.py).
+        dp_kind, params = "fsdp", round(numel) * wire
     else:
         dp_kind, params = ("ddp" if spec.layout in DDP_LAYOUTS else "none"), 0
     tp_count = 0
@@ -105,7 +106,16 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         # Sequence-parallel stages hand over their sequence shard: each tp rank sends 1/tp of it.
         pp_bytes=activation // tp if pp > 1 else 0,
         pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
+        norm_groups=norm_groups(spec, dp_kind, tp=tp, pp=pp),
     )
+
+
+def norm_groups(spec: LayoutSpec, dp_kind: str, *, tp: int, pp: int) -> tuple[str, ...]:
+    """Where clipping's norm is all-reduced (train/clipping.py): over the mesh dims that shard a
+    DTensor gradient (FSDP's dp, tp) and over the pipeline's stages; DDP's gradient is whole."""
+    if not spec.clip:
+        return ()
+    return tuple(name for name, on in (("dp", dp_kind == "fsdp"), ("tp", tp > 1), ("pp", pp > 1)) if on)
 
 
 def layout_shape(
@@ -163,6 +173,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         reshard_after_forward=par.reshard_after_forward,
         microbatches=par.microbatches,
         virtual=virtual_stages(par),
+        clip=bool(cfg.optim.clip_grad_norm),
         measured_numel=numel,
     )
     return layout_shape(

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
+from launcher.config.validate import check_precision_device
 from launcher.train import checkpoint as ckpt
 from launcher.train import clipping, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
@@ -142,6 +143,7 @@ def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
     run on CUDA computes matmuls and convolutions in TF32, as production fp32 training does:
     strict fp32 would leave the tensor cores idle and measure a slower machine than anyone runs."""
     precision = resolve_precision(cfg.precision, device.type)
+    check_precision_device(precision, device.type)  # cluster.device=auto that found a GPU
     if device.type == "cuda" and precision == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from launcher.config.schema import LauncherConfig
 from launcher.train.dist import sync
 from launcher.train.engines.base import Engine, Topology, autocast
-from launcher.train.engines.fsdp import CollectiveCounter, local_numel, replay_seconds
+from launcher.train.engines.fsdp import PARAM_DTYPES, CollectiveCounter, local_numel, replay_seconds
 from launcher.train.engines.stages import StageModule, rank_stages
 from launcher.train.engines.tp import apply_tensor_parallel, cross_entropy, local_scalar, mixed_params
 from launcher.train.models import TokenModel, materialise
@@ -186,9 +186,12 @@ class PipelineEngine(Engine):
         self._stage_numel += sum(local_numel(p) for p in mod.parameters())
         if self.fsdp:
             mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
+            # As plain fsdp (fsdp.py): parameters gathered and computed in the run's precision
+            # (bf16 all-gathers move half the bytes of fp32), gradients reduced in fp32.
+            mp = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[self.cfg.precision], reduce_dtype=torch.float32)
             for block in mod.blocks.values():
-                fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-            fully_shard(mod, mesh=mesh, reshard_after_forward=reshard)
+                fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+            fully_shard(mod, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         materialise(mod, self.device, seed=self.cfg.seed)
         if self.layout == "dp_pp":
             ids = [self.device.index] if self.device.type == "cuda" else None
