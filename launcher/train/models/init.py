@@ -58,13 +58,17 @@ def materialise(
             for name, p in tensors:
                 full_name = f"{prefix}.{name}" if prefix else name
                 local = p.to_local() if isinstance(p, DTensor) else p
+                # Drawn straight into a CPU fp32 parameter: no second copy of the piece to allocate.
+                into = local if local.device.type == "cpu" and local.dtype == torch.float32 else None
                 try:
-                    value = initial_piece(owner, name, tuple(p.shape), param_seed(seed, full_name), local_index(p))
+                    index = local_index(p)
+                    value = initial_piece(owner, name, tuple(p.shape), param_seed(seed, full_name), index, out=into)
                 except TypeError:
                     if fallback is None:
                         raise
                     value = _piece_of(p, fallback(full_name))
-                local.copy_(value.to(device=device, dtype=p.dtype))
+                if value is not local:
+                    local.copy_(value.to(device=device, dtype=p.dtype))
     return module
 
 
@@ -98,17 +102,30 @@ def rule(owner: nn.Module, name: str) -> Fill:
 
 
 def initial_piece(
-    owner: nn.Module, name: str, shape: tuple[int, ...], seed: int, index: list[torch.Tensor]
+    owner: nn.Module,
+    name: str,
+    shape: tuple[int, ...],
+    seed: int,
+    index: list[torch.Tensor],
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The initial values of `owner.<name>` (full `shape`, `seed` its param_seed) at the positions
     `index[d]` of each dim d, drawn from the tiles they overlap only (the module docstring). On the
     CPU whatever the device: a CUDA generator gives other numbers for the same seed, and a GPU run
-    must start where the CPU reference (and every parity test) starts."""
+    must start where the CPU reference (and every parity test) starts. `out`: a contiguous CPU
+    fp32 tensor of the piece's shape, written in place and returned where the piece is one block of
+    the 2-D view (FSDP's and TP's pieces are); otherwise a new tensor is returned."""
     fill = rule(owner, name)
     rows_all, rest = (shape[0] if shape else 1), math.prod(shape[1:])
     rows = _span(index[0]) if shape else range(1)
     cols = _span(index[1]) if len(shape) == 2 else range(rest)  # a wider rank: whole rows, sliced below
-    block = _draw(fill, seed, (rows_all, rest), rows, cols)
+    whole_span = all(len(ix) == 0 or len(ix) == int(ix[-1]) - int(ix[0]) + 1 for ix in index[:2])
+    wide_whole = all(len(ix) == n for ix, n in zip(index[1:], shape[1:], strict=True)) if len(shape) > 2 else True
+    direct = out is not None and out.is_contiguous() and whole_span and wide_whole
+    block = _draw(fill, seed, (rows_all, rest), rows, cols, out=out.view(len(rows), len(cols)) if direct else None)
+    if direct:
+        return out
     if not shape:
         return block.reshape(())
     block = block.reshape(len(rows), *(shape[1:] if len(shape) != 2 else (len(cols),)))
@@ -123,15 +140,17 @@ def _span(ix: torch.Tensor) -> range:
     return range(int(ix.min()), int(ix.max()) + 1) if len(ix) else range(0)
 
 
-def _draw(fill: Fill, seed: int, shape2d: tuple[int, int], rows: range, cols: range) -> torch.Tensor:
-    """[rows, cols] of the tensor's 2-D view `shape2d`, from the tiles they overlap."""
+def _draw(
+    fill: Fill, seed: int, shape2d: tuple[int, int], rows: range, cols: range, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[rows, cols] of the tensor's 2-D view `shape2d`, from the tiles they overlap (into `out`)."""
     n_rows, n_cols = shape2d
+    out = torch.empty(len(rows), len(cols)) if out is None else out
     if n_rows * n_cols <= TILE:  # one tile: the whole tensor from the parameter's own seed
         whole = fill(torch.empty(shape2d), torch.Generator().manual_seed(seed))
-        return whole[rows.start : rows.stop, cols.start : cols.stop]
+        return out.copy_(whole[rows.start : rows.stop, cols.start : cols.stop])
     tile_cols = min(n_cols, TILE_COLS)
     tile_rows = max(1, TILE // tile_cols)
-    out = torch.empty(len(rows), len(cols))
     for i in range(rows.start // tile_rows, -(-rows.stop // tile_rows)):
         r0, r1 = i * tile_rows, min((i + 1) * tile_rows, n_rows)
         for j in range(cols.start // tile_cols, -(-cols.stop // tile_cols)):
