@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from datetime import timedelta
@@ -78,13 +79,18 @@ def mesh_group_options(shape: tuple[int, ...], names: tuple[str, ...], timeout_s
     dim's groups with its own default (10 min on NCCL, 30 on gloo), whatever the world group was
     given. A dim spanning the whole world is left out: torch then reuses the world group (which
     has the timeout already) instead of opening a second communicator over every rank."""
-    timeout = timedelta(seconds=timeout_s)
+    world, timeout = dist.get_world_size(), timedelta(seconds=timeout_s)
+    return {name: _group_options(timeout) for name, size in zip(names, shape, strict=True) if size != world}
+
+
+def _group_options(timeout: timedelta) -> Any:
+    """Options for one new group: NCCL's, copied from the world group's own (what torch uses when
+    given none; one copy per group, as torch's split modifies them), else gloo's, which only the
+    timeout is read from; with `timeout`."""
     backend = dist.get_backend()
     if backend == "nccl":
-        options: Any = dist.ProcessGroupNCCL.Options()
-        options.is_high_priority_stream = False  # torch's own default for a group made without options
-    else:  # gloo (and test backends) read only the timeout from it
+        options = copy.deepcopy(dist.group.WORLD._get_backend(torch.device("cuda")).options)
+    else:
         options = torch._C._distributed_c10d.Backend.Options(backend, timeout)
     options._timeout = timeout
-    world = dist.get_world_size()
-    return {name: options for name, size in zip(names, shape, strict=True) if size != world}
+    return options
