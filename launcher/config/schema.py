@@ -64,9 +64,8 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`:
-    Llama-style decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`:
-    per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style
+    decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -125,8 +124,7 @@ class ParallelConfig:
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
-    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout:
-    the world size)."""
+    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout: the world size)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
@@ -183,6 +181,8 @@ class OptimConfig:
     """How lr follows the global batch: none, linear (lr·G/G₀) or sqrt (lr·√(G/G₀))."""
     base_global_batch: int = 8
     """G₀: the global batch at which `lr` was tuned."""
+    clip_grad_norm: float | None = 1.0
+    """Clip gradients to this global L2 norm before each step (1.0, as LLM recipes); 0 or null: off."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -228,8 +228,7 @@ class ClusterConfig:
     intra_link: Link = Link.nvlink
     """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
     inter_link: Link = Link.ib400
-    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says
-    otherwise."""
+    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says otherwise."""
     nics_per_node: int | None = None
     """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
     DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
@@ -237,8 +236,9 @@ class ClusterConfig:
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0
     """local: a trial still running after this many seconds is killed and recorded as failed."""
-    pg_timeout_s: float = 120.0
-    """torch.distributed collective timeout: a rank stuck on a dead peer gives up after this."""
+    pg_timeout_s: float = 1800.0
+    """Collective timeout of every process group (world, mesh dims): a rank stuck on a dead peer gives up
+    after it. 1800 s (gloo's default) outlasts a peer's first-step compile or checkpoint save of a big model."""
     device_memory_gb: float | None = None
     """Memory of one GPU in GiB (e.g. 80 for an 80 GB A100/H100); null: the peak table's for device_name
     (compute/peaks.py), unchecked for a device it lacks. Each trial's per-rank memory is estimated first

@@ -141,6 +141,12 @@ def _check_optim(o: OptimConfig) -> None:
             raise ConfigError(f"{key}={beta} must be in [0, 1); set e.g. {key}=0.9")
     at_least("optim.warmup_steps", o.warmup_steps, 0, 0)
     at_least("optim.base_global_batch", o.base_global_batch, 1, 8)
+    clip = o.clip_grad_norm
+    if clip is not None and not (math.isfinite(clip) and clip >= 0):
+        raise ConfigError(
+            f"optim.clip_grad_norm={clip} must be a finite norm ≥ 0 (0 or null: no clipping); set e.g. "
+            "optim.clip_grad_norm=1.0"
+        )
 
 
 def _check_data(d: DataConfig, m: ModelConfig) -> None:
@@ -174,6 +180,17 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
         raise ConfigError(
             f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
             "use a larger file or a shorter model.seq_len"
+        )
+
+
+def check_precision_device(precision: str, device_type: str) -> None:
+    """fp16 on CUDA is refused: its gradients underflow without loss scaling (a GradScaler, which
+    the built-in loop and its FSDP/pipeline layouts do not run). bf16 has fp32's range and the
+    same tensor-core peak on A100/H100. On CPU fp16 autocast stays allowed (no GPU peak to chase)."""
+    if precision == "fp16" and device_type == "cuda":
+        raise ConfigError(
+            "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
+            "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
         )
 
 

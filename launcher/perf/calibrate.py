@@ -134,6 +134,7 @@ def layout_spec(m: Measured) -> LayoutSpec:
         reshard_after_forward=par.get("reshard_after_forward", True),
         microbatches=par.get("microbatches", 1),
         virtual=par.get("virtual_stages", 1) if interleaved else 1,
+        clip=bool((m.config.get("optim") or {}).get("clip_grad_norm")),  # older records: none clipped
         measured_numel=_measured_numel(m),
     )
 

@@ -191,6 +191,9 @@ class Traffic:
     pp_sends: int = 0
     """Sends on the pipeline's critical path per optimizer step: 2 (forward, backward) per slot
     of the schedule, v·m + p − 1 slots per micro-step."""
+    norm_groups: tuple[str, ...] = ()
+    """Groups (of "dp", "tp", "pp") over which gradient clipping completes the global norm: one
+    fp32 scalar all-reduce each per optimizer step (train/clipping.py): FSDP's dp, tp, pp."""
 
     def __post_init__(self) -> None:
         if self.data_parallel not in tuple(DataParallel):
@@ -200,5 +203,7 @@ class Traffic:
                 raise ValueError(f"traffic: {name} must be ≥ 0, got {getattr(self, name)}")
         if self.blocks < 1 or self.passes < 1:
             raise ValueError(f"traffic: blocks and passes must be ≥ 1, got {self.blocks}, {self.passes}")
+        if not set(self.norm_groups) <= {"dp", "tp", "pp"}:
+            raise ValueError(f"traffic: norm_groups must name dp, tp or pp, got {self.norm_groups}")
         if not 0.0 <= self.root_share <= 1.0:
             raise ValueError(f"traffic: root_share must be in [0, 1], got {self.root_share}")

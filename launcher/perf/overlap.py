@@ -18,6 +18,10 @@ FSDP     per pass: the root's and the first block's all-gathers are exposed, blo
          pipeline stage that keeps its parameters: Traffic.gathered_once).
 TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them.
 PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
+CLIP     gradient clipping's global norm: one fp32 scalar all-reduced per step on each group that
+         splits the gradients (Traffic.norm_groups), between the last backward and the optimizer
+         step, with nothing to hide under: exposed in full, in its group's part. Four bytes: its
+         time is the ring's latency, 2(n−1)·α (a tree's 2·log₂n·α across nodes), microseconds.
 """
 
 from __future__ import annotations
@@ -113,13 +117,23 @@ def comm_terms(
     if t.pp_sends and groups.pp.size > 1:
         crosses = groups.pp.spans_nodes
         pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
+    norm = {name: _norm_s(getattr(groups, name), topo, intra, inter) for name in t.norm_groups}
+    dp_norm, tp_norm, pp_norm = (norm.get(name, 0.0) for name in ("dp", "tp", "pp"))
     return CommTerms(
-        dp_total_s=dp_total,
-        dp_exposed_s=dp_exposed,
-        tp_total_s=tp_total,
-        tp_exposed_s=TP_EXPOSED * tp_total,
-        pp_total_s=pp_total,
+        dp_total_s=dp_total + dp_norm,
+        dp_exposed_s=dp_exposed + dp_norm,
+        tp_total_s=tp_total + tp_norm,
+        tp_exposed_s=TP_EXPOSED * tp_total + tp_norm,
+        pp_total_s=pp_total + pp_norm,
     )
+
+
+NORM_BYTES = 4
+"""One fp32 scalar: gradient clipping's norm (squared) all-reduced per group."""
+
+
+def _norm_s(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
+    return allreduce_s(NORM_BYTES, g, topo, intra, inter) if g.size > 1 else 0.0
 
 
 def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window: float) -> tuple[float, float]:

@@ -48,6 +48,8 @@ class LayoutSpec:
     """Pipeline microbatches per micro-step (m), under pp > 1."""
     virtual: int = 1
     """Stages per pipeline rank (v)."""
+    clip: bool = False
+    """optim.clip_grad_norm is on: the global norm's scalar all-reduces (Traffic.norm_groups)."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -80,9 +82,9 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     row = traits(spec.layout)
     dp_kind, params = row.data_parallel, 0
     if dp_kind == DataParallel.fsdp:
-        # The pipeline's FSDP stages are sharded without a MixedPrecisionPolicy (engines/pipeline.py):
-        # their parameters are gathered in fp32.
-        params = round(numel) * (REDUCE_BYTES if row.splits("pp") else wire)
+        # Every FSDP layout, pipeline stages included, gathers parameters in the run's precision
+        # (MixedPrecisionPolicy, engines/fsdp.py and pipeline.py).
+        params = round(numel) * wire
     tp_count = 0
     if tp > 1:
         # Full checkpointing replays each block's forward, its collectives (half the block's) with it;
@@ -103,7 +105,16 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         # Sequence-parallel stages hand over their sequence shard: each tp rank sends 1/tp of it.
         pp_bytes=activation // tp if pp > 1 else 0,
         pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
+        norm_groups=norm_groups(spec, dp_kind, tp=tp, pp=pp),
     )
+
+
+def norm_groups(spec: LayoutSpec, dp_kind: str, *, tp: int, pp: int) -> tuple[str, ...]:
+    """Where clipping's norm is all-reduced (train/clipping.py): over the mesh dims that shard a
+    DTensor gradient (FSDP's dp, tp) and over the pipeline's stages; DDP's gradient is whole."""
+    if not spec.clip:
+        return ()
+    return tuple(name for name, on in (("dp", dp_kind == "fsdp"), ("tp", tp > 1), ("pp", pp > 1)) if on)
 
 
 def layout_shape(
@@ -161,6 +172,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         reshard_after_forward=par.reshard_after_forward,
         microbatches=par.microbatches,
         virtual=virtual_stages(par),
+        clip=bool(cfg.optim.clip_grad_norm),
         measured_numel=numel,
     )
     return layout_shape(

@@ -20,6 +20,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -82,3 +83,13 @@ def load(path: Path, module, optimizer) -> None:
 def requeue_marker(trial_dir: Path) -> Path:
     """The file the job script looks for to requeue itself (one per attempt)."""
     return trial_dir / f"checkpointed.attempt{attempt(os.environ)}"
+
+
+def save_full_params(engine: Any, path: Path) -> None:
+    """Rank 0 saves every parameter, complete, to `path` (--save-params: the parity tests).
+    Collective. Only on request: the gather costs what the model weighs (a pipeline gathers every
+    stage to rank 0's host, tensor parallel copies the whole model to each rank's host, FSDP
+    gathers fp32 to rank 0), which at 8B parameters is an `oom` after training finished."""
+    full = engine.full_state_dict()
+    if full is not None:
+        torch.save(full, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from datetime import timedelta
@@ -70,3 +71,26 @@ def sync(device: torch.device) -> None:
     """Wait for queued device work, so host timers measure it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def mesh_group_options(shape: tuple[int, ...], names: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    """init_device_mesh's `backend_override` that gives each sub-group of a mesh of `shape` over
+    the initialised world the collective timeout `timeout_s`. Without it torch creates a mesh
+    dim's groups with its own default (10 min on NCCL, 30 on gloo), whatever the world group was
+    given. A dim spanning the whole world is left out: torch then reuses the world group (which
+    has the timeout already) instead of opening a second communicator over every rank."""
+    world, timeout = dist.get_world_size(), timedelta(seconds=timeout_s)
+    return {name: _group_options(timeout) for name, size in zip(names, shape, strict=True) if size != world}
+
+
+def _group_options(timeout: timedelta) -> Any:
+    """Options for one new group: NCCL's, copied from the world group's own (what torch uses when
+    given none; one copy per group, as torch's split modifies them), else gloo's, which only the
+    timeout is read from; with `timeout`."""
+    backend = dist.get_backend()
+    if backend == "nccl":
+        options = copy.deepcopy(dist.group.WORLD._get_backend(torch.device("cuda")).options)
+    else:
+        options = torch._C._distributed_c10d.Backend.Options(backend, timeout)
+    options._timeout = timeout
+    return options

@@ -20,8 +20,9 @@ import torch.distributed as dist
 
 from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
+from launcher.config.validate import check_precision_device
 from launcher.train import checkpoint as ckpt
-from launcher.train import measure, nvml, profile
+from launcher.train import clipping, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -73,6 +74,9 @@ class Run:
     """train.compile: times the compilations, booked to the step they ran in; None: not compiled."""
     compiled_units: int = 0
     """Modules compiled in place (compiling.compile_units)."""
+    grad_norms: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """Each optimizer step's global gradient norm before clipping (optim.clip_grad_norm on), on
+    the device: read once, after the timed steps."""
 
 
 def train(
@@ -97,6 +101,7 @@ def train(
     with nvml.sampling(device) as gpu:  # this rank's GPU as NVML sees it, read on a background thread
         trained = run_steps(run, start_step=resume(run))
     memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
+    clipped = clipping.metrics(run.grad_norms, cfg.optim.clip_grad_norm)  # the timed steps' (profile's come after)
     compiled = compile_metrics(
         run.compile_clock,
         units=run.compiled_units,
@@ -112,9 +117,8 @@ def train(
             folder=trace_dir,
             first_step=trial.steps,
         )
-    full = run.engine.full_state_dict()  # collective: every rank takes part, rank 0 gets it
-    if save_params is not None and full is not None:
-        torch.save(full, save_params)
+    if save_params is not None:  # every rank has the same argv: all of them take part, or none
+        ckpt.save_full_params(run.engine, save_params)
     out = {
         **measure.summarize(
             trained,
@@ -130,7 +134,7 @@ def train(
         ),
         **traced,
     }
-    out["metrics"].update(compiled)
+    out["metrics"].update(compiled | clipped)
     return out
 
 
@@ -139,6 +143,7 @@ def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
     run on CUDA computes matmuls and convolutions in TF32, as production fp32 training does:
     strict fp32 would leave the tensor cores idle and measure a slower machine than anyone runs."""
     precision = resolve_precision(cfg.precision, device.type)
+    check_precision_device(precision, device.type)  # cluster.device=auto that found a GPU
     if device.type == "cuda" and precision == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -155,7 +160,7 @@ def build(
     stop: ckpt.StopFlag | None,
     log: Callable[..., None],
 ) -> Run:
-    topo = Topology.build(trial, renv.rank, device)
+    topo = Topology.build(trial, renv.rank, device, timeout_s=cfg.cluster.pg_timeout_s)
     torch.manual_seed(cfg.seed)
     with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
         model = build_model(cfg.model)
@@ -317,6 +322,11 @@ def optimizer_step(run: Run, micro_batches: list[torch.Tensor]) -> torch.Tensor 
     """One timed step; returns this rank's loss (None on ranks that compute none), still on the
     device: nothing here waits for the device to finish."""
     loss = run.engine.forward_backward(micro_batches)
+    max_norm = run.cfg.optim.clip_grad_norm
+    if clipping.enabled(max_norm):
+        run.grad_norms.append(
+            clipping.clip_grad_norm(run.engine.parameters(), max_norm, pp_group=run.engine.grad_norm_group())
+        )
     run.optimizer.step()
     run.schedule.step()
     run.optimizer.zero_grad(set_to_none=True)

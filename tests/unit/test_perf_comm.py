@@ -152,7 +152,7 @@ def test_traffic_bytes_follow_the_dtype_on_the_wire():
     # DDP's parameters stay fp32 under autocast: so are the gradients it all-reduces.
     ddp = shape_for(_cfg("model=gpt_1_3b", "precision=bf16", "parallel=ddp"), 16).traffic
     assert (ddp.data_parallel, ddp.grad_bytes, ddp.param_bytes) == ("ddp", 4 * numel, 0)
-    # A pipeline's FSDP stages run without a MixedPrecisionPolicy: fp32 gathers, a stage's share.
+    # A pipeline's FSDP stages gather in the run's precision too (MixedPrecisionPolicy), a stage's share.
     pp = shape_for(
         _cfg(
             "model=gpt_1_3b",
@@ -165,7 +165,7 @@ def test_traffic_bytes_follow_the_dtype_on_the_wire():
         16,
     )
     stage, _ = rank_numel(parts, 24, 1, 2)
-    assert (pp.traffic.param_bytes, pp.traffic.blocks, pp.traffic.passes) == (4 * round(stage), 12, 4)
+    assert (pp.traffic.param_bytes, pp.traffic.blocks, pp.traffic.passes) == (2 * round(stage), 12, 4)
     # A trial's measured gradient (a model the config describes only roughly) is taken as it ran.
     spec = LayoutSpec(layout="fsdp", model=cfg.model, precision="bf16", measured_numel=1000)
     t = traffic(spec, tp=1, pp=1, batch=BatchMath(micro=8, accum=1, dp=16, global_batch=128))
@@ -173,8 +173,14 @@ def test_traffic_bytes_follow_the_dtype_on_the_wire():
 
 
 def test_tensor_parallel_collectives_per_block_and_pass():
-    cfg = _cfg(
-        "model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp", "parallel.tp=8", "batch.micro=2", "batch.accum=3"
+    cfg = _cfg(  # no clipping: its scalar all-reduce on tp would join the term (test_production_habits.py)
+        "model=gpt_1_3b",
+        "precision=bf16",
+        "parallel=fsdp_tp",
+        "parallel.tp=8",
+        "batch.micro=2",
+        "batch.accum=3",
+        "optim.clip_grad_norm=0",
     )
     shape = shape_for(cfg, 64)
     t = shape.traffic
@@ -213,6 +219,7 @@ def test_pipeline_sends_per_microbatch_across_the_boundary():
         "batch.micro=8",
         "batch.accum=2",
         "cluster.nics_per_node=8",
+        "optim.clip_grad_norm=0",  # its scalar all-reduce on pp would join the sends (test_production_habits.py)
     )
     shape = shape_for(cfg, 32)
     t = shape.traffic

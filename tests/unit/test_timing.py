@@ -103,7 +103,7 @@ class StandIn:
 
 
 def stand_in_run(engine: StandIn, *, steps: int, checkpoint_dir=None, stop=None, every: int = 0) -> loop.Run:
-    cfg = compose_config(["optim=sgd", "optim.lr=0.01"])
+    cfg = compose_config(["optim=sgd", "optim.lr=0.01", "optim.clip_grad_norm=0"])  # the stand-in has no grads to clip
     trial = dataclasses.replace(
         make_trial(cfg, index=0, world_size=1, steps=steps, warmup_steps=1),
         checkpoint=checkpoint_dir is not None,

@@ -18,6 +18,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from launcher.config.schema import LauncherConfig
+from launcher.train.dist import mesh_group_options
 from launcher.trials.spec import Trial
 
 
@@ -47,8 +48,12 @@ class Topology:
         return self.rank % self.tp
 
     @classmethod
-    def build(cls, trial: Trial, rank: int, device: torch.device) -> Topology:
-        mesh = init_device_mesh(device.type, (trial.dp, trial.pp, trial.tp), mesh_dim_names=("dp", "pp", "tp"))
+    def build(cls, trial: Trial, rank: int, device: torch.device, *, timeout_s: float) -> Topology:
+        """The (dp, pp, tp) mesh over the initialised world; every group it creates waits at most
+        `timeout_s` (cluster.pg_timeout_s) in a collective, as the world group does."""
+        shape = (trial.dp, trial.pp, trial.tp)
+        override = mesh_group_options(shape, ("dp", "pp", "tp"), timeout_s)
+        mesh = init_device_mesh(device.type, shape, mesh_dim_names=("dp", "pp", "tp"), backend_override=override)
         return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh)
 
 
@@ -86,6 +91,12 @@ class Engine(ABC):
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """Every parameter, complete, under the reference TokenModel's names, on global rank 0
         (None elsewhere). Collective: every rank must call it."""
+
+    def grad_norm_group(self) -> Any:
+        """The group over which this rank's gradients are only a part of the model's and add up
+        to the global norm (a pipeline's pp group: each stage holds its own parameters); None
+        where the rank holds the whole model, whole or as DTensor pieces (clipping.py)."""
+        return None
 
     def compute_seconds(self, batch: torch.Tensor) -> float | None:
         """Median forward+backward time of one micro-batch with gradient sync off (for CCR); None

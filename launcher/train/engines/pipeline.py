@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
@@ -48,7 +48,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.layouts import DataParallel, traits
 from launcher.train.dist import sync
 from launcher.train.engines.base import Engine, Topology, autocast
-from launcher.train.engines.fsdp import CollectiveCounter, local_numel, replay_seconds
+from launcher.train.engines.fsdp import PARAM_DTYPES, CollectiveCounter, local_numel, replay_seconds
 from launcher.train.engines.stages import StageModule, rank_stages
 from launcher.train.engines.tp import apply_tensor_parallel, cross_entropy, local_scalar, mixed_params
 from launcher.train.models import TokenModel, materialise
@@ -189,9 +189,12 @@ class PipelineEngine(Engine):
         self._stage_numel += sum(local_numel(p) for p in mod.parameters())
         if self.fsdp:
             mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
+            # As plain fsdp (fsdp.py): parameters gathered and computed in the run's precision
+            # (bf16 all-gathers move half the bytes of fp32), gradients reduced in fp32.
+            mp = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[self.cfg.precision], reduce_dtype=torch.float32)
             for block in mod.blocks.values():
-                fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-            fully_shard(mod, mesh=mesh, reshard_after_forward=reshard)
+                fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+            fully_shard(mod, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         materialise(mod, self.device, seed=self.cfg.seed)
         if self.data_parallel == DataParallel.ddp:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -300,6 +303,9 @@ class PipelineEngine(Engine):
         for part in gathered:
             full.update(part)
         return full
+
+    def grad_norm_group(self):
+        return self.pp_group  # each stage's parameters are its own: their squares add over pp
 
     def comm_group(self):
         return self.pp_group if self.data_parallel == DataParallel.none else self.dp_group
