@@ -254,7 +254,7 @@ def timing_kind(device: torch.device) -> str:
 
 def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     """The timed optimizer steps, from `start_step` to the trial's end, window by window."""
-    kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
+    fault = fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
     every = run.trial.checkpoint_every if run.checkpoint_dir is not None else 0
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
@@ -264,7 +264,7 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     while step < run.trial.steps:
         end = window_end(step, run.trial.steps, every)
         with compile_failures(enabled=run.compile_clock is not None):
-            times, losses, last = run_window(run, step, end, kill_at)
+            times, losses, last = run_window(run, step, end, fault)
         has_loss = any(loss is not None for loss in losses)
         step_times += times
         step_losses += [loss if loss is not None else torch.zeros((), device=run.device) for loss in losses]
@@ -291,7 +291,7 @@ def window_end(step: int, steps: int, checkpoint_every: int, window: int = WINDO
 
 
 def run_window(
-    run: Run, start: int, end: int, kill_at: int | None
+    run: Run, start: int, end: int, fault: tuple[str, int] | None
 ) -> tuple[list[float], list[torch.Tensor | None], list[torch.Tensor]]:
     """Steps start..end−1, none waiting for the device; (each step's seconds, each step's loss,
     the last step's micro-batches). A step's time includes fetching its batches."""
@@ -300,8 +300,8 @@ def run_window(
     micro_batches: list[torch.Tensor] = []
     clock.mark()
     for step in range(start, end):
-        if step == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if fault is not None and step == fault[1]:
+            inject_fault(fault[0])
         if step == run.trial.warmup_steps:
             measure.reset_memory_peak(run.device)  # GPU peaks of the steady state, not warm-up's one-offs
             nvml.timed_window_starts()
@@ -377,11 +377,23 @@ def checkpoint(run: Run, done: int, *, stopping: bool) -> None:
         raise ckpt.Preempted(done)
 
 
-def fault_step(spec: str | None, rank: int) -> int | None:
-    """`LAUNCHER_FAULT=kill:RANK:STEP` — test hook: that rank SIGKILLs itself at that step."""
+def fault_step(spec: str | None, rank: int) -> tuple[str, int] | None:
+    """`LAUNCHER_FAULT=KIND:RANK:STEP` — test hook: at that step that rank SIGKILLs itself (`kill`), or
+    raises the CUDA caching allocator's out-of-memory error (`oom`: a CPU stand-in for a GPU running out)."""
     if not spec:
         return None
     kind, fault_rank, step = spec.split(":")
-    if kind != "kill":
-        raise ValueError(f"LAUNCHER_FAULT={spec!r}: only kill:RANK:STEP is understood")
-    return int(step) if int(fault_rank) == rank else None
+    if kind not in ("kill", "oom"):
+        raise ValueError(f"LAUNCHER_FAULT={spec!r}: only kill:RANK:STEP or oom:RANK:STEP is understood")
+    return (kind, int(step)) if int(fault_rank) == rank else None
+
+
+def inject_fault(kind: str) -> None:
+    """What `LAUNCHER_FAULT` asks of this rank now."""
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    # The wording of c10/cuda/CUDACachingAllocator.cpp's OutOfMemoryError, as a real GPU run prints it.
+    raise torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB of which "
+        "1.06 GiB is free. (LAUNCHER_FAULT stand-in)"
+    )
