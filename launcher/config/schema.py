@@ -64,9 +64,8 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`:
-    Llama-style decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`:
-    per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style decoder
+    (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -90,16 +89,14 @@ class ModelConfig:
     norm_eps: float = 1e-5
     """llama: RMSNorm epsilon."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint,
-    non-reentrant): `none` keeps everything; `selective` is Megatron's selective recompute
-    (Korthikanti et al. 2022): only each block's attention core (scaled_dot_product_attention:
-    scores, causal softmax, weighted values) is recomputed in backward, the projections, norms
-    and feed-forward keep their activations; `full` keeps only each block's input and recomputes
-    the whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so
-    `selective` changes nothing there. Losses and parameters are unchanged (the same arithmetic,
-    done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
-    utilisation) counts. `_target_` models: `full` checkpoints each FSDP unit (parallel.fsdp_units
-    or the size policy; under ddp the same modules); `selective` is refused."""
+    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
+    everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
+    core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
+    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
+    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
+    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
+    each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
     _target_: str | None = None
     """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
     `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
@@ -125,8 +122,7 @@ class ParallelConfig:
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
-    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout:
-    the world size)."""
+    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout: the world size)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
@@ -138,9 +134,8 @@ class ParallelConfig:
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
     fsdp_units: list[str] = field(default_factory=list)
-    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g.
-    [Block, Bottleneck]); empty: the size policy (fsdp_min_params). The root holds the rest.
-    Built-in models always shard each block."""
+    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g. [Block, Bottleneck]);
+    empty: the size policy (fsdp_min_params). The root holds the rest. Built-in models always shard each block."""
     fsdp_min_params: int = 1_000_000
     """`_target_` models under fsdp with no fsdp_units: bottom-up, every module whose parameters
     not already in a unit below it number at least this becomes a unit (FSDP1's size policy)."""
@@ -228,8 +223,7 @@ class ClusterConfig:
     intra_link: Link = Link.nvlink
     """Link between devices of one node, for `launcher plan` when nothing measured says otherwise."""
     inter_link: Link = Link.ib400
-    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says
-    otherwise."""
+    """Network link between nodes, one NIC's rate, for `launcher plan` when nothing measured says otherwise."""
     nics_per_node: int | None = None
     """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
     DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
@@ -244,9 +238,8 @@ class ClusterConfig:
     (compute/peaks.py), unchecked for a device it lacks. Each trial's per-rank memory is estimated first
     (perf/memory.py): one that cannot fit is a predicted `oom`, not launched (plan: `oom (predicted)`)."""
     host_memory_gb: float | None = None
-    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
-    trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,
-    else no check."""
+    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU trials. Null: this
+    machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set, else no check."""
     # --- slurm only ---------------------------------------------------------------------
     partition: str | None = None
     """`--partition`; null → the cluster's default partition."""
@@ -303,11 +296,10 @@ class SweepConfig:
     nodes: list[int] | None = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
-    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at
-    least 3 and at most max_repeats times). Sizes run interleaved, one repeat of each per round
-    (1,2,4,1,2,4,…), so drift over the sweep hits every size alike; the table judges each size by
-    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py
-    holds the rule."""
+    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3
+    and at most max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…),
+    so drift over the sweep hits every size alike; the table judges each size by its median, with a 90%
+    bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""
@@ -322,9 +314,8 @@ class SweepConfig:
     threshold: float = 0.8
     """Scaling efficiency a size must keep (max_efficient policy; adaptive search stops below it)."""
     search: Search = Search.grid
-    """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds,
-    stop when it falls below the threshold (or the calibrated model says the next size cannot meet
-    it), then refine between the last good and the first bad size."""
+    """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds, stop
+    below the threshold (or when the calibrated model says the next size cannot meet it), then refine."""
     policy: PolicyName = PolicyName.max_efficient
     """How to pick the size: `max_efficient` (largest with efficiency ≥ threshold), `min_cost`
     (lowest cost per token), `fastest_within_budget` (highest throughput whose cost of
@@ -335,15 +326,17 @@ class SweepConfig:
     """fastest_within_budget: device-hours (GPU-hours) the run may spend on token_budget tokens."""
     budget_usd: float | None = None
     """fastest_within_budget: dollars the run may spend on token_budget tokens."""
+    force_sizes: list[int] = field(default_factory=list)
+    """Sizes run although their memory estimate predicts `oom` (world sizes; node counts with `nodes`),
+    e.g. `sweep.force_sizes=[8]`: the predicted-OOM gate says it let them through; the real end is the row."""
     results_dir: str = "results"
     """Folder that receives `<sweep-id>/`."""
     name: str | None = None
     """Sweep id; default is `<timestamp>-<model>-<layout>`."""
     pending_timeout_s: float = 600.0
-    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the
-    sweep detaches instead of waiting forever: it prints Slurm's Reason for each waiting job and
-    how to follow it (`launcher status` / `launcher collect`), and leaves the jobs queued. 0: wait
-    as long as it takes."""
+    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the sweep detaches instead
+    of waiting forever: it prints Slurm's Reason for each waiting job and how to follow it (`launcher status` /
+    `launcher collect`), and leaves the jobs queued. 0: wait as long as it takes."""
     profile: bool = False
     """torch.profiler trace of a few extra steps after the timed ones (so no figure carries its
     overhead) into the trial folder's `trace-rank0.pt.trace.json`, linked from the report."""
