@@ -8,7 +8,7 @@ largest rank's peak resident set, `cpu_max_rss`) is compared with the estimate o
 rank (launcher/perf/memory.py, runtime included). The margin: the worst under-estimate
 (1 − min estimate ÷ measured, 0 when every estimate is above its measurement) plus CUSHION for
 what a CPU trial cannot show (the CUDA caching allocator's fragmentation, NCCL's buffers); the
-plan's MEMORY_MARGIN (launcher/perf/memory_limit.py) cites the result.
+MEMORY_MARGIN (launcher/perf/memory.py: `launcher plan` and the sweep's predicted-OOM gate) cites the result.
 
     python -m benchmarks.memory_accuracy [--steps 4]
 
@@ -25,8 +25,7 @@ from pathlib import Path
 
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, atomic_write_text, read_json
-from launcher.perf.memory import GIB, estimate
-from launcher.perf.memory_limit import MEMORY_MARGIN
+from launcher.perf.memory import GIB, MEMORY_MARGIN, estimate
 from launcher.run.local import run_local
 from launcher.trials.folder import trial_document
 from launcher.trials.spec import make_trial

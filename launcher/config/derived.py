@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import BatchConfig, ClusterConfig, LauncherConfig, OptimConfig
+from launcher.layouts import DataParallel, traits
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -46,8 +47,12 @@ def batch_math(batch: BatchConfig, dp: int) -> BatchMath:
 
 
 def scaling_mode(cfg: LauncherConfig) -> str:
-    """`weak` (per-rank batch fixed) unless batch.global_batch fixes the global batch (`strong`)."""
-    return "weak" if cfg.batch.global_batch is None else "strong"
+    """`weak` (per-rank batch fixed) unless the global batch is fixed across sizes (`strong`): by
+    batch.global_batch, or by a layout without data parallelism (its launcher/layouts.py row's
+    data_parallel is none: dp = 1 at every size, so micro × accum is the whole global batch: tp, pipeline)."""
+    if cfg.batch.global_batch is not None or traits(cfg.parallel.layout).data_parallel == DataParallel.none:
+        return "strong"
+    return "weak"
 
 
 def ranks_per_node(cluster: ClusterConfig) -> int:

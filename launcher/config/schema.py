@@ -5,43 +5,34 @@ into the schema Hydra composes recipes onto (`load.schema`, registered by `compo
 composition rejects unknown keys, wrong types and values outside a choice; `OmegaConf.to_object`
 turns a composed config back into these objects. Every config key is its field's name.
 
-A field with a closed set of values is typed by a `StrEnum` (OmegaConf supports Enum, not
-Literal). Its members are `str`s: they compare equal to, and write to JSON as, their values.
-OmegaConf looks members up by name, so every member's name is its value (Layout: launcher/layouts.py's rows).
+A field with a closed set of values is typed by a `StrEnum` of launcher/config/choices.py (imported
+here, so `from launcher.config.schema import Layout` keeps working).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from launcher.layouts import LAYOUTS
-
-
-def _choices(name: str, values: str) -> type[StrEnum]:
-    """A StrEnum whose member names are its values (`1f1b` is no identifier: class syntax cannot)."""
-    return StrEnum(name, [(v, v) for v in values.split()], module=__name__)  # type: ignore[return-value]
-
-
-Arch = _choices("Arch", "gpt mlp llama")
-Checkpointing = _choices("Checkpointing", "none selective full")
-Layout = _choices("Layout", " ".join(LAYOUTS))
-Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
-Backend = _choices("Backend", "auto gloo nccl")
-OptimName = _choices("OptimName", "adamw sgd")
-LrScaling = _choices("LrScaling", "none linear sqrt")
-DataKind = _choices("DataKind", "synthetic file dataset")
-TokenDtype = _choices("TokenDtype", "uint16 int32 int64")
-ClusterKind = _choices("ClusterKind", "local slurm")
-DeviceKind = _choices("DeviceKind", "auto cpu cuda")
-# Interconnect presets; launcher/perf/links.py holds their bandwidth and latency.
-Link = _choices("Link", "nvlink pcie ib400 ib200 eth100 eth10")
-Launch = _choices("Launch", "srun torchrun")
-Search = _choices("Search", "grid adaptive")
-PolicyName = _choices("PolicyName", "max_efficient min_cost fastest_within_budget")
-Precision = _choices("Precision", "auto fp32 bf16 fp16")
-InputDtype = _choices("InputDtype", "float32 float64 float16 bfloat16 int64 int32 uint8 bool")
+from launcher.config.choices import (
+    Arch,
+    Backend,
+    Checkpointing,
+    ClusterKind,
+    DataKind,
+    DeviceKind,
+    InputDtype,
+    Launch,
+    Layout,
+    Link,
+    LrScaling,
+    OptimName,
+    PolicyName,
+    Precision,
+    Schedule,
+    Search,
+    TokenDtype,
+)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -64,8 +55,8 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style
-    decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style decoder
+    (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -89,16 +80,14 @@ class ModelConfig:
     norm_eps: float = 1e-5
     """llama: RMSNorm epsilon."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint,
-    non-reentrant): `none` keeps everything; `selective` is Megatron's selective recompute
-    (Korthikanti et al. 2022): only each block's attention core (scaled_dot_product_attention:
-    scores, causal softmax, weighted values) is recomputed in backward, the projections, norms
-    and feed-forward keep their activations; `full` keeps only each block's input and recomputes
-    the whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so
-    `selective` changes nothing there. Losses and parameters are unchanged (the same arithmetic,
-    done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
-    utilisation) counts. `_target_` models: `full` checkpoints each FSDP unit (parallel.fsdp_units
-    or the size policy; under ddp the same modules); `selective` is refused."""
+    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
+    everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
+    core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
+    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
+    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
+    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
+    each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
     _target_: str | None = None
     """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
     `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
@@ -136,9 +125,8 @@ class ParallelConfig:
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
     fsdp_units: list[str] = field(default_factory=list)
-    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g.
-    [Block, Bottleneck]); empty: the size policy (fsdp_min_params). The root holds the rest.
-    Built-in models always shard each block."""
+    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g. [Block, Bottleneck]);
+    empty: the size policy (fsdp_min_params). The root holds the rest. Built-in models always shard each block."""
     fsdp_min_params: int = 1_000_000
     """`_target_` models under fsdp with no fsdp_units: bottom-up, every module whose parameters
     not already in a unit below it number at least this becomes a unit (FSDP1's size policy)."""
@@ -244,9 +232,8 @@ class ClusterConfig:
     (compute/peaks.py), unchecked for a device it lacks. Each trial's per-rank memory is estimated first
     (perf/memory.py): one that cannot fit is a predicted `oom`, not launched (plan: `oom (predicted)`)."""
     host_memory_gb: float | None = None
-    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
-    trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,
-    else no check."""
+    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU trials. Null: this
+    machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set, else no check."""
     # --- slurm only ---------------------------------------------------------------------
     partition: str | None = None
     """`--partition`; null → the cluster's default partition."""
@@ -261,6 +248,11 @@ class ClusterConfig:
     gpus_per_node: int = 0
     """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU: each rank uses the GPU at its
     local rank among those it sees (CUDA_VISIBLE_DEVICES), never one another rank uses."""
+    gpus_per_task: int | None = None
+    """srun launch: `--gpus-per-task=N` (job and step) in place of `--gres=gpu:gpus_per_node`: Slurm binds each
+    rank its own N GPUs, and each rank sees only those (its first is its device)."""
+    gpu_bind: str | None = None
+    """srun launch: `--gpu-bind=` (job and step): `single:1`, `closest`, `map_gpu:0,1`, … so each rank sees one GPU."""
     tasks_per_node: int | None = None
     """Ranks per node; null → gpus_per_node, or 1 without GPUs."""
     cpus_per_task: int = 1
@@ -303,11 +295,10 @@ class SweepConfig:
     nodes: list[int] | None = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
-    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at
-    least 3 and at most max_repeats times). Sizes run interleaved, one repeat of each per round
-    (1,2,4,1,2,4,…), so drift over the sweep hits every size alike; the table judges each size by
-    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py
-    holds the rule."""
+    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3
+    and at most max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…),
+    so drift over the sweep hits every size alike; the table judges each size by its median, with a 90%
+    bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""
@@ -322,9 +313,8 @@ class SweepConfig:
     threshold: float = 0.8
     """Scaling efficiency a size must keep (max_efficient policy; adaptive search stops below it)."""
     search: Search = Search.grid
-    """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds,
-    stop when it falls below the threshold (or the calibrated model says the next size cannot meet
-    it), then refine between the last good and the first bad size."""
+    """`grid`: measure every size. `adaptive`: start at the smallest, double while efficiency holds, stop
+    below the threshold (or when the calibrated model says the next size cannot meet it), then refine."""
     policy: PolicyName = PolicyName.max_efficient
     """How to pick the size: `max_efficient` (largest with efficiency ≥ threshold), `min_cost`
     (lowest cost per token), `fastest_within_budget` (highest throughput whose cost of
@@ -335,15 +325,17 @@ class SweepConfig:
     """fastest_within_budget: device-hours (GPU-hours) the run may spend on token_budget tokens."""
     budget_usd: float | None = None
     """fastest_within_budget: dollars the run may spend on token_budget tokens."""
+    force_sizes: list[int] = field(default_factory=list)
+    """Sizes run although their memory estimate predicts `oom` (world sizes; node counts with `nodes`),
+    e.g. `sweep.force_sizes=[8]`: the predicted-OOM gate says it let them through; the real end is the row."""
     results_dir: str = "results"
     """Folder that receives `<sweep-id>/`."""
     name: str | None = None
     """Sweep id; default is `<timestamp>-<model>-<layout>`."""
     pending_timeout_s: float = 600.0
-    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the
-    sweep detaches instead of waiting forever: it prints Slurm's Reason for each waiting job and
-    how to follow it (`launcher status` / `launcher collect`), and leaves the jobs queued. 0: wait
-    as long as it takes."""
+    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the sweep detaches instead
+    of waiting forever: it prints Slurm's Reason for each waiting job and how to follow it (`launcher status` /
+    `launcher collect`), and leaves the jobs queued. 0: wait as long as it takes."""
     profile: bool = False
     """torch.profiler trace of a few extra steps after the timed ones (so no figure carries its
     overhead) into the trial folder's `trace-rank0.pt.trace.json`, linked from the report."""

@@ -258,6 +258,10 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
                 f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)"
             )
     _check_repeats(s)
+    sizes = list(s.nodes if s.nodes is not None else s.world_sizes)
+    if stray := [n for n in s.force_sizes if n not in sizes]:
+        key = "sweep.nodes" if s.nodes is not None else "sweep.world_sizes"
+        raise ConfigError(f"sweep.force_sizes={list(s.force_sizes)} holds {stray}, not among {key}={sizes}")
     if not s.pending_timeout_s >= 0:  # `not >=` also refuses NaN
         raise ConfigError(
             f"sweep.pending_timeout_s={s.pending_timeout_s} must be 0 (wait forever) or more; set e.g. "

@@ -19,6 +19,10 @@ _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+][A-Za-z0-9_.+-]{0,63}$")
 _SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_\[(][A-Za-z0-9_.&|,()\[\]*:!-]{0,199}$")
 _SLURM_TIME = re.compile(r"^([0-9]{1,4}-)?[0-9]{1,8}(:[0-9]{1,2}){0,2}$")
 _SLURM_MEM = re.compile(r"^[0-9]{1,12}[KMGT]?$")
+# --gpu-bind's forms (srun(1)), optionally after `verbose,`: no spaces or shell characters.
+_GPU_BIND = re.compile(
+    r"^(verbose,)?(closest|none|single:[0-9]{1,3}|per_task:[0-9]{1,3}|(map|mask)_gpu:[0-9a-fx,*]{1,200})$"
+)
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
 
 
@@ -28,6 +32,7 @@ def check_slurm(c: ClusterConfig) -> None:
     _check_script_lines(c)
     _check_node_shape(c)
     _check_binding(c)
+    _check_gpu_binding(c)
     if c.python is not None and (
         "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
     ):
@@ -124,6 +129,22 @@ def _check_binding(c: ClusterConfig) -> None:
         raise ConfigError(
             f"cluster.tasks_per_node={ranks} ranks would share cluster.gpus_per_node={c.gpus_per_node} GPUs: "
             f"one rank per GPU; set cluster.tasks_per_node={c.gpus_per_node} (or null: one per GPU)"
+        )
+
+
+def _check_gpu_binding(c: ClusterConfig) -> None:
+    """cluster.gpus_per_task and cluster.gpu_bind: Slurm's own forms, on srun launch (one task per rank)."""
+    if c.gpus_per_task is not None:
+        at_least("cluster.gpus_per_task", c.gpus_per_task, 1, 1)
+    if c.gpu_bind is not None and not _GPU_BIND.fullmatch(c.gpu_bind):
+        raise ConfigError(
+            f"cluster.gpu_bind={c.gpu_bind!r} is not a --gpu-bind form (closest, none, single:N, per_task:N, "
+            "map_gpu:IDS, mask_gpu:MASKS); set e.g. cluster.gpu_bind=single:1"
+        )
+    if (c.gpus_per_task is not None or c.gpu_bind is not None) and c.launch != "srun":
+        raise ConfigError(
+            f"cluster.gpus_per_task / cluster.gpu_bind bind GPUs to each task, but cluster.launch={c.launch} runs "
+            "one task per node; set cluster.launch=srun"
         )
 
 

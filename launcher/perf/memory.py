@@ -75,6 +75,17 @@ class RankMemory:
         return f"needs ~{self.total / GIB:.1f} GiB per rank ({each} GiB)"
 
 
+MEMORY_MARGIN = 0.05
+"""Share of a rank's memory kept free of the estimate, one margin for `launcher plan`
+(memory_limit.py) and the sweep's predicted-OOM gate (predicted_oom): a configuration fits when
+its estimate ≤ (1 − MEMORY_MARGIN) × the rank's memory. Derived in
+benchmarks/results/memory_accuracy.json (`python -m benchmarks.memory_accuracy`): CPU trials of
+every layout measured the peak resident memory against the estimate, estimate ÷ measured 1.11–1.21
+(never under: worst under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not
+see (the CUDA caching allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the
+estimate was 1.15× (ddp) and 1.25× (fsdp) the peak CUDA allocation."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class Room:
     """Memory one rank may use, and where that figure came from."""
@@ -232,18 +243,22 @@ def gpu_room(c: ClusterConfig) -> Room | None:
 
 
 def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: float | None) -> str | None:
-    """The reason `trial` cannot fit, or None when it fits or the room is unknown. A `_target_`
-    model is not estimated: no config field describes its activations, and a guess from the
-    built-in defaults would pass anything; its trials run, and an OOM is recorded as it happens."""
+    """The reason `trial` cannot fit (its estimate over the room less MEMORY_MARGIN), or None when it
+    fits or the room is unknown. A `_target_` model is not estimated: no config field describes its
+    activations, and a guess from the built-in defaults would pass anything; its trials run, and an
+    OOM is recorded as it happens."""
     if cfg.model._target_ is not None:
         return None
     where = room(cfg, trial, gpu=gpu, host_bytes=host_bytes)
     if where is None:
         return None
     need = estimate(cfg, trial, "cuda" if gpu else "cpu")
-    if need.total <= where.bytes_per_rank:
+    if need.total <= where.bytes_per_rank * (1 - MEMORY_MARGIN):
         return None
-    return f"predicted: {need.describe()} > {where.bytes_per_rank / GIB:.1f} GiB ({where.source})"
+    return (
+        f"oom (predicted): estimate {need.total / GIB:.1f} GiB > {where.bytes_per_rank / GIB:.1f} GiB × "
+        f"(1 − {MEMORY_MARGIN:.0%} margin) ({where.source}); {need.describe()}"
+    )
 
 
 _MEM = re.compile(r"(\d+(?:\.\d+)?)([KMGT]?)B?", re.IGNORECASE)

@@ -7,18 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.schema import LauncherConfig
-from launcher.perf.memory import GIB, estimate, gpu_room
+from launcher.perf.memory import GIB, MEMORY_MARGIN, estimate, gpu_room
 from launcher.perf.shapes import planned_device
 from launcher.trials.spec import Trial
-
-MEMORY_MARGIN = 0.05
-"""Share of a device's memory a plan keeps free of the estimate: a configuration fits when its
-estimate ≤ (1 − MEMORY_MARGIN) × the device's memory. Derived in
-benchmarks/results/memory_accuracy.json (`python -m benchmarks.memory_accuracy`): CPU trials of
-every layout measured the peak resident memory against the estimate, estimate ÷ measured 1.11–1.21
-(never under: worst under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not
-see (the CUDA caching allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the
-estimate was 1.15× (ddp) and 1.25× (fsdp) the peak CUDA allocation."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -109,12 +109,12 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     )
 
 
-def norm_groups(spec: LayoutSpec, dp_kind: str, *, tp: int, pp: int) -> tuple[str, ...]:
+def norm_groups(spec: LayoutSpec, dp_kind: DataParallel, *, tp: int, pp: int) -> tuple[str, ...]:
     """Where clipping's norm is all-reduced (train/clipping.py): over the mesh dims that shard a
     DTensor gradient (FSDP's dp, tp) and over the pipeline's stages; DDP's gradient is whole."""
     if not spec.clip:
         return ()
-    return tuple(name for name, on in (("dp", dp_kind == "fsdp"), ("tp", tp > 1), ("pp", pp > 1)) if on)
+    return tuple(name for name, on in (("dp", dp_kind == DataParallel.fsdp), ("tp", tp > 1), ("pp", pp > 1)) if on)
 
 
 def layout_shape(

@@ -11,7 +11,7 @@ from launcher.io import atomic_write_text
 from launcher.results.cost import Pricing, add_cost
 from launcher.results.flags import trial_flags
 from launcher.results.scaling import add_scaling, interval_columns
-from launcher.trials.ends import mentions_oom
+from launcher.trials.ends import failure_status
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
 TABLE_SCHEMA_VERSION = 7  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
@@ -104,11 +104,11 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     row["device_hours"] = wall_s * world_size / 3600 if wall_s is not None and world_size else None
     row["ranks_per_node"] = -(-world_size // nodes) if world_size and nodes else None
     if record is None:
-        row["status"], row["reason"] = _no_record(outcome)
-        if row["status"] == "failed" and mentions_oom(row["reason"]):
-            row["status"] = "oom"  # a rank other than 0 ran out of memory: its log says so
+        status, row["reason"] = _no_record(outcome)
+        row["status"] = failure_status(status, row["reason"])  # a rank other than 0 ran out of memory
         return row
-    row["status"], row["reason"] = record["status"], _record_reason(record, outcome)
+    row["reason"] = _record_reason(record, outcome)
+    row["status"] = failure_status(record["status"], row["reason"])  # rank 0 failed after another's OOM
     m = record.get("metrics") or {}
     layout = m.get("layout") if isinstance(m.get("layout"), dict) else {}
     row.update({k: m.get(k) for k in _METRIC_COLUMNS})

@@ -88,18 +88,23 @@ class PreparedSweep:
     predicted_oom: dict[str, str] = field(default_factory=dict)
     """trial id → why its estimated memory per rank cannot fit (launcher/perf/memory.py):
     recorded as `oom` rows before anything runs, and never launched."""
+    forced: dict[str, str] = field(default_factory=dict)
+    """trial id → the predicted-oom reason of a trial `sweep.force_sizes` runs all the same."""
 
 
-def predict_oom(items: Sequence[tuple[Trial, LauncherConfig]]) -> dict[str, str]:
-    """trial id → the predicted-oom reason of each trial whose ranks cannot fit their memory."""
+def predict_oom(items: Sequence[tuple[Trial, LauncherConfig]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(skipped, forced): trial id → the predicted-oom reason of each trial whose ranks cannot fit their
+    memory, apart as `sweep.force_sizes` names its size (world size; node count with sweep.nodes) or not."""
     host = memory.host_memory_bytes()
     gpu_here = memory.local_gpu()
-    out = {}
+    skipped: dict[str, str] = {}
+    forced: dict[str, str] = {}
     for t, tcfg in items:
         reason = memory.predicted_oom(tcfg, t, gpu=memory.runs_on_gpu(tcfg, gpu_here), host_bytes=host)
+        size = t.nodes if tcfg.sweep.nodes else t.world_size
         if reason is not None:
-            out[t.trial_id] = reason
-    return out
+            (forced if size in tcfg.sweep.force_sizes else skipped)[t.trial_id] = reason
+    return skipped, forced
 
 
 def record_predicted_oom(sweep_dir: Path, predicted: dict[str, str]) -> None:
@@ -120,7 +125,8 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
         cfg = compose_config(variants[0].overrides, recipes)
         items = [(t, cfg) for t in sweep_trials(cfg)]
         refuse_unrunnable(cfg, items)
-        return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=predict_oom(items))
+        skipped_oom, forced = predict_oom(items)
+        return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=skipped_oom, forced=forced)
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
     base: LauncherConfig | None = None
@@ -142,7 +148,8 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
         )
     assert base is not None
     refuse_unrunnable(base, items)
-    return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=predict_oom(items))
+    skipped_oom, forced = predict_oom(items)
+    return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=skipped_oom, forced=forced)
 
 
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
@@ -327,7 +334,9 @@ def run_sweep(
     )
     record_predicted_oom(sweep_dir, plan.predicted_oom)
     for trial_id, reason in plan.predicted_oom.items():
-        console.print(f"{trial_id}: not launched, oom {escape(reason)}", soft_wrap=True)
+        console.print(f"{trial_id}: not launched: {escape(reason)} (run it anyway: sweep.force_sizes)", soft_wrap=True)
+    for trial_id, reason in plan.forced.items():
+        console.print(f"{trial_id}: launched as sweep.force_sizes asks, though {escape(reason)}", soft_wrap=True)
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 

@@ -43,6 +43,14 @@ def pack_step_state(sub: dict, job: JobState) -> tuple[str, str, int, int] | Non
 def first_task_error(batch_log: Path, trial_dir: Path) -> str | None:
     """srun's own word on the first task that failed in the trial's latest attempt, from the
     batch log (`srun: error: n4: task 1: Killed` → `task 1 on n4: Killed`)."""
+    return _task_words(_first_failed_task(batch_log, trial_dir))
+
+
+def _task_words(hit: re.Match | None) -> str | None:
+    return f"task {hit['task']} on {hit['node']}: {hit['what'].strip()}" if hit else None
+
+
+def _first_failed_task(batch_log: Path, trial_dir: Path) -> re.Match | None:
     try:
         text = batch_log.read_text(errors="replace")
     except OSError:
@@ -50,8 +58,7 @@ def first_task_error(batch_log: Path, trial_dir: Path) -> str | None:
     # The job script ends each attempt with "trial DIR: srun exit RC (attempt A)"; the log is appended.
     segments = re.split(rf"trial {re.escape(str(trial_dir))}: srun exit .*\n", text)
     segment = segments[-2] if len(segments) > 1 else segments[-1]
-    hit = _TASK_ERROR.search(segment)
-    return f"task {hit['task']} on {hit['node']}: {hit['what'].strip()}" if hit else None
+    return _TASK_ERROR.search(segment)
 
 
 _TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<what>.+)")
@@ -59,11 +66,13 @@ _TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<w
 
 def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
     """What the trial's own files say about a failed attempt: the first task srun saw fail,
-    srun's exit code (the job script records it), and the end of the first rank log that holds
-    an error, else of rank 0's."""
+    srun's exit code (the job script records it), and the end of that task's log (srun names the
+    culprit; the others only failed after it), else of the first rank log that holds an error,
+    else of rank 0's."""
     codes = sorted(tdir.glob("exit_code.attempt*"), key=lambda p: int(p.suffix.removeprefix(".attempt") or 0))
     parts = []
-    task = first_task_error(batch_log, tdir.resolve()) if batch_log else None
+    hit = _first_failed_task(batch_log, tdir.resolve()) if batch_log else None
+    task = _task_words(hit)
     if task:
         # srun's word "Killed" is SIGKILL; the ranks it stopped afterwards only show as 143 (SIGTERM).
         parts.append(task.replace(": Killed", " was killed by signal 9 (SIGKILL)") + " (srun)")
@@ -74,12 +83,21 @@ def payload_detail(tdir: Path, batch_log: Path | None = None) -> str | None:
             parts.append(f"srun exit {rc} (a rank was killed by signal {int(rc) - 128})")
         elif rc != "0":
             parts.append(f"srun exit {rc}")
-    logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
-    culprit = next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
+    culprit = _culprit_log(tdir, hit, attempt)
     tail = log_reason(culprit) if culprit else ""
     if tail:
         parts.append(f"{culprit.name.split('.')[0]} log ends: {tail}")
     return "; ".join(parts) or None
+
+
+def _culprit_log(tdir: Path, hit: re.Match | None, attempt: str) -> Path | None:
+    """The log of the task srun named (ranks that failed after it, in the collective it left, only echo
+    it; a name sort would pick rank 0's), else the first log that holds an error, else the first log."""
+    named = tdir / f"rank{hit['task']}.attempt{attempt}.log" if hit else None
+    if named is not None and named.exists():
+        return named
+    logs = sorted(tdir.glob(f"*.attempt{attempt}.log"))
+    return next((p for p in logs if _ERROR.search(p.read_text(errors="replace"))), logs[0] if logs else None)
 
 
 def _record_completed(tdir: Path) -> bool:

@@ -23,6 +23,7 @@ from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate_slurm import env_pairs
+from launcher.train.env import SLURM_PORT_BASE, SLURM_PORT_SPAN
 from launcher.trials.payload import Payload, Word, spell
 from launcher.trials.spec import Trial
 
@@ -57,6 +58,10 @@ class JobRequest:
     """CPUs per rank."""
     gpus_per_node: int
     """GPUs per node; 0 → no --gres line."""
+    gpus_per_task: int | None = None
+    """`--gpus-per-task` (job and srun step) in place of the --gres line."""
+    gpu_bind: str | None = None
+    """`--gpu-bind=` (job and srun step)."""
     partition: str | None = None
     """`--partition`."""
     account: str | None = None
@@ -97,6 +102,13 @@ class JobRequest:
     """(name, value) exported for every rank, after the setup lines; values are quoted (env_word)."""
     requeue: bool = False
     """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
+
+    @property
+    def gpu_step_options(self) -> str:
+        """The srun step's GPU binding options, quoted ("" when none)."""
+        opts = [f"--gpus-per-task={self.gpus_per_task}"] if self.gpus_per_task else []
+        opts += [f"--gpu-bind={self.gpu_bind}"] if self.gpu_bind else []
+        return " ".join(map(shlex.quote, opts))
 
     @property
     def launch(self) -> str:
@@ -157,7 +169,11 @@ def payload_python(cluster: ClusterConfig, submitting: str) -> str:
 
 def render_script(request: JobRequest) -> str:
     """The sbatch script for `request`: a pure function of it."""
-    return _environment().get_template("trial.sbatch.j2").render(r=request, version=__version__)
+    return (
+        _environment()
+        .get_template("trial.sbatch.j2")
+        .render(r=request, version=__version__, port_base=SLURM_PORT_BASE, port_span=SLURM_PORT_SPAN)
+    )
 
 
 def check_sbatch_path(path: str, what: str) -> None:
@@ -197,6 +213,8 @@ def job_request(
         ntasks_per_node=ranks_per_node(cluster),
         cpus_per_task=cluster.cpus_per_task,
         gpus_per_node=cluster.gpus_per_node,
+        gpus_per_task=cluster.gpus_per_task,
+        gpu_bind=cluster.gpu_bind,
         partition=cluster.partition,
         account=cluster.account,
         qos=cluster.qos,

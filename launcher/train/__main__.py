@@ -24,6 +24,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
 from launcher.train import checkpoint as ckpt
 from launcher.train import dist as tdist
+from launcher.train import measure
 from launcher.train.env import RankEnv, attempt, process_env
 from launcher.train.loop import NonFiniteLoss, train
 from launcher.trials.ends import mentions_oom
@@ -153,7 +154,7 @@ def train_and_record(
         None,
         nodes=len(set(out["hosts"])),
         device=str(device.type),
-        device_name=cfg.cluster.device_name,
+        device_name=measure.recorded_device_name(cfg, device),
         backend=backend,
         **out,
     )

@@ -8,7 +8,7 @@ world size and the rendezvous address from the environment.
 - neither: a lone process, rank 0 of 1.
 
 MASTER_ADDR/MASTER_PORT are kept when set (the sbatch template exports them per trial); under
-Slurm without them, the first host of SLURM_JOB_NODELIST and 20000 + SLURM_JOB_ID % 20000.
+Slurm without them, the first host of SLURM_JOB_NODELIST and 20000 + SLURM_JOB_ID % 12000.
 
 Slurm's variables are read here rather than through submitit's helpers: `submitit.JobEnvironment`
 and `helpers.TorchDistributedEnvironment` only recognise a job that submitit itself submitted
@@ -24,9 +24,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 20000
-"""Under Slurm, MASTER_PORT = 20000 + SLURM_JOB_ID % 20000 (the sbatch template's rule): a port
-fixed per job keeps two jobs' ranks on a shared node from joining each other."""
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 12000
+"""Under Slurm, MASTER_PORT = 20000 + SLURM_JOB_ID % 12000 (the sbatch template renders the same
+rule): a port fixed per job keeps two jobs' ranks on a shared node from joining each other, and
+20000..31999 stays below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range,
+usually 32768–60999), where any outgoing connection on the node may already hold the port."""
 DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 29500  # torch's own defaults; only a lone process uses them
 DEFAULT = "default"
 """The source named for a value no variable gave."""
@@ -86,9 +88,11 @@ def device_slot(environ: Mapping[str, str], local_rank: int, count: int) -> int:
 
     The node's ranks see the same devices (the step holds all the node's GPUs, torchrun's workers
     share their agent's, the local executor's ranks share the machine's), so rank r on a node
-    takes the r-th. Where Slurm bound GPUs to each task instead (a plain srun with
-    --gpus-per-task: SLURM_GPUS_PER_TASK set, RANK not), a task's first device is its own."""
-    per_task = "RANK" not in environ and bool(environ.get("SLURM_GPUS_PER_TASK"))
+    takes the r-th. Where Slurm bound GPUs to each task instead (a plain srun, RANK unset, with
+    --gpus-per-task: SLURM_GPUS_PER_TASK set; or --gpu-bind=single:1|closest|map_gpu:…, which leaves
+    the task one CUDA_VISIBLE_DEVICES id), a task's first device is its own: local device 0."""
+    bound_one = len(visible_devices(environ) or []) == 1 and "SLURM_PROCID" in environ
+    per_task = "RANK" not in environ and (bool(environ.get("SLURM_GPUS_PER_TASK")) or bound_one)
     slot = 0 if per_task else local_rank
     if slot >= count:
         shown = environ.get("CUDA_VISIBLE_DEVICES", "unset")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.config.validate import check_precision_device
 from launcher.train import checkpoint as ckpt
-from launcher.train import clipping, measure, nvml, profile
+from launcher.train import clipping, faults, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -259,7 +258,7 @@ def timing_kind(device: torch.device) -> str:
 
 def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     """The timed optimizer steps, from `start_step` to the trial's end, window by window."""
-    kill_at = fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
+    fault = faults.fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
     every = run.trial.checkpoint_every if run.checkpoint_dir is not None else 0
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
@@ -269,7 +268,7 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     while step < run.trial.steps:
         end = window_end(step, run.trial.steps, every)
         with compile_failures(enabled=run.compile_clock is not None):
-            times, losses, last = run_window(run, step, end, kill_at)
+            times, losses, last = run_window(run, step, end, fault)
         has_loss = any(loss is not None for loss in losses)
         step_times += times
         step_losses += [loss if loss is not None else torch.zeros((), device=run.device) for loss in losses]
@@ -296,7 +295,7 @@ def window_end(step: int, steps: int, checkpoint_every: int, window: int = WINDO
 
 
 def run_window(
-    run: Run, start: int, end: int, kill_at: int | None
+    run: Run, start: int, end: int, fault: tuple[str, int] | None
 ) -> tuple[list[float], list[torch.Tensor | None], list[torch.Tensor]]:
     """Steps start..end−1, none waiting for the device; (each step's seconds, each step's loss,
     the last step's micro-batches). A step's time includes fetching its batches."""
@@ -305,8 +304,8 @@ def run_window(
     micro_batches: list[torch.Tensor] = []
     clock.mark()
     for step in range(start, end):
-        if step == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if fault is not None and step == fault[1]:
+            faults.inject_fault(fault[0])
         if step == run.trial.warmup_steps:
             measure.reset_memory_peak(run.device)  # GPU peaks of the steady state, not warm-up's one-offs
             nvml.timed_window_starts()
@@ -385,13 +384,3 @@ def checkpoint(run: Run, done: int, *, stopping: bool) -> None:
         run.log(f"checkpoint {path.name} saved", flush=True)
     if stopping:
         raise ckpt.Preempted(done)
-
-
-def fault_step(spec: str | None, rank: int) -> int | None:
-    """`LAUNCHER_FAULT=kill:RANK:STEP` — test hook: that rank SIGKILLs itself at that step."""
-    if not spec:
-        return None
-    kind, fault_rank, step = spec.split(":")
-    if kind != "kill":
-        raise ValueError(f"LAUNCHER_FAULT={spec!r}: only kill:RANK:STEP is understood")
-    return int(step) if int(fault_rank) == rank else None

@@ -258,6 +258,12 @@ def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:
     )
 
 
+def recorded_device_name(cfg: LauncherConfig, device: torch.device) -> str:
+    """The record's `device_name`: the GPU torch detects on CUDA, as peak_of's peak follows it
+    (cluster.device_name may name another; the peak's mismatch line says so), else cluster.device_name."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cfg.cluster.device_name
+
+
 def matmul_dtype(cfg: LauncherConfig, device: torch.device) -> str:
     """bf16/fp16, or for fp32: tf32 where the payload enabled it on an NVIDIA GPU (loop.with_precision).
     ROCm runs fp32 matmuls in fp32 unless told otherwise by its own switches, so it counts as fp32."""

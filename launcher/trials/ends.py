@@ -6,11 +6,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-# What torch says when an allocation fails: CUDA's OutOfMemoryError, or the CPU allocator; what
-# the launcher says of a rank the kernel killed for memory; Slurm's word for it.
+# What torch says when an allocation fails: CUDA's OutOfMemoryError (c10/cuda/CUDACachingAllocator.cpp:
+# "CUDA out of memory. Tried to allocate …"), a CUDA runtime call's cudaErrorMemoryAllocation (c10/cuda's
+# C10_CUDA_CHECK: "CUDA error: out of memory"), NCCL's own allocation (its CUDACHECK: "Cuda failure 2 'out of
+# memory'", cudaErrorMemoryAllocation being 2), cuBLAS's workspace (CUBLAS_STATUS_ALLOC_FAILED), or the CPU
+# allocator; what the launcher says of a rank the kernel killed for memory; Slurm's word for it.
 OOM_MARKERS = (
     "OutOfMemoryError",
     "CUDA out of memory",
+    "CUDA error: out of memory",
+    "Cuda failure 2 'out of memory'",
+    "CUBLAS_STATUS_ALLOC_FAILED",
     "can't allocate memory",
     "DefaultCPUAllocator: not enough memory",
     "kernel OOM killer",
@@ -25,6 +31,13 @@ fraction of the memory limit at the launcher's last look (or the machine had les
 
 def mentions_oom(text: str | None) -> bool:
     return any(m in (text or "") for m in OOM_MARKERS)
+
+
+def failure_status(status: str, *reasons: str | None) -> str:
+    """A `failed` trial whose reasons (the executor's word on the rank that failed first, its log's end,
+    the payload's own) say out of memory ended `oom`: one rank's OOM makes rank 0 fail in the next
+    collective and record `failed`, yet the size is infeasible, not broken. Every other status stands."""
+    return "oom" if status == "failed" and any(mentions_oom(r) for r in reasons) else status
 
 
 def _kb_field(text: str, name: str) -> int | None:

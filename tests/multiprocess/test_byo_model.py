@@ -198,4 +198,4 @@ def test_a_target_model_is_not_given_a_memory_estimate_from_the_builtin_defaults
     builtin = compose_config(["cluster.device_memory_gb=0.000001"])
     assert predicted_oom(
         builtin, make_trial(builtin, index=0, world_size=1, steps=4, warmup_steps=1), gpu=True, host_bytes=1.0
-    ).startswith("predicted: ")
+    ).startswith("oom (predicted): ")

@@ -19,16 +19,16 @@ from launcher.trials.spec import make_trial
 
 
 def slurm_port() -> int:
-    """A free port in 20000..39999, the range the Slurm rule gives (the kernel hands out 32768+)."""
+    """A free port in 20000..31999, the range the Slurm rule gives (the kernel hands out 32768+)."""
     for _ in range(100):
-        port = random.randint(20000, 39999)
+        port = random.randint(20000, 31999)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
                 return port
             except OSError:
                 continue
-    raise RuntimeError("no free port in 20000..39999")
+    raise RuntimeError("no free port in 20000..31999")
 
 
 @pytest.mark.torch_dist

@@ -55,6 +55,35 @@ CASES: dict[str, list[str]] = {
     # `${NAME}` in cluster.env expands when the job runs (written `\${NAME}` for OmegaConf).
     "site_setup_srun": ["cluster=devcluster", "sweep.nodes=[1]", *SITE_SETUP, SITE_ENV],
     "site_setup_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *SITE_SETUP, SITE_ENV],
+    # Slurm binding each rank its own (stand-in) GPU: --gpus-per-task, or --gpu-bind so each task sees one.
+    "gpus_per_task_srun": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpus_per_task=1",
+        PY,
+    ],
+    "gpu_bind_single": [
+        "cluster=devcluster",
+        "sweep.nodes=[1]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpu_bind=single:1",
+        PY,
+    ],
+    "gpu_bind_closest": [
+        "cluster=devcluster",
+        "sweep.nodes=[1]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpu_bind=closest",
+        PY,
+    ],
+    "gpu_bind_map_gpu": [
+        "cluster=devcluster",
+        "sweep.nodes=[1]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpu_bind='map_gpu:1,0'",
+        PY,
+    ],
 }
 RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 

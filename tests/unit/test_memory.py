@@ -57,13 +57,12 @@ def test_pipeline_and_tp_ranks_hold_their_part():
 def test_the_new_users_gpt_1_3b_on_a_24g_cpu_machine_is_refused_with_the_numbers():
     cfg, t = trial_of(["model=gpt_1_3b"], 1)
     reason = predicted_oom(cfg, t, gpu=False, host_bytes=HOST_24G)
-    assert reason is not None and reason.startswith("predicted: needs ~")
+    assert reason is not None and reason.startswith("oom (predicted): estimate 90.1 GiB > 23.5 GiB × (1 − 5% margin)")
     assert "per rank (params " in reason and "grads " in reason and "optimizer " in reason and "activations " in reason
-    assert reason.endswith("> 23.5 GiB (host memory 23.5 GiB (this machine's MemTotal))")
+    assert "(host memory 23.5 GiB (this machine's MemTotal)); needs ~" in reason
     cfg2, t2 = trial_of(["model=gpt_1_3b"], 2)  # two local ranks share the host
-    assert "> 11.8 GiB (host memory 23.5 GiB (this machine's MemTotal), shared by 2 ranks)" in predicted_oom(
-        cfg2, t2, gpu=False, host_bytes=HOST_24G
-    )
+    shared = "> 11.8 GiB × (1 − 5% margin) (host memory 23.5 GiB (this machine's MemTotal), shared by 2 ranks)"
+    assert shared in predicted_oom(cfg2, t2, gpu=False, host_bytes=HOST_24G)
 
 
 def test_small_models_fit_and_unknown_room_checks_nothing():
@@ -77,7 +76,7 @@ def test_small_models_fit_and_unknown_room_checks_nothing():
 def test_gpu_trials_are_judged_against_device_memory():
     over = ["model=gpt_1_3b", "precision=fp32", "cluster.device=cuda", "cluster.device_memory_gb=80", "batch.micro=8"]
     cfg, t = trial_of(over, 1)
-    assert predicted_oom(cfg, t, gpu=True, host_bytes=None).endswith("> 80.0 GiB (cluster.device_memory_gb)")
+    assert "> 80.0 GiB × (1 − 5% margin) (cluster.device_memory_gb)" in predicted_oom(cfg, t, gpu=True, host_bytes=None)
     cfg, t = trial_of(over[:-1] + ["batch.micro=1", "parallel=fsdp"], 8)
     assert predicted_oom(cfg, t, gpu=True, host_bytes=None) is None
 
@@ -166,6 +165,7 @@ def test_sweep_of_gpt_1_3b_here_is_refused_at_once_without_starting_a_rank(tmp_p
     for tdir in sorted((tmp_path / "big" / "trials").iterdir()):
         outcome = read_json(tdir / "outcome.json")
         assert (outcome["status"], outcome["predicted"], outcome["final"]) == ("oom", True, True)
-        assert outcome["reason"].startswith("predicted: needs ~") and "cluster.host_memory_gb" in outcome["reason"]
+        reason = outcome["reason"]
+        assert reason.startswith("oom (predicted): estimate ") and "cluster.host_memory_gb" in reason
         assert not list(tdir.glob("rank*.log")) and not (tdir / "record.json").exists()
-    assert rows.count(",oom,") == 2 and rows.count("predicted: needs ~") == 2
+    assert rows.count(",oom,") == 2 and rows.count("oom (predicted): estimate ") == 2

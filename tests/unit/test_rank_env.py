@@ -58,7 +58,7 @@ def test_plain_srun_sets_only_slurm_variables():
         local_rank=1,
         world_size=2,
         master_addr="node03",
-        master_port=20000 + 123456 % 20000,
+        master_port=20000 + 123456 % 12000,
         sources={**SLURM_SOURCES, "master_addr": "SLURM_JOB_NODELIST", "master_port": "SLURM_JOB_ID"},
     )
     assert process_env(env).master_port == 23456
@@ -69,7 +69,7 @@ def test_two_nodes_two_tasks_each(exported):
     """srun --nodes=2 --ntasks-per-node=2: task t runs on node t // 2 as local rank t % 2."""
     job = {"SLURM_JOB_ID": "40001", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[7-8]"}
     if exported:  # what the sbatch template exports for a trial (its port adds the trial's index)
-        job |= {"MASTER_ADDR": "n7", "MASTER_PORT": str(20000 + (40001 + 3) % 20000)}
+        job |= {"MASTER_ADDR": "n7", "MASTER_PORT": str(20000 + (40001 + 3) % 12000)}
     master = (
         {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT"}
         if exported
@@ -85,7 +85,7 @@ def test_two_nodes_two_tasks_each(exported):
             local_rank=t % 2,
             world_size=4,
             master_addr="n7",
-            master_port=20004 if exported else 20001,
+            master_port=24004 if exported else 24001,
             sources={**SLURM_SOURCES, **master},
         )
         for t in range(4)

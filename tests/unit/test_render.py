@@ -55,7 +55,7 @@ def test_rendezvous_from_nodelist_and_job_id():
     ((_, script),) = scripts("devcluster_2nodes")
     assert 'HOSTS=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))' in script
     assert 'export MASTER_ADDR="${HOSTS[0]}"' in script
-    assert 'export MASTER_PORT="$(( 20000 + (SLURM_JOB_ID + index) % 20000 ))"' in script
+    assert 'export MASTER_PORT="$(( 20000 + (SLURM_JOB_ID + index) % 12000 ))"' in script
     assert "29500" not in script
 
 

@@ -1,0 +1,44 @@
+"""Slurm's per-task GPU binding on the dev cluster's stand-in GPUs (2 per node, gres): with
+cluster.gpus_per_task=1 or cluster.gpu_bind=single:1 each task of a 2-rank trial sees one GPU of its own,
+and the payload's binding takes it (a CPU trial records which). Pure checks and golden scripts:
+tests/unit/test_gpu_binding_variants.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from launcher.cli import main
+from launcher.io import read_json
+from launcher.slurm import devcluster as dc
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def two_gpu_nodes():
+    """The dev cluster as it runs, if it has 2 stand-in GPUs per node (never restarted here)."""
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root")
+    cluster = dc.current()
+    if cluster is None or cluster.gpus_per_node != 2:
+        pytest.skip("needs the dev cluster up with 2 stand-in GPUs per node")
+    return cluster
+
+
+@pytest.mark.parametrize("binding", ["cluster.gpus_per_task=1", "cluster.gpu_bind=single:1"])
+def test_each_task_sees_and_takes_one_gpu_of_its_own(binding, two_gpu_nodes, tmp_path, capsys):
+    name = "bind-" + binding.split(".")[1].split("=")[0]
+    argv = ["sweep", "cluster=devcluster", "cluster.gpus_per_node=2", binding, "cluster.device=cpu"]
+    argv += ["sweep.nodes=[1]", "sweep.steps=4", "sweep.warmup_steps=1", f"sweep.results_dir={tmp_path}"]
+    rc = main([*argv, f"sweep.name={name}", "--quiet"])
+    trials = tmp_path / name / "trials"
+    assert rc == 0, capsys.readouterr().out + "".join(p.read_text() for p in sorted(trials.glob("*/*.log")))
+    (record,) = [read_json(p) for p in trials.glob("*/record.json")]
+    bindings = record["rank_bindings"]
+    print([(b["rank"], b["local_rank"], b["cuda_visible_devices"], b["gpu"]) for b in bindings])
+    assert [b["rank"] for b in bindings] == [0, 1]
+    assert all("," not in b["cuda_visible_devices"] for b in bindings)  # one id per task
+    assert [b["gpu"] for b in bindings] == [b["cuda_visible_devices"] for b in bindings]
+    assert len({b["gpu"] for b in bindings}) == 2
