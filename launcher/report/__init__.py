@@ -1,0 +1,1 @@
+"""What people read: the terminal table, report.md, report.html and the plots."""
