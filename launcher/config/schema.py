@@ -64,9 +64,8 @@ class ModelConfig:
     name: str = "tiny_gpt"
     """Recipe name, recorded with every trial."""
     arch: Arch = Arch.gpt
-    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`:
-    Llama-style decoder (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`:
-    per-token MLP stack (no attention)."""
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style decoder
+    (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
     vocab_size: int = 256
     """Token vocabulary size."""
     seq_len: int = 64
@@ -90,16 +89,14 @@ class ModelConfig:
     norm_eps: float = 1e-5
     """llama: RMSNorm epsilon."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint,
-    non-reentrant): `none` keeps everything; `selective` is Megatron's selective recompute
-    (Korthikanti et al. 2022): only each block's attention core (scaled_dot_product_attention:
-    scores, causal softmax, weighted values) is recomputed in backward, the projections, norms
-    and feed-forward keep their activations; `full` keeps only each block's input and recomputes
-    the whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so
-    `selective` changes nothing there. Losses and parameters are unchanged (the same arithmetic,
-    done twice); step time grows by the recompute, which MFU excludes and HFU (hardware FLOPs
-    utilisation) counts. `_target_` models: `full` checkpoints each FSDP unit (parallel.fsdp_units
-    or the size policy; under ddp the same modules); `selective` is refused."""
+    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
+    everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
+    core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
+    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
+    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
+    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
+    each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
     _target_: str | None = None
     """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
     `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
@@ -244,9 +241,8 @@ class ClusterConfig:
     (compute/peaks.py), unchecked for a device it lacks. Each trial's per-rank memory is estimated first
     (perf/memory.py): one that cannot fit is a predicted `oom`, not launched (plan: `oom (predicted)`)."""
     host_memory_gb: float | None = None
-    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU
-    trials. Null: this machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set,
-    else no check."""
+    """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU trials. Null: this
+    machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set, else no check."""
     # --- slurm only ---------------------------------------------------------------------
     partition: str | None = None
     """`--partition`; null → the cluster's default partition."""
@@ -288,6 +284,11 @@ class ClusterConfig:
     """Python that runs the payload (and torchrun's module) on the nodes; null → `python` from the
     job's PATH when there are setup lines (what `module load` or an activation put there), else the
     launcher's own interpreter (nodes that share this filesystem and its venv)."""
+    container_image: str | None = None
+    """pyxis/enroot image each payload srun runs in (`--container-image`), e.g. `nvcr.io#nvidia/pytorch:24.05-py3`
+    or a .sqsh path; it must hold torch and the launcher (cluster.python names its interpreter). Null: none."""
+    container_mounts: list[str] = field(default_factory=list)
+    """`src:dst[:flags]` bind mounts (`--container-mounts`); the results folder must be one: ranks write there."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
     slurm_conf: str | None = None
@@ -303,11 +304,10 @@ class SweepConfig:
     nodes: list[int] | None = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
-    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at
-    least 3 and at most max_repeats times). Sizes run interleaved, one repeat of each per round
-    (1,2,4,1,2,4,…), so drift over the sweep hits every size alike; the table judges each size by
-    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py
-    holds the rule."""
+    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3 and at most
+    max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…), so drift over the sweep
+    hits every size alike; the table judges each size by its median, with a 90% bootstrap interval. Typed Any, not int,
+    so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""
@@ -340,10 +340,9 @@ class SweepConfig:
     name: str | None = None
     """Sweep id; default is `<timestamp>-<model>-<layout>`."""
     pending_timeout_s: float = 600.0
-    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the
-    sweep detaches instead of waiting forever: it prints Slurm's Reason for each waiting job and
-    how to follow it (`launcher status` / `launcher collect`), and leaves the jobs queued. 0: wait
-    as long as it takes."""
+    """slurm: when none of the sweep's jobs has run for this long (all waiting in the queue), the sweep detaches instead
+    of waiting forever: it prints Slurm's Reason for each waiting job and how to follow it (`launcher status` /
+    `launcher collect`), and leaves the jobs queued. 0: wait as long as it takes."""
     profile: bool = False
     """torch.profiler trace of a few extra steps after the timed ones (so no figure carries its
     overhead) into the trial folder's `trace-rank0.pt.trace.json`, linked from the report."""
