@@ -260,7 +260,7 @@ def report(summary: dict, first: dict | None, rounds: int, first_runs: int, meas
         "every size alike, where an array per size would run all repeats of one size before the next. So its "
         "peer is submitit submitting the same 256 jobs in that order (benchmarks/submitit_sweep.py); "
         "`map_array` (4 arrays, repeats not interleaved) is shown for reference only: "
-        f"{shell['total_s'] / arrays['total_s']:.0f}× the launcher's time, as 256 sbatch calls against 4.",
+        f"the launcher takes {shell['total_s'] / arrays['total_s']:.0f}× its time, 256 sbatch calls against 4.",
         "",
         "The launcher's time includes what makes resume exact: per job, one fsync'd record before "
         "its sbatch and one after (jobs/<job>.submitted.json), each trial's trial.json (the resolved config, "
