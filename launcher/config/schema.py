@@ -280,6 +280,11 @@ class ClusterConfig:
     """Python that runs the payload (and torchrun's module) on the nodes; null → `python` from the
     job's PATH when there are setup lines (what `module load` or an activation put there), else the
     launcher's own interpreter (nodes that share this filesystem and its venv)."""
+    container_image: str | None = None
+    """pyxis/enroot image each payload srun runs in (`--container-image`), e.g. `nvcr.io#nvidia/pytorch:24.05-py3`
+    or a .sqsh path; it must hold torch and the launcher (cluster.python names its interpreter). Null: none."""
+    container_mounts: list[str] = field(default_factory=list)
+    """`src:dst[:flags]` bind mounts (`--container-mounts`); the results folder must be one: ranks write there."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
     slurm_conf: str | None = None
@@ -295,10 +300,10 @@ class SweepConfig:
     nodes: list[int] | None = None
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
-    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3
-    and at most max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…),
-    so drift over the sweep hits every size alike; the table judges each size by its median, with a 90%
-    bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py holds the rule."""
+    """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3 and at most
+    max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…), so drift over the sweep
+    hits every size alike; the table judges each size by its median, with a 90% bootstrap interval. Typed Any, not int,
+    so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""

@@ -24,6 +24,10 @@ _GPU_BIND = re.compile(
     r"^(verbose,)?(closest|none|single:[0-9]{1,3}|per_task:[0-9]{1,3}|(map|mask)_gpu:[0-9a-fx,*]{1,200})$"
 )
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=@%/+*-]+)?$")
+# Control characters (newline, CR, NUL, …) in a container image or mount: no image or path has them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# pyxis mount flags, joined by '+' (`ro+rprivate`); ',' separates mounts and ':' the parts of one.
+_MOUNT_FLAGS = re.compile(r"^[a-z]+(\+[a-z]+)*$")
 
 
 def check_slurm(c: ClusterConfig) -> None:
@@ -33,6 +37,7 @@ def check_slurm(c: ClusterConfig) -> None:
     _check_node_shape(c)
     _check_binding(c)
     _check_gpu_binding(c)
+    _check_container(c)
     if c.python is not None and (
         "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
     ):
@@ -87,6 +92,42 @@ def _check_script_lines(c: ClusterConfig) -> None:
                 f"cluster.setup holds {short(line)}, with a CR-LF (DOS) line break that sbatch refuses in a script; "
                 "remove the \\r"
             )
+
+
+def _check_container(c: ClusterConfig) -> None:
+    """pyxis/enroot's image and bind mounts: each becomes one shell-quoted srun word."""
+    image = c.container_image
+    if image is not None and (not image.strip() or _CONTROL.search(image)):
+        raise ConfigError(
+            f"cluster.container_image={short(image)} must be one image name or .sqsh path, not blank and without "
+            "newlines or other control characters; set e.g. cluster.container_image=nvcr.io#nvidia/pytorch:24.05-py3"
+        )
+    if c.container_mounts and image is None:
+        raise ConfigError(
+            f"cluster.container_mounts holds {len(c.container_mounts)} mount(s) but cluster.container_image is "
+            "null: mounts go into a container; set cluster.container_image too"
+        )
+    for mount in c.container_mounts:
+        if problem := _mount_problem(mount):
+            raise ConfigError(
+                f"cluster.container_mounts holds {short(mount)}: {problem}; write each as src:dst[:flags], "
+                "e.g. cluster.container_mounts=['/scratch:/scratch:ro']"
+            )
+
+
+def _mount_problem(mount: str) -> str | None:
+    if _CONTROL.search(mount):
+        return "it has a newline or another control character"
+    if "," in mount:
+        return "',' separates mounts in pyxis's --container-mounts, so no path may hold one (one mount per item)"
+    parts = mount.split(":")
+    if len(parts) not in (2, 3):
+        return f"{len(parts)} ':'-separated part(s), not 2 (src:dst) or 3 (src:dst:flags)"
+    if not all(p.startswith("/") for p in parts[:2]):
+        return "src and dst must be absolute paths (start with '/')"
+    if len(parts) == 3 and not _MOUNT_FLAGS.fullmatch(parts[2]):
+        return f"flags {parts[2]!r} are not pyxis mount flags joined by '+' (e.g. ro, ro+rprivate)"
+    return None
 
 
 def _check_node_shape(c: ClusterConfig) -> None:

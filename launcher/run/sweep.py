@@ -44,7 +44,7 @@ from launcher.run.executor import executor_for
 from launcher.run.executor.base import Stalled
 from launcher.run.repeats import run_repeats
 from launcher.run.repeats import summary as repeats_summary
-from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trial
+from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trials
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
 
@@ -198,8 +198,7 @@ def create_sweep_dir(
             "skipped": list(skipped),
         },
     )
-    for t, tcfg in items:
-        write_trial(trial_dir(sweep_dir, t.trial_id), t, tcfg)
+    write_trials(sweep_dir, items)
     return sweep_dir
 
 

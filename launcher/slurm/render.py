@@ -102,6 +102,10 @@ class JobRequest:
     """(name, value) exported for every rank, after the setup lines; values are quoted (env_word)."""
     requeue: bool = False
     """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
+    container_image: str | None = None
+    """pyxis/enroot `--container-image` of every payload srun (torchrun launch: torchrun's); None: none."""
+    container_mounts: tuple[str, ...] = ()
+    """`src:dst[:flags]` each, joined by ',' into the srun's `--container-mounts`."""
 
     @property
     def gpu_step_options(self) -> str:
@@ -235,4 +239,6 @@ def job_request(
         payload=payload,
         env=tuple(env_pairs(cluster.env)),
         requeue=requeue,
+        container_image=cluster.container_image,
+        container_mounts=tuple(cluster.container_mounts),
     )

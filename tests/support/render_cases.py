@@ -17,6 +17,10 @@ SITE_ENV = (
     r"cluster.env=['PATH=/opt/x/bin:\${PATH}','LD_LIBRARY_PATH=/opt/x/lib:\${LD_LIBRARY_PATH}',"
     r"'NOTE=$HOME `id` $(id) *']"
 )
+CONTAINER = [
+    "cluster.container_image='nvcr.io#nvidia/pytorch:24.05-py3'",
+    "cluster.container_mounts=['/scratch/results:/scratch/results','/datasets/my sets:/data:ro+rprivate']",
+]
 
 CASES: dict[str, list[str]] = {
     "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
@@ -84,6 +88,9 @@ CASES: dict[str, list[str]] = {
         "cluster.gpu_bind='map_gpu:1,0'",
         PY,
     ],
+    # pyxis/enroot containers (cluster.container_image/_mounts) on the payload's srun, both launches.
+    "container_srun": ["cluster=devcluster", "sweep.nodes=[1]", *CONTAINER, PY],
+    "container_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *CONTAINER, PY],
 }
 RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 

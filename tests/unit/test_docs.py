@@ -250,6 +250,11 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_render.py::test_run_dry_run_prints_and_writes_the_script_and_submits_nothing",),
         args=("cluster.nodes", "--dry-run"),
     ),
+    "launcher run cluster=mysite cluster.nodes=2 \"cluster.container_image='nvcr.io#nvidia/pytorch:24.05-py3'\" "
+    "\"cluster.container_mounts=['/scratch:/scratch']\" --dry-run": Ran(
+        tests=("test_container.py::test_run_dry_run_with_a_container_prints_it",),
+        args=("cluster.container_image", "cluster.container_mounts", "--dry-run"),
+    ),
     "launcher sweep cluster=devcluster sweep.nodes='[1,2,4]'": Ran(
         tests=("test_slurm_cluster.py::test_sweep_over_nodes_1_2_4",),
         args=("cluster=devcluster", "sweep.nodes", "[1,2,4]"),

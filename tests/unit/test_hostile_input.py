@@ -120,6 +120,10 @@ ACCEPTS: dict[str, set[str]] = {
     # sbatch refuses a script with a CR-LF pair; NUL and > 4096 characters are refused too. A
     # `${NAME}` in a value (`ifs`) expands when the job runs; nothing else in it is interpreted.
     "cluster.env:value": ALL - {"nul", "long_10k", "crlf"},
+    # pyxis/enroot's srun options, one shell-quoted word each: no control characters (no image or
+    # path has them), and no mount may hold ',' (pyxis's mount separator) or ':' (src:dst[:flags]).
+    "cluster.container_image": ALL - {"newline", "carriage_return", "crlf", "nul"},
+    "cluster.container_mounts:src": ALL - {"newline", "carriage_return", "crlf", "nul"},
     # The sweep folder is on the #SBATCH --output line: a folder named `-c` is fine, nothing else is.
     "sweep.results_dir": {"leading_dash"},
     # Not in the script at all (trial.json carries it): any file that exists is fine.
@@ -131,6 +135,7 @@ FIELD_NAMED = {
     "cluster.env:name": "cluster.env",
     "cluster.env:value": "cluster.env",
     "cluster.python@torchrun": "cluster.python",
+    "cluster.container_mounts:src": "cluster.container_mounts",
 }
 
 
@@ -142,6 +147,9 @@ def inject(field: str, value, case_dir: Path) -> tuple[dict, object]:
         return {"cluster.env": [f"HOSTILE={value}"]}, value
     if field == "cluster.sbatch_extra":
         return {"cluster.sbatch_extra": [value]}, value
+    if field.startswith("cluster.container_mounts"):  # `:src`: the hostile value in a mount's source path
+        mount = f"/src/{value}:/dst" if field.endswith(":src") else value
+        return {"cluster.container_image": "img.sqsh", "cluster.container_mounts": [mount]}, mount
     if field == "cluster.python@torchrun":
         return {"cluster.python": value, "cluster.launch": "torchrun"}, value
     if field == "cluster.setup":
@@ -271,6 +279,13 @@ EXTRA_REFUSED: list[tuple[str, str, object]] = [
     ("cluster.env:name", "starts_with_digit", "1X"),
     ("cluster.env:value", "crlf_only", "\r\n"),
     ("cluster.env:value", "4097_chars", "v" * 4097),
+    ("cluster.container_image", "blank", "  "),
+    ("cluster.container_image", "tab", "img\tx"),
+    ("cluster.container_mounts", "comma", "/a,b:/c"),
+    ("cluster.container_mounts", "no_dst", "/data"),
+    ("cluster.container_mounts", "four_parts", "/a:/b:ro:x"),
+    ("cluster.container_mounts", "relative_dst", "/a:data"),
+    ("cluster.container_mounts", "flags_with_shell", "/a:/b:ro;id"),
     ("cluster.python", "blank", "   "),
     ("cluster.python", "empty", ""),
     ("cluster.python", "option", "--version"),
@@ -495,6 +510,10 @@ def test_accepted_value_is_inert_quoted_data(case_id, rendered):
     used, field = case.used, case.field
     if field.startswith("cluster.python"):
         assert srun_python(words) == used
+    elif field == "cluster.container_image":
+        assert f"--container-image={used}" in words
+    elif field == "cluster.container_mounts:src":
+        assert f"--container-mounts={used}" in words
     elif field == "cluster.env:value":
         assert f"HOSTILE={env_rendered(used)}" in words
         if not ENV_REFERENCE.search(used):
@@ -578,6 +597,9 @@ def test_accepted_value_runs_as_data_under_bash(case_id, rendered, stubs):
     # No cluster.python: the submitting interpreter, or after setup lines the `python` on PATH.
     default = "python" if case.field == "cluster.setup" else sys.executable
     assert srun_python(argv) == (case.used if case.field.startswith("cluster.python") else default)
+    if case.field.startswith("cluster.container"):  # srun gets the value back as one word, verbatim
+        option = "--container-image" if case.field.endswith("image") else "--container-mounts"
+        assert f"{option}={case.used}" in argv
     if case.field == "cluster.env:value":
         assert env["HOSTILE"] == env_expanded(case.used)
     if case.field == "cluster.setup":  # setup lines are shell code and really run
