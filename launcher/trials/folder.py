@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.config.derived import pipeline_batch
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
@@ -182,8 +183,9 @@ def missing_folder(trial_id: str) -> str:
 
 
 def trial_document(trial: Trial, cfg: LauncherConfig) -> dict[str, Any]:
-    """What the payload reads: the trial spec and the resolved config it belongs to."""
-    return {"trial": trial.to_dict(), "config": to_dict(cfg)}
+    """What the payload reads: the trial spec and the resolved config it belongs to, in the form
+    the trial runs it (a pipeline's micro-batches derived from a fixed global batch: pipeline_batch)."""
+    return {"trial": trial.to_dict(), "config": to_dict(pipeline_batch(cfg, trial.dp))}
 
 
 def from_document(doc: dict[str, Any]) -> tuple[Trial, LauncherConfig]:
