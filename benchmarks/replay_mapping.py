@@ -161,8 +161,9 @@ def _model(row: dict) -> list[str]:
 
 
 def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
-    """Per data-parallel rank the step's G/dp samples; a pipeline splits them into microbatches of
-    the published micro-batch (Megatron's meaning), data parallel alone steps them micro at a time."""
+    """The published global batch fixed and its micro-batch (Megatron's meaning): a pipeline derives
+    its micro-batches per step from them (config/derived.py pipeline_batch), data parallel alone
+    steps them micro at a time."""
     g = int(row["global_batch"])
     if g % dp:
         raise Unexpressible(f"global batch {g} is not divisible by dp={dp}")
@@ -170,8 +171,6 @@ def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
     if micro is None:
         micro = 1 if pp > 1 else g // dp
         assumed.append(f"micro batch not published: {int(micro)}")
-    if pp > 1:
-        return [f"batch.micro={g // dp}", f"batch.global_batch={g}", f"parallel.microbatches={g // (dp * int(micro))}"]
     return [f"batch.micro={int(micro)}", f"batch.global_batch={g}"]
 
 

@@ -97,6 +97,13 @@ def _plan_and_analyze(add) -> None:
         help="choose layout, degrees, micro-batch, recompute and resharding per size under the memory limit "
         "(presets); --output then writes every candidate",
     )
+    pl.add_argument(
+        "--verify",
+        type=int,
+        metavar="K",
+        help="with --search: run the top K candidates at the recommended size for real (the recipe's cluster: "
+        "locally or on Slurm), show predicted vs measured and recommend what measured best",
+    )
     an = add("analyze", "judge a scaling table measured anywhere (CSV or parquet)")
     an.add_argument("table", help="table with gpus (or world_size) and tokens_per_s, samples_per_s or hours")
     an.add_argument("--policy", choices=POLICIES, default="max_efficient", help="how to pick the size")
@@ -159,6 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "cfg", False):
             print(show.resolved_yamls(args.overrides, args.recipes), end="")
             return 0
+        if args.command == "plan" and getattr(args, "verify", None) is not None:
+            # lazy, as every verb: perf/ sits below run/, so --verify's sweep driver is handed down to it
+            from launcher.run.verify import verify
+
+            return importlib.import_module(VERBS["plan"]).main(args, verify=verify)
         return importlib.import_module(VERBS[args.command]).main(args)
     except ConfigError as exc:
         print(f"launcher: error: {exc}", file=sys.stderr)

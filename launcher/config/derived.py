@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,36 @@ def batch_math(batch: BatchConfig, dp: int) -> BatchMath:
             f"dp({dp}) = {per_step * batch.accum}; set batch.accum={accum} or leave it at 1 to derive it"
         )
     return BatchMath(micro=batch.micro, accum=accum, dp=dp, global_batch=batch.global_batch)
+
+
+def derives_microbatches(cfg: LauncherConfig) -> bool:
+    """Megatron's batch semantics: a fixed batch.global_batch on a pipeline layout makes batch.micro
+    the micro-batch size and derives the schedule's micro-batches per size (pipeline_batch)."""
+    return cfg.batch.global_batch is not None and traits(cfg.parallel.layout).splits("pp")
+
+
+def pipeline_batch(cfg: LauncherConfig, dp: int) -> LauncherConfig:
+    """`cfg` as a trial at data-parallel degree `dp` runs it. Under derives_microbatches the
+    schedule's micro-batches are m = global_batch ÷ (micro × accum × dp) (accumulation folds into
+    the schedule: one step of m micro-batches, not m steps), written in the per-rank form the
+    engines read: batch.micro = micro × m split into parallel.microbatches = m, the global batch
+    then fixed by them (global_batch None, so applying this twice changes nothing). Otherwise `cfg`."""
+    b = cfg.batch
+    if not derives_microbatches(cfg):
+        return cfg
+    per = b.micro * b.accum * dp
+    if b.global_batch % per:
+        raise ConfigError(
+            f"batch.global_batch={b.global_batch} is not divisible by batch.micro({b.micro}) × batch.accum({b.accum})"
+            f" × dp({dp}) = {per}: a pipeline runs global ÷ (micro × accum × dp) micro-batches per step; choose a "
+            f"multiple of {per} or another batch.micro"
+        )
+    m = b.global_batch // per
+    return dataclasses.replace(
+        cfg,
+        batch=dataclasses.replace(b, micro=b.micro * m, global_batch=None),
+        parallel=dataclasses.replace(cfg.parallel, microbatches=m),
+    )
 
 
 def scaling_mode(cfg: LauncherConfig) -> str:

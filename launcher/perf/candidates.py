@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from launcher.config.derived import ranks_per_node
+from launcher.config.derived import derives_microbatches, ranks_per_node
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
 from launcher.trials.layout import virtual_stages
@@ -71,6 +71,9 @@ class Candidate:
     sync_each_microstep: bool | None = None
     """FSDP without a pipeline, accumulating: reduce-scatter after every micro-step
     (parallel.fsdp_sync_each_microstep); None where it does not apply."""
+    derived: bool = False
+    """The recipe fixes batch.global_batch and this row pipelines: batch.micro is the micro-batch size
+    and the micro-batches are derived from it (config/derived.py pipeline_batch), not overridden."""
 
     @property
     def global_batch(self) -> int:
@@ -88,10 +91,11 @@ class Candidate:
         out += [f"parallel.{d}={getattr(self, d)}" for d in row.set_dims]
         if self.pipelined:
             schedule = "interleaved_1f1b" if self.virtual_stages > 1 else "1f1b"
-            out += [f"parallel.schedule={schedule}", f"parallel.microbatches={self.microbatches}"]
+            out.append(f"parallel.schedule={schedule}")
+            out += [] if self.derived else [f"parallel.microbatches={self.microbatches}"]
             if self.virtual_stages > 1:
                 out.append(f"parallel.virtual_stages={self.virtual_stages}")
-        out += [f"batch.micro={self.micro_batch * self.microbatches}", f"batch.accum={self.accum}"]
+        out += [f"batch.micro={self._batch_micro}", f"batch.accum={self.accum}"]
         out.append(f"model.activation_checkpointing={self.checkpointing}")
         if self.reshard_after_forward is not None:
             out.append(f"parallel.reshard_after_forward={str(self.reshard_after_forward).lower()}")
@@ -109,7 +113,7 @@ class Candidate:
             tp=self.tp if row.tp == Degree.set else par.tp,
             pp=self.pp if row.pp == Degree.set else par.pp,
             schedule=("interleaved_1f1b" if self.virtual_stages > 1 else "1f1b") if self.pipelined else par.schedule,
-            microbatches=self.microbatches if self.pipelined else par.microbatches,
+            microbatches=self.microbatches if self.pipelined and not self.derived else par.microbatches,
             virtual_stages=self.virtual_stages if self.virtual_stages > 1 else par.virtual_stages,
             reshard_after_forward=par.reshard_after_forward
             if self.reshard_after_forward is None
@@ -118,9 +122,15 @@ class Candidate:
             if self.sync_each_microstep is None
             else self.sync_each_microstep,
         )
-        batch = dataclasses.replace(cfg.batch, micro=self.micro_batch * self.microbatches, accum=self.accum)
+        batch = dataclasses.replace(cfg.batch, micro=self._batch_micro, accum=self.accum)
         model = dataclasses.replace(cfg.model, activation_checkpointing=self.checkpointing)
         return dataclasses.replace(cfg, parallel=parallel, batch=batch, model=model)
+
+    @property
+    def _batch_micro(self) -> int:
+        """batch.micro: the micro-batch size where the micro-batches are derived, else the rank's
+        micro-step (split into parallel.microbatches under a pipeline)."""
+        return self.micro_batch if self.derived else self.micro_batch * self.microbatches
 
     @property
     def label(self) -> str:
@@ -149,8 +159,9 @@ def _divisors(n: int, bound: int) -> list[int]:
 
 
 def recipe_micro_batch(cfg: LauncherConfig) -> int:
-    """The recipe's own micro-batch size: batch.micro, split into parallel.microbatches under a pipeline."""
-    if traits_pipelined(cfg.parallel.layout):
+    """The recipe's own micro-batch size: batch.micro, split into parallel.microbatches under a
+    pipeline unless a fixed global batch derives the micro-batches (derives_microbatches)."""
+    if traits_pipelined(cfg.parallel.layout) and not derives_microbatches(cfg):
         return max(1, cfg.batch.micro // cfg.parallel.microbatches)
     return cfg.batch.micro
 
@@ -219,4 +230,5 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
                                     checkpointing=ckpt,
                                     reshard_after_forward=reshard,
                                     sync_each_microstep=sync,
+                                    derived=row.splits("pp") and cfg.batch.global_batch is not None,
                                 )

@@ -32,6 +32,7 @@ from pathlib import Path
 from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
 from launcher.compute.peaks import device_memory_gb
 from launcher.config.cluster_traits import cluster_traits
+from launcher.config.derived import pipeline_batch
 from launcher.config.schema import ClusterConfig, LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
@@ -164,6 +165,7 @@ def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: st
 
 def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> RankMemory:
     """What pipeline rank `pp_rank` (any dp and tp coordinate) of `trial` needs, in bytes."""
+    cfg = pipeline_batch(cfg, trial.dp)  # the micro-batches the trial runs (derived from a fixed global batch)
     parts = model_parts(cfg.model)
     n, root = rank_params(parts, cfg.model, trial, pp_rank)
     dp_kind = traits(trial.layout).data_parallel

@@ -13,7 +13,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.messages import RENAMED
 from launcher.config.schema import LauncherConfig
-from launcher.perf.plan_search import memory_line, search_main
+from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (
     Forecast,
     check_output,
@@ -87,17 +87,24 @@ def _current_spelling(override: str) -> str:
     return f"{prefix}{new}{sep}{value}" if new else override
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     """`launcher plan`: predict sizes from presets or a measured sweep; nothing runs. Comma
-    overrides plan each combination into one table with a variant column, as a sweep does."""
+    overrides plan each combination into one table with a variant column, as a sweep does.
+    `verify`: what runs --verify's candidates (run/verify.py, handed down by the CLI)."""
     sizes = parse_gpus(args.gpus)
+    k = getattr(args, "verify", None)
+    if k is not None and not getattr(args, "search", False):
+        raise ConfigError(f"--verify {k} runs the top candidates of a search: add --search")
+    if k is not None and k < 1:
+        raise ConfigError(f"--verify {k}: give the number of top candidates to run, 1 or more")
     check_output(args.output)
     user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
     variants = expand(user)
     if getattr(args, "search", False):
         if len(variants) > 1:
             raise ConfigError("launcher plan --search searches the layouts itself: give one recipe, no comma values")
-        return search_main(compose_config(variants[0].overrides, args.recipes), sizes, args)
+        over = variants[0].overrides
+        return search_main(compose_config(over, args.recipes), sizes, args, overrides=over, verify=verify)
     planned = [(v.label, _forecast(args, compose_config(v.overrides, args.recipes), sizes)) for v in variants]
     cfg = compose_config(variants[0].overrides, args.recipes)
     if len(planned) == 1:

@@ -5,11 +5,12 @@ size and layout; `--output` writes every candidate."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 
 from launcher.config.schema import LauncherConfig
 from launcher.perf.memory_limit import limit_of
 from launcher.perf.plan_table import write_output
-from launcher.perf.search import TOP, search
+from launcher.perf.search import TOP, Search, search
 from launcher.perf.search_table import best_forecast, every_candidate, runner_lines
 from launcher.perf.terms import dominant_lines
 from launcher.report.terminal import print_table
@@ -26,8 +27,21 @@ def memory_line(cfg: LauncherConfig) -> str:
     return f"memory: the neediest rank's estimate (launcher/perf/memory.py) against {limit.describe()}"
 
 
-def search_main(cfg: LauncherConfig, sizes: list[int], args: argparse.Namespace) -> int:
-    """Search, print, write; 0 when a size is recommended."""
+Verify = Callable[[Sequence[str], "str | None", Search, int, int], int]
+"""run/verify.py's verify(overrides, recipes, found, world_size, k): handed down by the CLI, as
+perf/ may not import the sweep driver above it."""
+
+
+def search_main(
+    cfg: LauncherConfig,
+    sizes: list[int],
+    args: argparse.Namespace,
+    *,
+    overrides: Sequence[str] = (),
+    verify: Verify | None = None,
+) -> int:
+    """Search, print, write; 0 when a size is recommended. With `verify` (--verify K) the top K at
+    the recommended size then run for real, and what they measured recommends."""
     found = search(cfg, sizes, assume_mfu=args.assume_mfu)
     fc = best_forecast(cfg, found)
     total = sum(len(s.ranked) + len(s.dropped) for s in found.sizes)
@@ -56,4 +70,6 @@ def search_main(cfg: LauncherConfig, sizes: list[int], args: argparse.Namespace)
     if args.output:
         write_output(every_candidate(found), args.output)
         print(f"every candidate written to {args.output}")
+    if verify is not None and rec.world_size is not None:
+        return verify(overrides, args.recipes, found, rec.world_size, args.verify)
     return 0 if rec.world_size is not None else 1

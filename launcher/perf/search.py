@@ -117,7 +117,9 @@ def score_size(cfg: LauncherConfig, n: int, models: dict[str, PerfModel], limit:
         p = models[cand.checkpointing].predict(shape)
         thr = p.tokens_per_s(shape.global_batch, seq)
         ranked.append(Scored(candidate=cand, memory_bytes=need, prediction=p, tokens_per_s=thr))
-    ranked.sort(key=lambda s: -s.tokens_per_s)
+    # Where the model cannot tell candidates apart (accumulation changes no predicted term), the larger
+    # micro-batch goes first: fewer, larger kernels, which measure faster on every device we ran.
+    ranked.sort(key=lambda s: (-s.tokens_per_s, -s.candidate.micro_batch))
     return SizeResult(world_size=n, ranked=ranked, dropped=dropped, refused=list(refused.values()))
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from launcher.compute.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token, stage_params
 from launcher.compute.peaks import resolve_precision
-from launcher.config.derived import BatchMath, batch_math, ranks_per_node
+from launcher.config.derived import BatchMath, batch_math, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.perf.comm import Traffic, ddp_buckets
@@ -164,6 +164,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
     the batch cannot split `world_size`. `numel`: the parameters of a model the config does not
     describe (a `_target_` model, counted on its module)."""
     dp, tp, pp = layout_degrees(cfg, world_size)
+    cfg = pipeline_batch(cfg, dp)  # a fixed global batch's pipeline micro-batches, at this size
     par, device = cfg.parallel, planned_device(cfg)
     spec = LayoutSpec(
         layout=par.layout,

@@ -127,21 +127,27 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
         refuse_unrunnable(cfg, items)
         skipped_oom, forced = predict_oom(items)
         return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=skipped_oom, forced=forced)
+    return prepare_variants([(v.label, v.overrides) for v in variants], recipes)
+
+
+def prepare_variants(labelled: Sequence[tuple[str, Sequence[str]]], recipes: str | None = None) -> PreparedSweep:
+    """Several combinations, each (label, its full overrides), composed and planned; impossible ones
+    skipped with a reason; none possible is an error (a comma sweep's, or plan --verify's candidates)."""
     items: list[tuple[Trial, LauncherConfig]] = []
     skipped: list[str] = []
     base: LauncherConfig | None = None
-    for v in variants:
+    for label, overrides in labelled:
         try:
-            cfg = compose_config(v.overrides, recipes)
+            cfg = compose_config(overrides, recipes)
         except ConfigError as exc:
-            skipped.append(f"{v.label}: {exc}")
+            skipped.append(f"{label}: {exc}")
             continue
         if base is not None and cfg.cluster != base.cluster:
             raise ConfigError(
-                f"{v.label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps"
+                f"{label}: cluster settings differ between combinations; sweep cluster.* in separate sweeps"
             )
         base = base or cfg
-        items += [(t, cfg) for t in sweep_trials(cfg, first_index=len(items), variant=v.label, skipped=skipped)]
+        items += [(t, cfg) for t in sweep_trials(cfg, first_index=len(items), variant=label, skipped=skipped)]
     if not items:
         raise ConfigError(
             f"no combination can run: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else "")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.config.derived import pipeline_batch
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
@@ -182,8 +183,9 @@ def missing_folder(trial_id: str) -> str:
 
 
 def trial_document(trial: Trial, cfg: LauncherConfig) -> dict[str, Any]:
-    """What the payload reads: the trial spec and the resolved config it belongs to."""
-    return _document(trial, to_dict(cfg))
+    """What the payload reads: the trial spec and the resolved config it belongs to, in the form
+    the trial runs it (a pipeline's micro-batches derived from a fixed global batch: pipeline_batch)."""
+    return _document(trial, to_dict(pipeline_batch(cfg, trial.dp)))
 
 
 def _document(trial: Trial, config: dict[str, Any]) -> dict[str, Any]:
@@ -203,11 +205,12 @@ def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]])
     costs ~50 ms a config, so per trial it was most of submitting a 256-trial sweep. Distinct by
     identity: the trials of one sweep variant share their config object (prepare_sweep); an equal
     copy is only converted again, never wrong."""
-    configs: dict[int, dict[str, Any]] = {}
+    configs: dict[tuple[int, int], dict[str, Any]] = {}
     for t, cfg in items:
-        if id(cfg) not in configs:
-            configs[id(cfg)] = to_dict(cfg)
-        atomic_write_json(trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document(t, configs[id(cfg)]))
+        key = (id(cfg), t.dp)  # a pipeline's micro-batches, derived from a fixed global batch, follow dp
+        if key not in configs:
+            configs[key] = to_dict(pipeline_batch(cfg, t.dp))
+        atomic_write_json(trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document(t, configs[key]))
 
 
 def write_outcome(tdir: Path, doc: dict[str, Any]) -> None:

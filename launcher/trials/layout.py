@@ -6,6 +6,7 @@ launcher/config/validate_layout.py). Pure; no torch."""
 from __future__ import annotations
 
 from launcher.compute.flops import ffn_width
+from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ParallelConfig
 from launcher.config.validate_layout import check_byo_layout, set_degrees
@@ -54,7 +55,7 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
             f"{cfg.model.name} splits its blocks evenly by itself: drop parallel.pp_split"
         )
     if pp > 1 or row.splits("pp"):
-        _check_pipeline(cfg, pp)
+        _check_pipeline(pipeline_batch(cfg, dp), pp, _microbatches_source(cfg, dp))
     if (tp > 1 or row.splits("tp")) and cfg.model._target_ is None:
         _check_tp(cfg, tp)
     return dp, tp, pp
@@ -85,8 +86,17 @@ def _product(par: ParallelConfig, tp: int, pp: int) -> str:
     return f"{' × '.join(f'parallel.{d}' for d in dims)} = {' × '.join(str(value[d]) for d in dims)} = {tp * pp}"
 
 
-def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
-    """Stages split the layers evenly; every rank gets a microbatch; micro-batches split evenly."""
+def _microbatches_source(cfg: LauncherConfig, dp: int) -> str:
+    """Where a pipeline's micro-batch count comes from, for the messages of _check_pipeline."""
+    if not derives_microbatches(cfg):
+        return "parallel.microbatches"
+    b = cfg.batch
+    return f"batch.global_batch({b.global_batch}) ÷ (batch.micro({b.micro}) × batch.accum({b.accum}) × dp({dp}))"
+
+
+def _check_pipeline(cfg: LauncherConfig, pp: int, source: str = "parallel.microbatches") -> None:
+    """Stages split the layers evenly; every rank gets a microbatch; micro-batches split evenly.
+    `cfg` is the trial's (pipeline_batch); `source` names where its micro-batch count came from."""
     par, model = cfg.parallel, cfg.model
     v = virtual_stages(par)
     stages = pp * v
@@ -97,15 +107,15 @@ def _check_pipeline(cfg: LauncherConfig, pp: int) -> None:
             f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
             "change model.n_layers, the world size or parallel.virtual_stages"
         )
+    plain = source == "parallel.microbatches"
+    what = f"{source}={par.microbatches}" if plain else f"{source} = {par.microbatches} micro-batches"
     if par.microbatches < pp:
-        raise ConfigError(
-            f"parallel.microbatches={par.microbatches} < pp={pp} pipeline ranks: a schedule needs at least one "
-            f"microbatch per rank; set parallel.microbatches={pp} or more"
-        )
+        fix = f"set parallel.microbatches={pp} or more" if plain else "lower batch.micro"
+        raise ConfigError(f"{what} < pp={pp} pipeline ranks: a schedule needs at least one microbatch per rank; {fix}")
     rounds = max(1, par.microbatches // pp)  # torch's interleaved schedules run m in rounds of ~pp
     if par.schedule == "interleaved_1f1b" and par.microbatches % rounds:
         raise ConfigError(
-            f"parallel.microbatches={par.microbatches} is not a multiple of its {rounds} rounds of pp={pp} that "
+            f"{what} is not a multiple of its {rounds} rounds of pp={pp} that "
             f"interleaved_1f1b runs; use a multiple of pp, e.g. parallel.microbatches={rounds * pp}"
         )
     if cfg.batch.micro % par.microbatches:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.cluster_traits import cluster_traits
-from launcher.config.derived import batch_math, ranks_per_node, scaled_lr, scaling_mode
+from launcher.config.derived import batch_math, pipeline_batch, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, SweepConfig
 from launcher.config.validate import AUTO_FIRST_REPEATS, check_precision_device, parse_repeats
+from launcher.layouts import traits
 from launcher.trials.layout import layout_degrees
 
 
@@ -39,6 +40,9 @@ class Trial:
     """Samples per rank per micro-step."""
     accum: int
     """Micro-steps per optimizer step."""
+    microbatches: int = 1
+    """Pipeline micro-batches per micro-step (parallel.microbatches, or derived from a fixed global
+    batch: config/derived.py pipeline_batch); 1 without a pipeline."""
     global_batch: int
     """Samples per optimizer step."""
     lr: float
@@ -76,7 +80,8 @@ def make_trial(
 ) -> Trial:
     """One trial at `world_size`; ConfigError if this size cannot run this config."""
     dp, tp, pp = layout_degrees(cfg, world_size)
-    math_ = batch_math(cfg.batch, dp)
+    run = pipeline_batch(cfg, dp)
+    math_ = batch_math(run.batch, dp)
     name = f"{index:03d}-{variant}-ws{world_size}" if variant else f"{index:03d}-ws{world_size}"
     return Trial(
         trial_id=name + (f"-r{repeat}" if repeat or repeat_plan(cfg.sweep).planned > 1 else ""),
@@ -89,6 +94,7 @@ def make_trial(
         pp=pp,
         micro=math_.micro,
         accum=math_.accum,
+        microbatches=run.parallel.microbatches if traits(cfg.parallel.layout).splits("pp") else 1,
         global_batch=math_.global_batch,
         lr=scaled_lr(cfg.optim, math_.global_batch),
         steps=steps,

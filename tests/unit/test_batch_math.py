@@ -88,3 +88,67 @@ def test_sweep_plan_weak_and_strong():
         (2, 32, 2, "strong"),
         (4, 32, 1, "strong"),
     ]
+
+
+@pytest.mark.parametrize(
+    "world_sizes, want",
+    [
+        # dp_pp pp=2, global 32, micro 2: m = 32 ÷ (2 × dp); the rank's micro-step is micro × m
+        ([2, 4, 8], [(1, 16, 32), (2, 8, 16), (4, 4, 8)]),
+    ],
+)
+def test_a_fixed_global_batch_derives_a_pipelines_microbatches_per_size(world_sizes, want):
+    """Megatron's semantics: batch.micro is the micro-batch size, m = global ÷ (micro × dp), accum folds in."""
+    cfg = compose_config(
+        [
+            "parallel=dp_pp",
+            "parallel.pp=2",
+            "batch.global_batch=32",
+            "batch.micro=2",
+            f"sweep.world_sizes={world_sizes}",
+        ]
+    )
+    trials = sweep_trials(cfg)
+    assert [(t.dp, t.microbatches, t.micro) for t in trials] == want
+    assert {(t.accum, t.global_batch, t.scaling) for t in trials} == {(1, 32, "strong")}
+
+
+def test_without_a_global_batch_parallel_microbatches_still_splits_batch_micro():
+    over = ["parallel=dp_pp", "parallel.pp=2", "batch.micro=8", "parallel.microbatches=4", "sweep.world_sizes=[2]"]
+    cfg = compose_config(over)
+    (t,) = sweep_trials(cfg)
+    assert (t.micro, t.microbatches, t.accum, t.global_batch, t.scaling) == (8, 4, 1, 8, "weak")
+
+
+def test_the_trial_document_carries_the_derived_split_and_reading_it_again_changes_nothing():
+    from launcher.config.derived import pipeline_batch  # lazy: only this test reads it
+    from launcher.trials.folder import from_document, trial_document  # lazy: only this test reads it
+
+    cfg = compose_config(["parallel=pipeline", "batch.global_batch=8", "batch.micro=2", "sweep.world_sizes=[2]"])
+    (trial,) = sweep_trials(cfg)
+    _, run = from_document(trial_document(trial, cfg))
+    assert (run.batch.micro, run.parallel.microbatches, run.batch.accum) == (8, 4, 1)
+    assert pipeline_batch(run, trial.dp) == run
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["batch.global_batch=30", "batch.micro=4"],
+            "world size 4: batch.global_batch=30 is not divisible by batch.micro(4) × batch.accum(1) × dp(2) = 8: "
+            "a pipeline runs global ÷ (micro × accum × dp) micro-batches per step; choose a multiple of 8 or "
+            "another batch.micro",
+        ),
+        (
+            ["batch.global_batch=8", "batch.micro=8", "sweep.world_sizes=[2]"],
+            "world size 2: batch.global_batch(8) ÷ (batch.micro(8) × batch.accum(1) × dp(1)) = 1 micro-batches < "
+            "pp=2 pipeline ranks: a schedule needs at least one microbatch per rank; lower batch.micro",
+        ),
+    ],
+)
+def test_a_global_batch_a_pipeline_cannot_split_is_one_line_with_the_numbers(overrides, message):
+    cfg = compose_config(["parallel=dp_pp", "parallel.pp=2", "sweep.world_sizes=[4]", *overrides])
+    with pytest.raises(ConfigError) as err:
+        sweep_trials(cfg)
+    assert str(err.value) == message

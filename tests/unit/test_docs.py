@@ -326,6 +326,21 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_plan_search.py::test_search_picks_a_fitting_candidate_per_size_and_writes_every_one",),
         args=("--search",),
     ),
+    "launcher plan --search model=tiny_gpt cluster=devcluster cluster.peak_flops_per_device=5e10 batch.micro=2 "
+    "--gpus 2 --verify 3": Ran(
+        tests=(
+            "test_plan_verify_slurm.py::test_verify_three_measures_them_and_the_measured_best_is_in_the_predicted_top_two",
+        ),
+        args=("--search", "--verify", "cluster=devcluster", "batch.micro=2"),
+    ),
+    "launcher sweep parallel=dp_pp parallel.pp=2 batch.global_batch=32 batch.micro=2 'sweep.world_sizes=[2,4]'": Ran(
+        tests=("test_pipeline_global_batch.py::test_a_strong_scaling_pipeline_sweep_across_sizes_is_one_command",),
+        args=("parallel=dp_pp", "batch.global_batch=32", "batch.micro=2", "sweep.world_sizes=[2,4]"),
+    ),
+    "launcher plan --search … --verify K": Ran(
+        tests=("test_plan_verify.py::test_verify_two_locally_measures_both_and_recommends_the_measured_best",),
+        args=("--search", "--verify"),
+    ),
     "launcher plan … --output plan.csv": Ran(
         tests=("test_plan_output.py::test_the_acceptance_command_writes_every_size_with_the_columns",),
         args=("--output",),

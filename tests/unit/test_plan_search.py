@@ -117,8 +117,7 @@ def test_the_space_holds_the_recipes_own_configuration():
         "parallel=fsdp_tp_pp",
         "parallel.tp=8",
         "parallel.pp=5",
-        "parallel.microbatches=96",
-        "batch.micro=192",
+        "batch.micro=2",
         "parallel.reshard_after_forward=false",
         "model.activation_checkpointing=selective",
     ]

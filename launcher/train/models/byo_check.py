@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from launcher.compute.flop_count import random_tensor
+from launcher.config.derived import derives_microbatches
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.train.models.byo import build_target, can_be_unit, is_integer, loss_fn, own_loss, unit_classes
@@ -43,7 +44,7 @@ def check_targets(configs: Sequence[LauncherConfig]) -> None:
                 cfg.model,
                 par.tp_plan,
                 list(par.pp_split),
-                max(1, cfg.batch.micro // par.microbatches) if par.pp_split else 0,
+                pipeline_micro(cfg) if par.pp_split else 0,
                 list(par.fsdp_units),
             )
             if cfg.model._target_ is not None and key not in seen:
@@ -364,3 +365,9 @@ def _raised(m: ModelConfig, doing: str, exc: BaseException, fix: str) -> str:
 def _first(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def pipeline_micro(cfg: LauncherConfig) -> int:
+    """Samples in one pipeline micro-batch: batch.micro where a fixed global batch derives the
+    micro-batches (config/derived.py), else batch.micro split into parallel.microbatches."""
+    return cfg.batch.micro if derives_microbatches(cfg) else max(1, cfg.batch.micro // cfg.parallel.microbatches)
