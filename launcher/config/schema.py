@@ -135,6 +135,11 @@ class ParallelConfig:
     """Stages per pipeline rank for interleaved_1f1b (v)."""
     reshard_after_forward: bool = True
     """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
+    fsdp_sync_each_microstep: bool = False
+    """FSDP without a pipeline (fsdp, fsdp_tp), under gradient accumulation: reduce-scatter the
+    gradients after every micro-step (torchtitan's and Composer's default), trading accum× the
+    reduce-scatter traffic for memory: only sharded gradients persist between micro-steps. False
+    syncs on the last micro-step only and keeps whole unsharded gradients until then."""
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
     fsdp_units: list[str] = field(default_factory=list)
