@@ -68,6 +68,9 @@ class Candidate:
     """model.activation_checkpointing: none, selective or full."""
     reshard_after_forward: bool | None
     """FSDP rows: free gathered parameters after forward; None where no FSDP runs."""
+    sync_each_microstep: bool | None = None
+    """FSDP without a pipeline, accumulating: reduce-scatter after every micro-step
+    (parallel.fsdp_sync_each_microstep); None where it does not apply."""
 
     @property
     def global_batch(self) -> int:
@@ -92,6 +95,8 @@ class Candidate:
         out.append(f"model.activation_checkpointing={self.checkpointing}")
         if self.reshard_after_forward is not None:
             out.append(f"parallel.reshard_after_forward={str(self.reshard_after_forward).lower()}")
+        if self.sync_each_microstep is not None:
+            out.append(f"parallel.fsdp_sync_each_microstep={str(self.sync_each_microstep).lower()}")
         return out
 
     def config(self, cfg: LauncherConfig) -> LauncherConfig:
@@ -109,6 +114,9 @@ class Candidate:
             reshard_after_forward=par.reshard_after_forward
             if self.reshard_after_forward is None
             else self.reshard_after_forward,
+            fsdp_sync_each_microstep=par.fsdp_sync_each_microstep
+            if self.sync_each_microstep is None
+            else self.sync_each_microstep,
         )
         batch = dataclasses.replace(cfg.batch, micro=self.micro_batch * self.microbatches, accum=self.accum)
         model = dataclasses.replace(cfg.model, activation_checkpointing=self.checkpointing)
@@ -126,6 +134,8 @@ class Candidate:
         parts.append({"none": "no-ckpt", "selective": "sel", "full": "full"}[self.checkpointing])
         if self.reshard_after_forward is not None:
             parts.append("reshard" if self.reshard_after_forward else "keep")
+        if self.sync_each_microstep:
+            parts.append("sync-each")
         return " ".join(parts)
 
 
@@ -193,16 +203,20 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
                     for reshard in reshards:
                         for mb in (x for x in micros if s % x == 0):
                             steps = s // mb
-                            yield Candidate(
-                                world_size=n,
-                                layout=name,
-                                dp=dp,
-                                tp=tp,
-                                pp=pp,
-                                virtual_stages=v,
-                                micro_batch=mb,
-                                microbatches=steps if row.splits("pp") else 1,
-                                accum=1 if row.splits("pp") else steps,
-                                checkpointing=ckpt,
-                                reshard_after_forward=reshard,
-                            )
+                            # Syncing every micro-step is a choice only where FSDP accumulates.
+                            accumulates = reshard is not None and not row.splits("pp") and steps > 1
+                            for sync in [False, True] if accumulates else [None]:
+                                yield Candidate(
+                                    world_size=n,
+                                    layout=name,
+                                    dp=dp,
+                                    tp=tp,
+                                    pp=pp,
+                                    virtual_stages=v,
+                                    micro_batch=mb,
+                                    microbatches=steps if row.splits("pp") else 1,
+                                    accum=1 if row.splits("pp") else steps,
+                                    checkpointing=ckpt,
+                                    reshard_after_forward=reshard,
+                                    sync_each_microstep=sync,
+                                )

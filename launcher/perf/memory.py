@@ -10,8 +10,11 @@ recorded as a predicted `oom` and never launched.
 Counts follow what the payload builds (launcher/train): fp32 master parameters; DDP keeps a
 gradient and a bucket copy of it; FSDP keeps its shard of parameters, gradients and optimizer
 state, plus the units gathered at a time (two blocks and the root with reshard_after_forward,
-everything without), and whole unsharded gradients while accumulating; autocast keeps a 16-bit
-copy of the weights it casts. Activations are the tensors a block saves for backward (fused
+everything without), and whole unsharded gradients while accumulating (unless
+parallel.fsdp_sync_each_microstep reduce-scatters each micro-step), and inside a pipeline stage the
+whole stage gathered and its gradients unsharded (torch's stage turns FSDP's sync and
+reshard-after-backward off until the step's last backward); autocast keeps a 16-bit copy of the
+weights it casts. Activations are the tensors a block saves for backward (fused
 attention: no seq² term), the logits and their log-softmax, held for as many microbatches as
 the pipeline schedule has in flight on the rank. Activation checkpointing (model.
 activation_checkpointing): `selective` recomputes only the attention core, whose fused kernel
@@ -160,10 +163,18 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     local = n / trial.dp if fsdp else n
     compute = 2 if mixed_precision(cfg, device) else FP32
     unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
-    if fsdp:
+    if fsdp and trial.pp > 1:
+        # torch's pipeline stage runs every backward but the step's last with FSDP's gradient sync
+        # and reshard-after-backward off: the stage's parameters stay gathered (fp32: no
+        # MixedPrecisionPolicy there; autocast's 16-bit copy beside them) and its gradients unsharded.
+        params = local * FP32 + n * FP32 + (0 if compute == FP32 else n * compute)
+        grads = local * FP32 + n * FP32
+    elif fsdp:
         gathered = n if not cfg.parallel.reshard_after_forward else min(n, root + 2 * unit)
         params = local * FP32 + gathered * compute
-        unsharded_grads = n if trial.accum > 1 else min(n, root + 2 * unit)
+        # Unsharded gradients persist across micro-steps unless each one reduce-scatters.
+        keeps_unsharded = trial.accum > 1 and not cfg.parallel.fsdp_sync_each_microstep
+        unsharded_grads = n if keeps_unsharded else min(n, root + 2 * unit)
         grads = local * FP32 + unsharded_grads * FP32
     else:
         params = n * FP32 + (0 if compute == FP32 else n * compute)

@@ -46,6 +46,25 @@ def test_fsdp_shards_what_ddp_replicates_and_the_shard_shrinks_with_dp():
     assert fsdp[1].activations == ddp.activations  # the same micro-batch per rank
 
 
+def test_fsdp_accumulating_keeps_unsharded_gradients_unless_each_micro_step_syncs():
+    base = ["model=gpt_1_3b", "precision=fp32", "parallel=fsdp", "batch.micro=2"]
+    n = flops.param_counts(compose_config(base).model)[0]
+    one = estimate(*trial_of(base, 8))
+    held = estimate(*trial_of([*base, "batch.accum=4"], 8))
+    each = estimate(*trial_of([*base, "batch.accum=4", "parallel.fsdp_sync_each_microstep=true"], 8))
+    assert held.grads == pytest.approx(4 * n / 8 + 4 * n)  # the shard + the whole unsharded gradient
+    assert each.grads == one.grads < held.grads / 3  # the shard + the units in backward, as without accumulation
+    assert (each.params, each.optimizer, each.activations) == (held.params, held.optimizer, held.activations)
+
+
+def test_an_fsdp_pipeline_stage_holds_its_stage_gathered_and_its_gradients_unsharded():
+    cfg, t = trial_of(["model=gpt_1_3b", "precision=fp32", "parallel=fsdp_pp", "parallel.pp=2", "batch.micro=4"], 4)
+    stage = max(memory.rank_params(model_parts(cfg.model), cfg.model, t, r)[0] for r in (0, 1))
+    need = estimate(cfg, t)
+    assert need.grads == pytest.approx(4 * stage / 2 + 4 * stage)  # dp=2 shard + unsharded
+    assert need.params == pytest.approx(4 * stage / 2 + 4 * stage)  # fp32: no 16-bit copy
+
+
 def test_pipeline_and_tp_ranks_hold_their_part():
     full = estimate(*trial_of(["model=gpt_1_3b", "precision=fp32", "parallel=pipeline", "batch.micro=4"], 1))
     staged = estimate(*trial_of(["model=gpt_1_3b", "precision=fp32", "parallel=pipeline", "batch.micro=4"], 4))
