@@ -43,12 +43,22 @@ GIB = float(1 << 30)
 FP32 = 4
 RUNTIME_BYTES = {"cpu": 0.4 * GIB, "cuda": 1.0 * GIB}
 """Per process before any tensor: interpreter + torch + gloo (cpu); CUDA context + NCCL (cuda)."""
-SAVED_PER_LAYER = {("gpt", "fp32"): 68, ("gpt", "mixed"): 46, ("mlp", "fp32"): 40, ("mlp", "mixed"): 26}
+SAVED_PER_LAYER = {
+    ("gpt", "fp32"): 68,
+    ("gpt", "mixed"): 46,
+    ("gpt", "pure"): 33,
+    ("mlp", "fp32"): 40,
+    ("mlp", "mixed"): 26,
+    ("mlp", "pure"): 21,
+}
 """Bytes a block saves for backward per token, per unit of d_model (gpt fp32: 17 d-wide tensors
 of 4 bytes — LayerNorm inputs and outputs, q, k, v, attention out, the ffn's 4d hidden twice).
-llama's depend on its kv and ffn widths: `llama_saved_bytes`."""
-LOGIT_BYTES = 16
-"""Per logit around the loss: logits, log-softmax, and their gradients in backward."""
+`mixed`: under autocast (fp32 residual stream and LayerNorms); `pure`: FSDP's MixedPrecisionPolicy,
+whose 16-bit parameters make every tensor 16-bit (gpt: the 17 at 2 bytes, 32 measured, plus one
+for per-row statistics). llama's depend on its kv and ffn widths: `llama_saved_bytes`."""
+LOGIT_BYTES = {"fp32": 16, "mixed": 14, "pure": 14}
+"""Per logit around the loss at its peak (log-softmax's backward): the logits (16-bit under mixed
+precision), the float32 log-softmax, its gradient and the gradient of its input."""
 OPTIMIZER_STATES = {"adamw": 2}
 """fp32 tensors per parameter the optimizer keeps (sgd: 1 with momentum, else 0)."""
 
@@ -115,43 +125,61 @@ def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, f
     return held * (L / (pp * v)) / m, 1 / m
 
 
-def llama_saved_bytes(m: ModelConfig, mixed: bool) -> float:
+def llama_saved_bytes(m: ModelConfig, mixed: bool, pure: bool = False) -> float:
     """Bytes a llama block saves for backward per token (checked against a built block's saved
     tensors in tests/unit/test_memory.py). Each RMSNorm: its input and float32 normalised value, and
     its output as the next Linears' input; then q, the attention output (also the projection's
     input), k and v (kv width each), and SwiGLU's gate, up, silu and product (ffn width each).
     fp32: all 4 bytes. Mixed (autocast): the norms' float32 tensors stay 4 bytes; the rest are
-    2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3)."""
+    2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3). Pure
+    (16-bit parameters, FSDP's MixedPrecisionPolicy): a norm keeps its float32 input copy, its
+    16-bit normalised value and its output; everything else is 2 bytes, read once."""
     d, f = m.d_model, ffn_width(m)
     kv_width = kv_heads(m) * (d // m.n_heads)
     norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
     if not mixed:
         return FP32 * (norm_fp32 + 2 * d + 2 * d + 2 * kv_width + 4 * f)
+    if pure:
+        return 2 * (4 + 2 + 2) * d + 2 * (2 * d + 2 * kv_width + 4 * f)
     return FP32 * norm_fp32 + 2 * ((3 + 2) * d + 2 * d + 2 * kv_width + 4 * f)
 
 
-def saved_bytes_per_token(m: ModelConfig, mixed: bool) -> float:
-    """Bytes one block saves for backward per token without checkpointing."""
+def saved_bytes_per_token(m: ModelConfig, mixed: bool, pure: bool = False) -> float:
+    """Bytes one block saves for backward per token without checkpointing (`pure`: 16-bit parameters)."""
     if m.arch == "llama":
-        return llama_saved_bytes(m, mixed)
-    return SAVED_PER_LAYER[(m.arch, "mixed" if mixed else "fp32")] * m.d_model
+        return llama_saved_bytes(m, mixed, pure)
+    return SAVED_PER_LAYER[(m.arch, precision_kind(mixed, pure))] * m.d_model
+
+
+def precision_kind(mixed: bool, pure: bool) -> str:
+    return "fp32" if not mixed else "pure" if pure else "mixed"
+
+
+def pure_16bit(cfg: LauncherConfig, trial: Trial, device: str) -> bool:
+    """Whether the trial computes with 16-bit parameters rather than under autocast: FSDP outside a
+    pipeline (engines/fsdp.py shards with a MixedPrecisionPolicy and runs no autocast)."""
+    row = traits(trial.layout)
+    return mixed_precision(cfg, device) and row.data_parallel == DataParallel.fsdp and not row.splits("pp")
 
 
 def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> float:
     m = cfg.model
     tokens = trial.micro * m.seq_len
     layers, logits = in_flight(cfg, trial, pp_rank)
-    per_layer = saved_bytes_per_token(m, mixed_precision(cfg, device))
+    mixed, pure = mixed_precision(cfg, device), pure_16bit(cfg, trial, device)
+    per_layer = saved_bytes_per_token(m, mixed, pure)
     if m.activation_checkpointing == "full":
-        # Each block's input is kept (the residual stream, fp32 under autocast), and one block's
-        # activations, of one (pipeline) microbatch, exist at a time while it is recomputed.
+        # Each block's input is kept (the residual stream, fp32 under autocast, 16-bit with 16-bit
+        # parameters), and one block's activations, of one (pipeline) microbatch, exist at a time
+        # while it is recomputed.
         one = tokens / cfg.parallel.microbatches if traits(trial.layout).splits("pp") else tokens
-        blocks = (layers * tokens * FP32 * m.d_model + one * per_layer) / trial.tp
+        residual = 2 if pure else FP32
+        blocks = (layers * tokens * residual * m.d_model + one * per_layer) / trial.tp
     else:
         blocks = layers * tokens * per_layer / trial.tp
     if pp_rank != trial.pp - 1:
         return blocks
-    return blocks + logits * tokens * LOGIT_BYTES * m.vocab_size / trial.tp
+    return blocks + logits * tokens * LOGIT_BYTES[precision_kind(mixed, pure)] * m.vocab_size / trial.tp
 
 
 def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> RankMemory:
