@@ -18,7 +18,9 @@ benchmarks/results/memory_accuracy.json (`python -m benchmarks.memory_accuracy`)
 every layout measured the peak resident memory against the estimate, estimate ÷ measured 1.11–1.21
 (never under: worst under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not
 see (the CUDA caching allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the
-estimate was 1.15× (ddp) and 1.25× (fsdp) the peak CUDA allocation."""
+estimate was 1.15× (ddp, bf16) and 1.25× (fsdp, bf16) the peak CUDA allocation; since FSDP is
+counted with 16-bit parameters and the loss at 14 bytes per logit under mixed precision, the
+same measured peaks give 1.07× (ddp, bf16), 1.04× (ddp, fp32) and 1.06× (fsdp, bf16): still over."""
 
 
 @dataclass(kw_only=True, frozen=True)
