@@ -15,7 +15,8 @@ MEMORY_MARGIN = 0.05
 """Share of a device's memory a plan keeps free of the estimate: a configuration fits when its
 estimate ≤ (1 − MEMORY_MARGIN) × the device's memory. Derived in
 benchmarks/results/memory_accuracy.json (`python -m benchmarks.memory_accuracy`): CPU trials of
-every layout measured the peak resident memory against the estimate, estimate ÷ measured 1.11–1.21
+every layout (and fsdp accumulating, with and without fsdp_sync_each_microstep) measured the peak
+resident memory against the estimate, estimate ÷ measured 1.11–1.21
 (never under: worst under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not
 see (the CUDA caching allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the
 estimate was 1.15× (ddp, bf16) and 1.25× (fsdp, bf16) the peak CUDA allocation; since FSDP is
