@@ -1,6 +1,7 @@
 """Memory estimate vs measured peak, every layout, on CPU trials: the margin `launcher plan` keeps.
 
-Each layout (ddp, fsdp, tp, pipeline, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp) runs once as a real
+Each layout (ddp, fsdp, tp, pipeline, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; fsdp also accumulating,
+with and without parallel.fsdp_sync_each_microstep) runs once as a real
 launcher trial (launcher.run.local.run_local → `python -m launcher.train`) on gloo, at 2 ranks (4
 for fsdp_tp_pp), a few steps, with a gpt model big enough that its tensors are a visible part of a
 rank's memory beside the interpreter and torch. The record's `peak_memory_bytes` (on CPU the
@@ -47,6 +48,12 @@ MODEL = [
 CASES: dict[str, tuple[int, list[str]]] = {
     "ddp": (2, ["parallel=ddp", "batch.micro=4"]),
     "fsdp": (2, ["parallel=fsdp", "batch.micro=4"]),
+    # Accumulating: unsharded gradients held to the last micro-step, or sharded after each one.
+    "fsdp accum 2": (2, ["parallel=fsdp", "batch.micro=2", "batch.accum=2"]),
+    "fsdp accum 2, sync each": (
+        2,
+        ["parallel=fsdp", "batch.micro=2", "batch.accum=2", "parallel.fsdp_sync_each_microstep=true"],
+    ),
     "tp": (2, ["parallel=tp", "batch.micro=4"]),
     "pipeline": (2, ["parallel=pipeline", "batch.micro=4", "parallel.microbatches=2"]),
     "dp_pp": (2, ["parallel=dp_pp", "parallel.pp=2", "batch.micro=4", "parallel.microbatches=2"]),

@@ -28,6 +28,11 @@ LAYOUTS: dict[str, tuple[str, bool | None, str]] = {
     "fsdp_tp": ("fsdp_tp", True, "FSDP × TP"),
     "fsdp_tp_pp": ("fsdp_tp_pp", True, "FSDP × TP × PP"),
 }
+SYNC_EACH_MICROSTEP = {"fsdp", "zero2", "fsdp_tp"}
+"""Source layouts whose FSDP reduce-scatters after every accumulation micro-step: Composer (llm-foundry)
+wraps no FSDP model in `no_sync` (composer/trainer/dist_strategy.py ddp_sync_context returns early for
+anything but DDP), and torchtitan's FSDP2 keeps gradient sync on. Megatron's rows keep a whole
+gradient buffer however they reduce, which the launcher's default (sync at the last micro-step) models."""
 NOT_EXPRESSIBLE = {"hsdp": "HSDP (shard in node, replicate across nodes) has no launcher layout"}
 # (pattern in the row's interconnect text, inter_link, NICs per node or None: one per GPU, note)
 INTERCONNECTS = (
@@ -189,6 +194,8 @@ def map_row(row: dict) -> Mapped:
     out += [f"parallel={layout}", *(f"parallel.{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if f"_{k}" in layout)]
     if reshard is not None:
         out.append(f"parallel.reshard_after_forward={str(reshard).lower()}")
+    if source_layout in SYNC_EACH_MICROSTEP and pp == 1:
+        out.append("parallel.fsdp_sync_each_microstep=true")
     out += _batch(row, dp, pp, assumed)
     link, nics, note = _network(row)
     if note:

@@ -6,10 +6,13 @@ batch, recompute, hardware, network) is predicted by `launcher plan` on presets,
 runs at the same size with the same model, global batch and cluster. Acceptance: the searched
 best predicts at least the published configuration's throughput, by the model's own measure, and
 its memory fits. Where the published configuration is itself over the memory limit by the
-estimate (the estimate describes the launcher's own engines: FSDP2 keeping unsharded gradients
-while accumulating, a 16-byte loss per logit), it is no candidate, and the row says so with the
-ratio found. The sources the layouts issue holds out (NVIDIA's DGX Cloud recipes, MegaScale,
-InternLM, Zero Bubble, Together's and Trainy's reports) are not in the corpus and stay out.
+estimate (the estimate describes the launcher's own engines: a loss of 14 bytes per logit under
+mixed precision, the blocks' saved tensors as its models keep them, a pipeline stage's FSDP holding
+the stage gathered and its gradients unsharded), it is no candidate, and the row says so with the
+ratio found. Published FSDP runs that reduce-scatter every accumulation micro-step (Composer,
+torchtitan) are mapped to parallel.fsdp_sync_each_microstep (replay_mapping.py). The sources the
+layouts issue holds out (NVIDIA's DGX Cloud recipes, MegaScale, InternLM, Zero Bubble, Together's
+and Trainy's reports) are not in the corpus and stay out.
 
     python -m benchmarks.search_corpus
 

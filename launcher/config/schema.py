@@ -113,7 +113,7 @@ class ParallelConfig:
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
-    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp and fsdp_tp_pp (pipeline layout: the world size)."""
+    """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp, fsdp_tp_pp (pipeline layout: world size)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4
@@ -122,11 +122,13 @@ class ParallelConfig:
     """Stages per pipeline rank for interleaved_1f1b (v)."""
     reshard_after_forward: bool = True
     """FSDP: free gathered parameters after forward (≈ ZeRO-3); false keeps them (≈ ZeRO-2)."""
+    fsdp_sync_each_microstep: bool = False
+    """fsdp, fsdp_tp accumulating: reduce-scatter each micro-step, not only the last (accum× traffic, less memory)."""
     backend: Backend = Backend.auto
     """Process-group backend; `auto` picks NCCL on CUDA, gloo on CPU."""
     fsdp_units: list[str] = field(default_factory=list)
-    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g. [Block, Bottleneck]);
-    empty: the size policy (fsdp_min_params). The root holds the rest. Built-in models always shard each block."""
+    """`_target_` models under fsdp: class names whose instances each become one FSDP unit (e.g. [Block,
+    Bottleneck]); empty: the size policy (fsdp_min_params). The root holds the rest; built-ins shard each block."""
     fsdp_min_params: int = 1_000_000
     """`_target_` models under fsdp with no fsdp_units: bottom-up, every module whose parameters
     not already in a unit below it number at least this becomes a unit (FSDP1's size policy)."""

@@ -132,6 +132,7 @@ def layout_spec(m: Measured) -> LayoutSpec:
         # The precision the payload resolved (`auto` → bf16 on CUDA, fp32 on CPU); older records: fp32.
         precision=m.metrics.get("precision") or "fp32",
         reshard_after_forward=par.get("reshard_after_forward", True),
+        sync_each_microstep=par.get("fsdp_sync_each_microstep", False),
         microbatches=par.get("microbatches", 1),
         virtual=par.get("virtual_stages", 1) if interleaved else 1,
         clip=bool((m.config.get("optim") or {}).get("clip_grad_norm")),  # older records: none clipped

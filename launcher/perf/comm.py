@@ -182,6 +182,9 @@ class Traffic:
     every backward but the step's last). Otherwise every pass gathers (FSDP reshards after backward)."""
     passes: int = 1
     """Forward+backward passes per optimizer step: accumulation × pipeline microbatches."""
+    syncs: int = 1
+    """FSDP: passes whose backward reduce-scatters the gradients: 1 (the step's last), or every
+    micro-step's under parallel.fsdp_sync_each_microstep (accumulation without a pipeline)."""
     tp_bytes: int = 0
     """Bytes of one tensor-parallel collective's full activation (microbatch × seq × d_model × bytes)."""
     tp_collectives: int = 0
@@ -205,5 +208,7 @@ class Traffic:
             raise ValueError(f"traffic: blocks and passes must be ≥ 1, got {self.blocks}, {self.passes}")
         if not set(self.norm_groups) <= {"dp", "tp", "pp"}:
             raise ValueError(f"traffic: norm_groups must name dp, tp or pp, got {self.norm_groups}")
+        if not 1 <= self.syncs <= self.passes:
+            raise ValueError(f"traffic: syncs must be in [1, passes={self.passes}], got {self.syncs}")
         if not 0.0 <= self.root_share <= 1.0:
             raise ValueError(f"traffic: root_share must be in [0, 1], got {self.root_share}")

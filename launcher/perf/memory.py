@@ -10,8 +10,11 @@ recorded as a predicted `oom` and never launched.
 Counts follow what the payload builds (launcher/train): fp32 master parameters; DDP keeps a
 gradient and a bucket copy of it; FSDP keeps its shard of parameters, gradients and optimizer
 state, plus the units gathered at a time (two blocks and the root with reshard_after_forward,
-everything without), and whole unsharded gradients while accumulating; autocast keeps a 16-bit
-copy of the weights it casts. Activations are the tensors a block saves for backward (fused
+everything without), and whole unsharded gradients while accumulating (unless
+parallel.fsdp_sync_each_microstep reduce-scatters each micro-step), and inside a pipeline stage the
+whole stage gathered and its gradients unsharded (torch's stage turns FSDP's sync and
+reshard-after-backward off until the step's last backward); autocast keeps a 16-bit copy of the
+weights it casts. Activations are the tensors a block saves for backward (fused
 attention: no seq² term), the logits and their log-softmax, held for as many microbatches as
 the pipeline schedule has in flight on the rank. Activation checkpointing (model.
 activation_checkpointing): `selective` recomputes only the attention core, whose fused kernel
@@ -41,12 +44,22 @@ GIB = float(1 << 30)
 FP32 = 4
 RUNTIME_BYTES = {"cpu": 0.4 * GIB, "cuda": 1.0 * GIB}
 """Per process before any tensor: interpreter + torch + gloo (cpu); CUDA context + NCCL (cuda)."""
-SAVED_PER_LAYER = {("gpt", "fp32"): 68, ("gpt", "mixed"): 46, ("mlp", "fp32"): 40, ("mlp", "mixed"): 26}
+SAVED_PER_LAYER = {
+    ("gpt", "fp32"): 68,
+    ("gpt", "mixed"): 46,
+    ("gpt", "pure"): 33,
+    ("mlp", "fp32"): 40,
+    ("mlp", "mixed"): 26,
+    ("mlp", "pure"): 21,
+}
 """Bytes a block saves for backward per token, per unit of d_model (gpt fp32: 17 d-wide tensors
 of 4 bytes — LayerNorm inputs and outputs, q, k, v, attention out, the ffn's 4d hidden twice).
-llama's depend on its kv and ffn widths: `llama_saved_bytes`."""
-LOGIT_BYTES = 16
-"""Per logit around the loss: logits, log-softmax, and their gradients in backward."""
+`mixed`: under autocast (fp32 residual stream and LayerNorms); `pure`: FSDP's MixedPrecisionPolicy,
+whose 16-bit parameters make every tensor 16-bit (gpt: the 17 at 2 bytes, 32 measured, plus one
+for per-row statistics). llama's depend on its kv and ffn widths: `llama_saved_bytes`."""
+LOGIT_BYTES = {"fp32": 16, "mixed": 14, "pure": 14}
+"""Per logit around the loss at its peak (log-softmax's backward): the logits (16-bit under mixed
+precision), the float32 log-softmax, its gradient and the gradient of its input."""
 OPTIMIZER_STATES = {"adamw": 2}
 """fp32 tensors per parameter the optimizer keeps (sgd: 1 with momentum, else 0)."""
 
@@ -81,10 +94,13 @@ MEMORY_MARGIN = 0.05
 (memory_limit.py) and the sweep's predicted-OOM gate (predicted_oom): a configuration fits when
 its estimate ≤ (1 − MEMORY_MARGIN) × the rank's memory. Derived in
 benchmarks/results/memory_accuracy.json (`python -m benchmarks.memory_accuracy`): CPU trials of
-every layout measured the peak resident memory against the estimate, estimate ÷ measured 1.11–1.21
-(never under: worst under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not
-see (the CUDA caching allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the
-estimate was 1.15× (ddp) and 1.25× (fsdp) the peak CUDA allocation."""
+every layout (and fsdp accumulating, with and without fsdp_sync_each_microstep) measured the peak
+resident memory against the estimate, estimate ÷ measured 1.11–1.21 (never under: worst
+under-estimate 0%), plus its stated 5% cushion for what a CPU trial does not see (the CUDA caching
+allocator's fragmentation, NCCL buffers). On an H100 (gpu_smoke.md) the estimate was 1.15× (ddp,
+bf16) and 1.25× (fsdp, bf16) the peak CUDA allocation; since FSDP is counted with 16-bit parameters
+and the loss at 14 bytes per logit under mixed precision, the same measured peaks give 1.07× (ddp,
+bf16), 1.04× (ddp, fp32) and 1.06× (fsdp, bf16): still over."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -124,43 +140,61 @@ def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, f
     return held * (L / (pp * v)) / m, 1 / m
 
 
-def llama_saved_bytes(m: ModelConfig, mixed: bool) -> float:
+def llama_saved_bytes(m: ModelConfig, mixed: bool, pure: bool = False) -> float:
     """Bytes a llama block saves for backward per token (checked against a built block's saved
     tensors in tests/unit/test_memory.py). Each RMSNorm: its input and float32 normalised value, and
     its output as the next Linears' input; then q, the attention output (also the projection's
     input), k and v (kv width each), and SwiGLU's gate, up, silu and product (ffn width each).
     fp32: all 4 bytes. Mixed (autocast): the norms' float32 tensors stay 4 bytes; the rest are
-    2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3)."""
+    2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3). Pure
+    (16-bit parameters, FSDP's MixedPrecisionPolicy): a norm keeps its float32 input copy, its
+    16-bit normalised value and its output; everything else is 2 bytes, read once."""
     d, f = m.d_model, ffn_width(m)
     kv_width = kv_heads(m) * (d // m.n_heads)
     norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
     if not mixed:
         return FP32 * (norm_fp32 + 2 * d + 2 * d + 2 * kv_width + 4 * f)
+    if pure:
+        return 2 * (4 + 2 + 2) * d + 2 * (2 * d + 2 * kv_width + 4 * f)
     return FP32 * norm_fp32 + 2 * ((3 + 2) * d + 2 * d + 2 * kv_width + 4 * f)
 
 
-def saved_bytes_per_token(m: ModelConfig, mixed: bool) -> float:
-    """Bytes one block saves for backward per token without checkpointing."""
+def saved_bytes_per_token(m: ModelConfig, mixed: bool, pure: bool = False) -> float:
+    """Bytes one block saves for backward per token without checkpointing (`pure`: 16-bit parameters)."""
     if m.arch == "llama":
-        return llama_saved_bytes(m, mixed)
-    return SAVED_PER_LAYER[(m.arch, "mixed" if mixed else "fp32")] * m.d_model
+        return llama_saved_bytes(m, mixed, pure)
+    return SAVED_PER_LAYER[(m.arch, precision_kind(mixed, pure))] * m.d_model
+
+
+def precision_kind(mixed: bool, pure: bool) -> str:
+    return "fp32" if not mixed else "pure" if pure else "mixed"
+
+
+def pure_16bit(cfg: LauncherConfig, trial: Trial, device: str) -> bool:
+    """Whether the trial computes with 16-bit parameters rather than under autocast: FSDP outside a
+    pipeline (engines/fsdp.py shards with a MixedPrecisionPolicy and runs no autocast)."""
+    row = traits(trial.layout)
+    return mixed_precision(cfg, device) and row.data_parallel == DataParallel.fsdp and not row.splits("pp")
 
 
 def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> float:
     m = cfg.model
     tokens = trial.micro * m.seq_len
     layers, logits = in_flight(cfg, trial, pp_rank)
-    per_layer = saved_bytes_per_token(m, mixed_precision(cfg, device))
+    mixed, pure = mixed_precision(cfg, device), pure_16bit(cfg, trial, device)
+    per_layer = saved_bytes_per_token(m, mixed, pure)
     if m.activation_checkpointing == "full":
-        # Each block's input is kept (the residual stream, fp32 under autocast), and one block's
-        # activations, of one (pipeline) microbatch, exist at a time while it is recomputed.
+        # Each block's input is kept (the residual stream, fp32 under autocast, 16-bit with 16-bit
+        # parameters), and one block's activations, of one (pipeline) microbatch, exist at a time
+        # while it is recomputed.
         one = tokens / cfg.parallel.microbatches if traits(trial.layout).splits("pp") else tokens
-        blocks = (layers * tokens * FP32 * m.d_model + one * per_layer) / trial.tp
+        residual = 2 if pure else FP32
+        blocks = (layers * tokens * residual * m.d_model + one * per_layer) / trial.tp
     else:
         blocks = layers * tokens * per_layer / trial.tp
     if pp_rank != trial.pp - 1:
         return blocks
-    return blocks + logits * tokens * LOGIT_BYTES * m.vocab_size / trial.tp
+    return blocks + logits * tokens * LOGIT_BYTES[precision_kind(mixed, pure)] * m.vocab_size / trial.tp
 
 
 def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> RankMemory:
@@ -173,10 +207,18 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     local = n / trial.dp if fsdp else n
     compute = 2 if mixed_precision(cfg, device) else FP32
     unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
-    if fsdp:
+    if fsdp and trial.pp > 1:
+        # torch's pipeline stage runs every backward but the step's last with FSDP's gradient sync
+        # and reshard-after-backward off: the stage's parameters stay gathered (fp32: no
+        # MixedPrecisionPolicy there; autocast's 16-bit copy beside them) and its gradients unsharded.
+        params = local * FP32 + n * FP32 + (0 if compute == FP32 else n * compute)
+        grads = local * FP32 + n * FP32
+    elif fsdp:
         gathered = n if not cfg.parallel.reshard_after_forward else min(n, root + 2 * unit)
         params = local * FP32 + gathered * compute
-        unsharded_grads = n if trial.accum > 1 else min(n, root + 2 * unit)
+        # Unsharded gradients persist across micro-steps unless each one reduce-scatters.
+        keeps_unsharded = trial.accum > 1 and not cfg.parallel.fsdp_sync_each_microstep
+        unsharded_grads = n if keeps_unsharded else min(n, root + 2 * unit)
         grads = local * FP32 + unsharded_grads * FP32
     else:
         params = n * FP32 + (0 if compute == FP32 else n * compute)

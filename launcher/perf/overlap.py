@@ -14,7 +14,8 @@ FSDP     per pass: the root's and the first block's all-gathers are exposed, blo
          in backward block i−1's all-gather (when resharded) and block i+1's reduce-scatter hide
          under block i's backward, the first backward all-gather and the last reduce-scatters
          (the first block's and the root's) are exposed. Reduce-scatters run on the last pass
-         only (set_requires_gradient_sync), all-gathers on every pass (once per step for a
+         only (set_requires_gradient_sync; on every pass under fsdp_sync_each_microstep:
+         Traffic.syncs), all-gathers on every pass (once per step for a
          pipeline stage that keeps its parameters: Traffic.gathered_once).
 TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them.
 PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
@@ -159,6 +160,6 @@ def _fsdp(
     bwd = again + (L - 1) * max(0.0, again - b_l)
     bwd_sync = again + (L - 1) * max(0.0, again + rs_b - b_l) + rs_b + rs_r
     gathering = 1 if t.gathered_once else t.passes  # passes whose forward gathers
-    exposed = gathering * fwd + (t.passes - 1) * bwd + bwd_sync
-    total = gathering * (ag_r + L * ag_b) + t.passes * L * again + L * rs_b + rs_r
+    exposed = gathering * fwd + (t.passes - t.syncs) * bwd + t.syncs * bwd_sync
+    total = gathering * (ag_r + L * ag_b) + t.passes * L * again + t.syncs * (L * rs_b + rs_r)
     return total, exposed

@@ -131,6 +131,7 @@ def every_candidate(found: Search) -> pd.DataFrame:
                 "accum": c.accum,
                 "activation_checkpointing": c.checkpointing,
                 "reshard_after_forward": c.reshard_after_forward,
+                "fsdp_sync_each_microstep": c.sync_each_microstep,
                 "rank": rank if s.fits else None,
                 "overrides": " ".join(c.overrides()),
             }

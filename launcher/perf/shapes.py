@@ -44,6 +44,8 @@ class LayoutSpec:
     """Resolved precision (fp32, bf16, fp16): what activations and FSDP's gathers move."""
     reshard_after_forward: bool = True
     """parallel.reshard_after_forward (FSDP)."""
+    sync_each_microstep: bool = False
+    """parallel.fsdp_sync_each_microstep (FSDP without a pipeline)."""
     microbatches: int = 1
     """Pipeline microbatches per micro-step (m), under pp > 1."""
     virtual: int = 1
@@ -100,6 +102,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         reshard=spec.reshard_after_forward,
         gathered_once=dp_kind == DataParallel.fsdp and pp > 1 and not spec.reshard_after_forward,
         passes=batch.accum * mb,
+        syncs=batch.accum if spec.sync_each_microstep and dp_kind == DataParallel.fsdp and pp == 1 else 1,
         tp_bytes=activation,
         tp_collectives=tp_count,
         # Sequence-parallel stages hand over their sequence shard: each tp rank sends 1/tp of it.
@@ -171,6 +174,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         model=cfg.model,
         precision=resolve_precision(cfg.precision, device),
         reshard_after_forward=par.reshard_after_forward,
+        sync_each_microstep=par.fsdp_sync_each_microstep,
         microbatches=par.microbatches,
         virtual=virtual_stages(par),
         clip=bool(cfg.optim.clip_grad_norm),

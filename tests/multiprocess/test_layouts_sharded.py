@@ -44,6 +44,14 @@ def test_fsdp_with_accumulation_equals_reference(ref, tmp_path):
     assert_same(launch(tmp_path, "fsdp_accum", 2, ["parallel=fsdp", "batch.micro=2", "batch.accum=2"]), ref)
 
 
+def test_fsdp_syncing_each_microstep_equals_reference(ref, tmp_path):
+    """parallel.fsdp_sync_each_microstep: a reduce-scatter after every micro-step (FSDP2 adds it into
+    the sharded gradient) gives the same step as one sync at the last, and says so in its record."""
+    over = ["parallel=fsdp", "batch.micro=2", "batch.accum=2", "parallel.fsdp_sync_each_microstep=true"]
+    assert_same(launch(tmp_path, "fsdp_sync_each", 2, over), ref)
+    assert layout_record(tmp_path, "fsdp_sync_each")["fsdp_sync_each_microstep"] is True
+
+
 @pytest.mark.parametrize("ranks,accum", [(1, 8), (2, 4), (4, 2)])
 def test_fsdp_global_batch_split_three_ways_equals_reference(ref, tmp_path, ranks, accum):
     """8 samples per step as ranks × accum × micro(1): every split gives the reference."""

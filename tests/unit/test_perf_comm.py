@@ -134,6 +134,20 @@ def test_fsdp_prefetch_exposes_the_first_gather_and_the_last_scatters():
     )
     assert once.dp_total_s == pytest.approx(ag_r + L * ag_b + L * rs_b + rs_r, rel=1e-12)
     assert once.dp_exposed_s == pytest.approx(fwd + (L - 1) * max(0.0, rs_b - b_l) + rs_b + rs_r, rel=1e-12)
+    # Syncing every micro-step (fsdp_sync_each_microstep): each pass's backward scatters.
+    each = comm_terms(
+        Traffic(**{**t.__dict__, "syncs": 2}), groups, topo, NV, IB, compute_s=compute, backward_share=2 / 3
+    )
+    assert each.dp_total_s == pytest.approx(2 * (ag_r + L * 2 * ag_b) + 2 * (L * rs_b + rs_r), rel=1e-12)
+    assert each.dp_exposed_s == pytest.approx(2 * fwd + 2 * bwd_sync, rel=1e-12)
+
+
+def test_syncing_each_microstep_scatters_per_accumulation_step_only_without_a_pipeline():
+    base = ["model=gpt_125m", "parallel=fsdp", "batch.micro=2", "batch.accum=4"]
+    assert shape_for(_cfg(*base), 8).traffic.syncs == 1
+    assert shape_for(_cfg(*base, "parallel.fsdp_sync_each_microstep=true"), 8).traffic.syncs == 4
+    piped = ["model=gpt_125m", "parallel=fsdp_pp", "parallel.pp=2", "batch.micro=4", "batch.accum=2"]
+    assert shape_for(_cfg(*piped, "parallel.fsdp_sync_each_microstep=true"), 8).traffic.syncs == 1
 
 
 def _cfg(*overrides: str):

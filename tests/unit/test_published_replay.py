@@ -101,6 +101,7 @@ def test_an_fsdp_row_is_the_recipe_it_ran():
         "model.activation_checkpointing=full",
         "parallel=fsdp",
         "parallel.reshard_after_forward=true",
+        "parallel.fsdp_sync_each_microstep=true",  # Composer reduce-scatters every micro-step under FSDP
         "batch.micro=3",
         "batch.global_batch=504",
         "cluster=example_gpu_site",

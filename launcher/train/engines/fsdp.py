@@ -6,7 +6,7 @@ Each block is one FSDP unit and the root holds the rest (embeddings, final norm,
 parameters are all-gathered before its forward (and again before its backward when
 parallel.reshard_after_forward is true, ≈ ZeRO-3; false keeps them gathered between forward and
 backward, ≈ ZeRO-2) and its gradients reduce-scattered (averaged over dp) after the last
-micro-step's backward.
+micro-step's backward (after every micro-step's with parallel.fsdp_sync_each_microstep).
 
 Communication time is replayed, not timed in place (FSDP overlaps it with compute):
 `replay_seconds` times each kind of collective alone on the dp group and multiplies by how often
@@ -60,6 +60,7 @@ class FSDPEngine(Engine):
         self.model, self.cfg, self.device, self.topo = model, cfg, device, topo
         self.tensor_parallel = traits(cfg.parallel.layout).splits("tp")  # fsdp_tp
         self.reshard = bool(cfg.parallel.reshard_after_forward)
+        self.sync_each = bool(cfg.parallel.fsdp_sync_each_microstep)
         self.dp_mesh = topo.mesh["dp"]
         self.group = self.dp_mesh.get_group()
         self.param_dtype = PARAM_DTYPES[cfg.precision]
@@ -110,9 +111,10 @@ class FSDPEngine(Engine):
         accum = len(micro_batches)
         loss = torch.zeros((), device=self.device)
         for k, batch in enumerate(micro_batches):
-            # Gradients accumulate unsharded and are reduce-scattered (averaged over dp) only on
-            # the last micro-step; with each loss / accum that is the global-batch mean, as DDP.
-            self.model.set_requires_gradient_sync(k == accum - 1)
+            # Gradients are reduce-scattered (averaged over dp) on the last micro-step only, kept
+            # unsharded until then, or on every one (fsdp_sync_each_microstep: FSDP2 adds each
+            # into the sharded gradient); with each loss / accum either is the global-batch mean.
+            self.model.set_requires_gradient_sync(self.sync_each or k == accum - 1)
             loss += self._micro_step(to_device(batch, self.device), accum)
         self._accum, self._last_batch = accum, micro_batches[-1]
         return loss
@@ -134,7 +136,11 @@ class FSDPEngine(Engine):
 
     def metrics(self) -> dict[str, Any]:
         fsdp_s = self._fsdp_collective_seconds()
-        out: dict[str, Any] = {"reshard_after_forward": self.reshard, "fsdp_collective_time_s": fsdp_s}
+        out: dict[str, Any] = {
+            "reshard_after_forward": self.reshard,
+            "fsdp_sync_each_microstep": self.sync_each,
+            "fsdp_collective_time_s": fsdp_s,
+        }
         if self.tensor_parallel:
             # DTensor's collectives on the tp dim, timed on extra passes (tp.py). FSDP issues the
             # sequence-parallel LayerNorms' gradient all-reduces in its post-backward of every
@@ -156,16 +162,17 @@ class FSDPEngine(Engine):
         barrier-aligned). Per optimizer step a unit is all-gathered once per micro-step for
         forward, once more per micro-step for backward when it resharded after forward (blocks
         with reshard_after_forward; never the root), and reduce-scattered once (gradient sync is
-        off on the other micro-steps). The sum is the communication time without overlap: an
-        upper bound on what a step exposes. (FSDP pads each parameter's dim 0 to a multiple of
-        dp, not the unit's flat size: at most dp − 1 rows per parameter of difference.)"""
+        off on the other micro-steps) or, with fsdp_sync_each_microstep, once per micro-step.
+        The sum is the communication time without overlap: an upper bound on what a step exposes.
+        (FSDP pads each parameter's dim 0 to a multiple of dp, not the unit's flat size: at most
+        dp − 1 rows per parameter of difference.)"""
         ops: Counter[tuple[str, int, torch.dtype]] = Counter()
         for i, numel in enumerate(self.unit_numels):
             is_root = i == len(self.unit_numels) - 1
             ops[("_allgather_base_", numel, self.param_dtype or torch.float32)] += self._accum * (
                 2 if self.reshard and not is_root else 1
             )
-            ops[("_reduce_scatter_base_", numel, torch.float32)] += 1
+            ops[("_reduce_scatter_base_", numel, torch.float32)] += self._accum if self.sync_each else 1
         return replay_seconds(ops, self.group, self.device)
 
 
