@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.config.derived import pipeline_batch
+from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
@@ -207,7 +207,8 @@ def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]])
     copy is only converted again, never wrong."""
     configs: dict[tuple[int, int], dict[str, Any]] = {}
     for t, cfg in items:
-        key = (id(cfg), t.dp)  # a pipeline's micro-batches, derived from a fixed global batch, follow dp
+        # A pipeline's micro-batches derived from a fixed global batch follow dp; otherwise dp changes nothing.
+        key = (id(cfg), t.dp if derives_microbatches(cfg) else 0)
         if key not in configs:
             configs[key] = to_dict(pipeline_batch(cfg, t.dp))
         atomic_write_json(trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document(t, configs[key]))

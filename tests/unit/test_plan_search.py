@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -210,10 +211,12 @@ def test_fsdp_resharding_inside_a_pipeline_is_named_as_the_cause(capsys):
     ]
     assert main(argv) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert (
-        "dominant: communication > 50% of the step at 1024 GPUs (up to 82%); to reduce it: data-parallel gathers "
-        "repeated per micro-batch: no resharding inside a pipeline (parallel.reshard_after_forward=false)"
-    ) in printed
+    # The share itself moves with the model's terms; the footer's claim and its remedy must not.
+    assert re.search(
+        r"dominant: communication > 50% of the step at 1024 GPUs \(up to [5-9]\d%\); to reduce it: data-parallel "
+        r"gathers repeated per micro-batch: no resharding inside a pipeline \(parallel\.reshard_after_forward=false\)",
+        printed,
+    )
 
 
 def test_comma_values_plan_each_combination_in_one_table(tmp_path, capsys):
