@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
 from launcher.results.flags import busy_host
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.results.table import COLUMNS, trial_row
+from tests.support.report import write_test_report
 
 TRIAL = {"layout": "ddp", "nodes": 1, "scaling": "weak", "micro": 8, "accum": 1}
 BUSY_2 = (
@@ -77,13 +77,5 @@ def test_the_busy_host_is_a_line_under_the_terminal_table_and_in_report_md(tmp_p
     text = console.export_text()
     assert f"flagged: 2 ranks: {BUSY_2}" in text.splitlines()
     assert text.index(BUSY_2) > text.index("└")
-    write_report(
-        df,
-        Recommendation(world_size=2, reason="a test"),
-        sweep_id="t",
-        summary="s",
-        threshold=0.8,
-        sweep_dir=tmp_path,
-        has_price=False,
-    )
+    write_test_report(df, tmp_path, world_size=2)
     assert f"flagged: 2 ranks: {BUSY_2}" in (tmp_path / "report.md").read_text()

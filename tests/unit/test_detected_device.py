@@ -16,12 +16,12 @@ from launcher.compute import peaks
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit
 from launcher.perf.plan import from_presets_forecast
-from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.results.table import COLUMNS, trial_row
 from launcher.train import measure
+from tests.support.report import write_test_report
 
 H100 = "NVIDIA H100 80GB HBM3"
 SITE = ["cluster=example_gpu_site", "precision=bf16"]  # device_name A100-80GB, peak 3.12e14 (A100 bf16)
@@ -92,15 +92,7 @@ def test_the_mismatch_is_one_line_under_the_terminal_table_and_in_report_md(on_g
     lines = [line for line in text.splitlines() if "device mismatch" in line]
     assert lines == ["MFU " + row["peak_mismatch"]]  # once, for both trials
     assert text.index("device mismatch") > text.index("└")  # under the table
-    write_report(
-        df,
-        Recommendation(world_size=1, reason="a test"),
-        sweep_id="t",
-        summary="s",
-        threshold=0.8,
-        sweep_dir=tmp_path,
-        has_price=False,
-    )
+    write_test_report(df, tmp_path, world_size=1)
     md = (tmp_path / "report.md").read_text()
     assert md.count("MFU device mismatch: cluster.device_name='A100-80GB'") == 1
     # The run on the device the site names has nothing to say.

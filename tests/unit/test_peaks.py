@@ -11,11 +11,10 @@ from launcher.compute import peaks
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.validate import validate
-from launcher.report.markdown import write_report
-from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.results.table import COLUMNS, peak_mismatch_line, trial_row
 from launcher.train import measure, metrics
+from tests.support.report import write_test_report
 
 REQUIRED = ["A100 SXM4", "A100 PCIe", "H100 SXM5", "H100 PCIe", "H200 SXM", "B200 (HGX)", "L40S", "MI300X"]
 
@@ -172,28 +171,12 @@ def test_report_md_and_html_show_the_mismatch_line_under_the_table(tmp_path):
         for i, n in enumerate((1, 2))
     ]
     df = add_scaling(pd.DataFrame(rows).reindex(columns=COLUMNS))
-    write_report(
-        df,
-        Recommendation(world_size=2, reason="a test"),
-        sweep_id="t",
-        summary="s",
-        threshold=0.8,
-        sweep_dir=tmp_path,
-        has_price=False,
-    )
+    write_test_report(df, tmp_path, world_size=2)
     md = (tmp_path / "report.md").read_text()
     assert md.count("MFU peak/precision mismatch: x") == 1
     table_end = md.rindex("| 2 |")
     assert md.index("MFU peak/precision mismatch: x") > table_end
     assert "MFU peak/precision mismatch: x" in (tmp_path / "report.html").read_text()
     clean = df.assign(peak_mismatch=None)
-    write_report(
-        clean,
-        Recommendation(world_size=2, reason="a test"),
-        sweep_id="t",
-        summary="s",
-        threshold=0.8,
-        sweep_dir=tmp_path,
-        has_price=False,
-    )
+    write_test_report(clean, tmp_path, world_size=2)
     assert "mismatch" not in (tmp_path / "report.md").read_text()

@@ -21,6 +21,7 @@ from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.results.table import COLUMNS, trial_row
 from launcher.train import nvml, profile
+from tests.support.report import write_test_report
 
 TRACE = profile.trace_name(0)
 
@@ -209,13 +210,5 @@ def test_a_record_cannot_point_the_link_out_of_its_folder(tmp_path):
     doc = json.loads(record.read_text())
     record.write_text(json.dumps({**doc, "profile": {"trace": "../../report.md"}}))
     (tmp_path / "report.md").write_text("an earlier report")
-    write_report(
-        df,
-        Recommendation(world_size=2, reason="a test"),
-        sweep_id="t",
-        summary="s",
-        threshold=0.8,
-        sweep_dir=tmp_path,
-        has_price=False,
-    )
+    write_test_report(df, tmp_path, world_size=2)
     assert "profiler trace" not in (tmp_path / "report.md").read_text()
