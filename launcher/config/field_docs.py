@@ -1,4 +1,5 @@
-"""The doc of each config field, as launcher/config/schema.py writes it: the string expression
+"""The doc of each config field, as launcher/config/schema.py and its parts (the modules whose
+classes it imports: model_schema.py, parallel_schema.py, …) write it: the string expression
 after a dataclass field (an attribute docstring), which Python keeps nowhere at run time, so the
 module's source is parsed with `ast`, once. What `launcher --info GROUP` prints."""
 
@@ -18,9 +19,10 @@ from launcher.config.errors import ConfigError
 
 @functools.cache
 def field_docs() -> dict[str, dict[str, str]]:
-    """Class name → field name → its docstring (indentation removed), for every class of schema.py."""
+    """Class name → field name → its docstring (indentation removed), for every class of schema.py
+    and of the modules it takes config classes from."""
     docs: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(schema)).body:
+    for node in (n for module in _schema_modules() for n in ast.parse(inspect.getsource(module)).body):
         if isinstance(node, ast.ClassDef):
             pairs = zip(node.body, node.body[1:])
             docs[node.name] = {
@@ -33,6 +35,12 @@ def field_docs() -> dict[str, dict[str, str]]:
                 and isinstance(doc.value.value, str)
             }
     return docs
+
+
+def _schema_modules() -> list[Any]:
+    """schema.py and every module one of its dataclasses (LauncherConfig's parts) is defined in."""
+    homes = {inspect.getmodule(c) for c in vars(schema).values() if isinstance(c, type) and dataclasses.is_dataclass(c)}
+    return [schema, *sorted(homes - {schema}, key=lambda m: m.__name__)]
 
 
 def groups() -> dict[str, type]:

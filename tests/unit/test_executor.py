@@ -25,7 +25,7 @@ from launcher.trials.spec import sweep_trials
 
 PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
 CHOICE = "run/executor/__init__.py"  # executor_for: the one place that reads the kind to choose
-SCHEMA = "config/schema.py"
+SCHEMA = "config/cluster_schema.py"  # its field docs name the kind
 
 # --- the choice ----------------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""What is trained: the model's config (part of launcher/config/schema.py's LauncherConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.config.choices import Arch, Checkpointing, InputDtype
+
+
+@dataclass(kw_only=True, frozen=True)
+class InputSpec:
+    """One tensor of a `_target_` model's synthetic batch (an input, the loss's target); load.py
+    reads it (not an OmegaConf node: a frozen dataclass's lists inside a Dict refuse merging)."""
+
+    shape: list[int] = field(default_factory=list)
+    """Shape of one sample, without the batch dimension ([] : one value per sample)."""
+    dtype: InputDtype = InputDtype.float32
+    """Element type. Integers (and bool) are drawn uniformly from [low, high); floats from N(0, 1)."""
+    high: int | None = None
+    """Integer dtypes: exclusive upper bound (a vocabulary size, a class count); required for them."""
+    low: int = 0
+    """Integer dtypes: inclusive lower bound."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class ModelConfig:
+    name: str = "tiny_gpt"
+    """Recipe name, recorded with every trial."""
+    arch: Arch = Arch.gpt
+    """`gpt`: decoder-only transformer (LayerNorm, GELU, learned positions, biases). `llama`: Llama-style decoder
+    (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases). `mlp`: per-token MLP stack (no attention)."""
+    vocab_size: int = 256
+    """Token vocabulary size."""
+    seq_len: int = 64
+    """Tokens per sample (T)."""
+    d_model: int = 128
+    """Hidden width."""
+    n_layers: int = 2
+    """Transformer blocks (gpt, llama) or hidden MLP layers (mlp)."""
+    n_heads: int = 4
+    """Query attention heads (gpt, llama); d_model must be divisible by it."""
+    ffn_mult: int = 4
+    """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
+    ffn_hidden: int | None = None
+    """Feed-forward hidden width, explicitly (Llama 3 8B: 14336); null → ffn_mult × d_model. For
+    llama it is the width of each of SwiGLU's gate and up projections."""
+    n_kv_heads: int | None = None
+    """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null →
+    n_heads (multi-head attention). gpt always uses n_heads."""
+    rope_theta: float = 10000.0
+    """llama: RoPE base frequency (Llama 3: 500000)."""
+    norm_eps: float = 1e-5
+    """llama: RMSNorm epsilon."""
+    activation_checkpointing: Checkpointing = Checkpointing.none
+    """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
+    everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
+    core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
+    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
+    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
+    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
+    each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
+    _target_: str | None = None
+    """Your own model: a callable returning an nn.Module (Hydra's `instantiate`), e.g.
+    `mypkg.models.build`; a recipe's keys this schema does not know are its keyword arguments
+    (moved into `kwargs`). Null: the built-in model of `arch` (the keys above)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """`_target_` models: the callable's keyword arguments (a recipe writes them beside `_target_`)."""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """`_target_` models: the synthetic batch, name → InputSpec; each reaches the model as a keyword
+    argument (`model(**inputs)`), batch dimension first."""
+    target: Any = None
+    """`_target_` models: an InputSpec, what `loss` compares the output with; null: the
+    model's own loss (a scalar output, or its `.loss`: Hugging Face models given `labels`)."""
+    loss: Any = None
+    """`_target_` models: `cross_entropy` (output [batch, …, classes], integer targets), `mse`, or
+    {_target_: mypkg.losses.my_loss} called as loss(output, target) → scalar; null: see `target`."""
