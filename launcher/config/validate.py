@@ -22,6 +22,7 @@ from launcher.config.schema import (
 )
 from launcher.config.validate_byo import check_byo
 from launcher.config.validate_layout import check_byo_layout, set_degrees
+from launcher.config.validate_precision import check_fp8_device, check_fp8_model
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
 
@@ -42,6 +43,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     """
     _check_model(cfg.model)
     check_byo(cfg.model, cfg.data)
+    check_fp8_model(cfg.model, str(cfg.precision))
     _check_names(cfg)
     _check_batch(cfg.batch)
     _check_parallel(cfg)
@@ -192,6 +194,7 @@ def check_precision_device(precision: str, device_type: str) -> None:
             "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
             "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
         )
+    check_fp8_device(precision, device_type)
 
 
 def _check_compile(cfg: LauncherConfig) -> None:

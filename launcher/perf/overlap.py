@@ -116,7 +116,7 @@ def comm_terms(
         tp_total = t.passes * gather_s(nbytes, groups.tp, topo, intra, inter, messages=t.tp_collectives)
     pp_total = 0.0
     if t.pp_sends and groups.pp.size > 1:
-        crosses = groups.pp.spans_nodes
+        crosses = not topo.on_nvlink(groups.pp)
         pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
     norm = {name: _norm_s(getattr(groups, name), topo, intra, inter) for name in t.norm_groups}
     dp_norm, tp_norm, pp_norm = (norm.get(name, 0.0) for name in ("dp", "tp", "pp"))
@@ -152,8 +152,9 @@ def _fsdp(
     def gather(nbytes: float) -> float:
         return gather_s(nbytes, g, topo, intra, inter) if nbytes > 0 else 0.0
 
-    ag_b, rs_b = gather(t.param_bytes * blocks / L), gather(t.grad_bytes * blocks / L)
-    ag_r, rs_r = gather(t.param_bytes * t.root_share), gather(t.grad_bytes * t.root_share)
+    p_root = t.root_share if t.param_root_share is None else t.param_root_share
+    ag_b, rs_b = gather(t.param_bytes * (1.0 - p_root) / L), gather(t.grad_bytes * blocks / L)
+    ag_r, rs_r = gather(t.param_bytes * p_root), gather(t.grad_bytes * t.root_share)
     f_l, b_l = forward / L, backward / L
     again = ag_b if t.reshard else 0.0  # backward's all-gather of a block freed after forward
     fwd = ag_r + ag_b + (L - 1) * max(0.0, ag_b - f_l)

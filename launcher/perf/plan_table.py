@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from launcher.compute.flops import flops_per_token, hardware_flops_per_token, param_counts
-from launcher.compute.peaks import PeakChoice, choose_peak, math_dtype, resolve_precision
+from launcher.compute.fp8 import precision_peak
+from launcher.compute.peaks import PeakChoice, math_dtype, resolve_precision
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
@@ -94,7 +95,8 @@ def work_of(cfg: LauncherConfig) -> Work:
     _, non_emb = param_counts(cfg.model)
     device = planned_device(cfg)
     dtype = math_dtype(resolve_precision(cfg.precision, device), tf32=device == "cuda")
-    peak = choose_peak(device_name=cfg.cluster.device_name, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device)
+    c = cfg.cluster
+    peak = precision_peak(device_name=c.device_name, dtype=dtype, explicit=c.peak_flops_per_device, model=cfg.model)
     if cfg.model._target_ is not None:
         return _target_work(cfg, peak, dtype)
     return Work(
