@@ -270,13 +270,21 @@ def from_presets_forecast(
     source = (
         f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token{' counted' if work.numel else ''}, "
         f"{work.hardware_flops:.3g} with recompute), "
-        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}) × MFU {mfu:.2f} ({said}); {c.intra_link} "
-        f"in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node; "
+        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}{_fp8_split(work)}) × MFU {mfu:.2f} ({said}); "
+        f"{c.intra_link} in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node"
+        f"{f', NVLink domains of {c.nvlink_domain} GPUs' if (c.nvlink_domain or 0) > rpn else ''}; "
         f"interval ×/÷ {math.exp(fit.interval_log):.2f}: the "
         f"{fit.quantile:.0%} quantile of the published-runs replay's leave-one-source-out errors ({fit.rows} runs, "
         f"{fit.sources} sources), not a constant"
     )
     return _finish(rows, cfg, source, work)
+
+
+def _fp8_split(work: Work) -> str:
+    """fp8: which FLOPs run at the fp8 peak and which at bf16 (compute/fp8.py's source line)."""
+    if work.dtype != "fp8" or not work.peak.source or work.peak.source == "cluster.peak_flops_per_device":
+        return ""
+    return f": {work.peak.source.split(':')[0]}"
 
 
 def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:

@@ -17,7 +17,7 @@ from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.perf.comm import Topology, allreduce_s, gather_s, group
 from launcher.perf.links import LINKS
-from launcher.perf.plan_table import work_of
+from launcher.perf.plan_table import from_presets_forecast, work_of
 from launcher.perf.shapes import shape_for
 
 TINY = [  # a llama of hand-countable shape: d 256, 4 heads, ffn 512, 2 layers, vocab 1000, seq 128
@@ -155,3 +155,17 @@ def test_link_presets_keep_link_rate_and_bus_bandwidth_apart_with_a_source(name,
     assert "https://" in link.source and link.name == name
     assert compose_config([f"cluster.inter_link={name}"]).cluster.inter_link == name
     assert math.isclose(link.bandwidth_gbps / link.link_rate_gbps, 370 / 450 if "nvlink" in name else 0.9, rel_tol=1e-3)
+
+
+def test_the_plan_footer_states_the_fp8_split_and_the_nvlink_domain():
+    cfg = compose_config(
+        ["cluster=gb200_nvl72", "model=llama3_8b", "precision=fp8", "parallel=fsdp", "batch.micro=1"]
+        + ["batch.global_batch=1152"]
+    )
+    source = from_presets_forecast(cfg, [72], assume_mfu=0.5).source
+    share = fp8_share(cfg.model)
+    assert (
+        f"GB200 at {blend(share, 5e15, 2.5e15):.3g} FLOP/s (fp8: {share:.0%} of the FLOPs (the blocks' linear "
+        "layers) at the GB200 dense fp8 peak 5e+15, the rest (attention core, head, norms) at its bf16 peak 2.5e+15)"
+    ) in source
+    assert "4 devices per node, NVLink domains of 72 GPUs;" in source
