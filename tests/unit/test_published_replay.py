@@ -262,3 +262,24 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     md = (tmp_path / "published_replay.md").read_text()
     assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
     assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md
+
+
+def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
+    from benchmarks.replay_case import Case
+    from benchmarks.replay_features import feature_lines
+
+    def case(i, row, predicted=None, skip=None):
+        c = Case(index=i, row=MPT_30B | row, skip=skip, published=100.0)
+        c.out = {} if skip else {"predicted_loso": predicted}
+        return c
+
+    cases = [
+        case(0, {"precision": "fp8"}, 110.0),  # +10%: within 25%
+        case(1, {"precision": "fp8"}, 140.0),  # +40%
+        case(2, {}, 130.0),  # the same source at bf16: +30%
+        case(3, {"layout": "hsdp"}, skip="parallel=hsdp is not a recipe in /x/recipes/parallel; available: ddp"),
+    ]
+    lines = feature_lines(cases)
+    assert "| **fp8** | 2 | 2 | 1/2 = 50% (goal ≥ 80%: **NOT met**) | +25% | no pairs | +30% (1) |" in lines
+    assert "| **hsdp** | 1 | 0 (1: parallel=hsdp is not a recipe) | — | — | — | +30% (3) |" in lines
+    assert any(line.startswith("| **mixture of experts** | 0 |") for line in lines)
