@@ -94,7 +94,8 @@ LINKS: dict[str, Link] = {
         NCCL_NVLINK_SHARE,
         3e-6,
         "B200/GB200: 18 NVLink 5 links × 50 GB/s per direction "
-        "(1.8 TB/s both ways), https://www.nvidia.com/en-us/data-center/gb200-nvl72/; across an NVL72 domain too",
+        "(1.8 TB/s both ways), https://www.nvidia.com/en-us/data-center/gb200-nvl72/; across an NVL72 domain too; "
+        "busbw: H100's 370/450 assumed (not measured here)",
     ),
     "ib_ndr": _preset(
         "ib_ndr",
