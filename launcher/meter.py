@@ -6,10 +6,11 @@
 
 Each call appends one JSON line, `{"step": n, "t": time.time(), "tokens": n | null, "samples": n | null}`,
 to the file named by `LAUNCHER_METER_FILE` (the executor sets it to the trial's meter.jsonl), flushed at
-once so a killed job keeps what it wrote. Only global rank 0 writes (env `RANK` unset or "0"), so every
-rank may call it with no collective. Without `LAUNCHER_METER_FILE` it does nothing: the program runs
-unchanged outside `launcher`. No torch and no other launcher module is imported: the user's program pays
-one `time.time()` and one short write a step on rank 0, and nothing elsewhere.
+once so a killed job keeps what it wrote. Only global rank 0 writes (env `RANK` unset or "0"; without RANK,
+SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK), so every rank may call it with no collective. Without
+`LAUNCHER_METER_FILE` it does nothing: the program runs unchanged outside `launcher`. No torch and no other
+launcher module is imported: the user's program pays one `time.time()` and one short write a step on rank 0,
+and nothing elsewhere.
 """
 
 from __future__ import annotations
@@ -26,10 +27,20 @@ _file: IO[str] | None = None
 _count = 0
 
 
+# Where a launcher other than torchrun (or launcher's srun launch, which sets RANK) names the global rank:
+# a program whose argv starts its own ranks (`launch: none`) with srun or mpirun would otherwise write once a rank.
+_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _rank() -> str:
+    """This process's global rank as the environment names it; "0" where nothing does (one process)."""
+    return next((os.environ[v] for v in _RANK_VARS if os.environ.get(v)), "0")
+
+
 def _open() -> IO[str] | None:
     """The file to append to, opened once per path; None where this process does not write."""
     global _path, _file, _count
-    if os.environ.get("RANK", "0") != "0":
+    if _rank() != "0":
         return None
     path = os.environ.get(ENV_FILE)
     if not path:

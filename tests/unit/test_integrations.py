@@ -17,7 +17,8 @@ from launcher.integrations import hf, lightning
 def lines(tmp_path, monkeypatch):
     path = tmp_path / "meter.jsonl"
     monkeypatch.setenv(meter.ENV_FILE, str(path))
-    monkeypatch.delenv("RANK", raising=False)
+    for var in meter._RANK_VARS:  # whatever launched pytest, this process is rank 0
+        monkeypatch.delenv(var, raising=False)
     return lambda: [(x["tokens"], x["samples"]) for x in map(json.loads, path.read_text().splitlines())]
 
 

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 def meter_file(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "meter.jsonl"
     monkeypatch.setenv(meter.ENV_FILE, str(path))
-    monkeypatch.delenv("RANK", raising=False)
+    for var in meter._RANK_VARS:  # whatever launched pytest, this process is rank 0
+        monkeypatch.delenv(var, raising=False)
     return path
 
 
@@ -60,6 +61,16 @@ def test_a_rank_other_than_0_writes_nothing(meter_file, monkeypatch):
     assert not meter_file.exists()
 
 
+@pytest.mark.parametrize("var", ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"])
+def test_without_rank_a_launchers_own_rank_variable_decides(meter_file, monkeypatch, var):
+    monkeypatch.setenv(var, "3")
+    meter.step(tokens=10)
+    assert not meter_file.exists()
+    monkeypatch.setenv("RANK", "0")  # torchrun's RANK wins over the node's task id
+    meter.step(tokens=10)
+    assert len(meter_file.read_text().splitlines()) == 1
+
+
 def test_rank_0_named_explicitly_writes(meter_file, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     meter.step(tokens=10)
@@ -68,14 +79,16 @@ def test_rank_0_named_explicitly_writes(meter_file, monkeypatch):
 
 def test_without_the_meter_file_variable_it_is_a_no_op(tmp_path, monkeypatch):
     monkeypatch.delenv(meter.ENV_FILE, raising=False)
-    monkeypatch.delenv("RANK", raising=False)
+    for var in meter._RANK_VARS:  # whatever launched pytest, this process is rank 0
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     meter.step(tokens=10)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_new_file_starts_a_new_count(tmp_path, monkeypatch):
-    monkeypatch.delenv("RANK", raising=False)
+    for var in meter._RANK_VARS:  # whatever launched pytest, this process is rank 0
+        monkeypatch.delenv(var, raising=False)
     for name in ("a.jsonl", "b.jsonl"):
         monkeypatch.setenv(meter.ENV_FILE, str(tmp_path / name))
         meter.step(tokens=1)
