@@ -70,4 +70,7 @@ def _nothing(metrics: str, pattern: str | None) -> str:
         return f"{FILE} holds fewer than 2 steps (step 1 has no start time); run more steps"
     if metrics == "regex":
         return f"job.pattern {pattern!r} matched nothing in rank 0's output"
+    if metrics == "megatron":
+        # training_log prints with print_rank_last: under pipeline parallelism rank 0 never prints it
+        return "no megatron iteration line in the output read (Megatron prints it on the last rank); is it there?"
     return f"no {metrics} training log line in rank 0's output; is its logging on, at INFO level?"

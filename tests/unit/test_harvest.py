@@ -229,10 +229,17 @@ def test_megatron_needs_tokens_per_sample(tmp_path):
     )
 
 
-@pytest.mark.parametrize("metrics", ["torchtitan", "megatron"])
-def test_a_log_with_no_training_line_says_so(tmp_path, metrics):
+@pytest.mark.parametrize(
+    ("metrics", "reason"),
+    [
+        ("torchtitan", "no torchtitan training log line in rank 0's output; is its logging on, at INFO level?"),
+        (
+            "megatron",
+            "no megatron iteration line in the output read (Megatron prints it on the last rank); is it there?",
+        ),
+    ],
+)
+def test_a_log_with_no_training_line_says_so(tmp_path, metrics, reason):
     with pytest.raises(NoThroughput) as e:
         _read(metrics, tmp_path, "W1125 rank 0 starting\n", tokens_per_sample=8)
-    assert str(e.value) == _no_throughput(
-        f"no {metrics} training log line in rank 0's output; is its logging on, at INFO level?", metrics
-    )
+    assert str(e.value) == _no_throughput(reason, metrics)
