@@ -94,6 +94,10 @@ def main() -> None:
     trainer.add_callback(MeterCallback(tokens_per_sample=args.seq_len))  # launcher: one line
     trainer.add_callback(OwnRate(tokens_per_sample=args.seq_len, warmup_steps=args.warmup_steps))
     trainer.train()
+    if torch.distributed.is_initialized():
+        # leave together: a rank that exits while another still holds its gloo connection can abort that one
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

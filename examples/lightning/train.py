@@ -105,6 +105,10 @@ def main() -> None:
         log_every_n_steps=5,
     )
     trainer.fit(model, data)
+    if torch.distributed.is_initialized():
+        # leave together: a rank that exits while another still holds its gloo connection can abort that one
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
