@@ -52,11 +52,12 @@ def _launcher_targets(name: str, path: Path) -> set[str]:
 # the layout table below the config that validates against it; device peaks and FLOP formulas
 # below both the payload (train) and the planner (perf); the verbs' drivers (run) and the CLI last.
 ORDER: tuple[tuple[str, ...], ...] = (
-    ("launcher", "io", "cgroup"),
+    ("launcher", "io", "cgroup", "meter", "integrations"),
     ("layouts",),
     ("config",),
     ("compute",),
     ("trials",),
+    ("harvest",),
     ("train",),
     ("slurm",),
     ("results",),
@@ -193,10 +194,39 @@ IMPORT_NAME = {"hydra-core": "hydra", "pyyaml": "yaml", "nvidia-ml-py": "pynvml"
 USED_THROUGH = {"pyarrow": "pandas.DataFrame.to_parquet / read_parquet"}
 
 
+# launcher.integrations.<module> → the pyproject extra that declares the framework it imports: nothing else
+# imports these modules, so the framework is the user's choice, not a dependency.
+EXTRA_OF = {"launcher.integrations.hf": "hf", "launcher.integrations.lightning": "lightning"}
+
+
+def _extra(name: str) -> set[str]:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return {re.split(r"[<>=!~ \[;]", d)[0].lower().replace("_", "-") for d in meta[name]}
+
+
+def _third_party(name: str, path: Path) -> set[str]:
+    stdlib = set(sys.stdlib_module_names)
+    out = set()
+    for node in _imports(name, path):
+        mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        out |= {m.split(".")[0] for m in mods if m and node.__dict__.get("level", 0) == 0}
+    return {m for m in out if m not in stdlib and m != "launcher"}
+
+
+@pytest.mark.parametrize("module", sorted(EXTRA_OF))
+def test_an_integration_imports_only_its_extra_and_nothing_imports_it(module):
+    imported = _third_party(module, MODULES[module])
+    assert imported and imported <= {IMPORT_NAME.get(d, d) for d in _extra(EXTRA_OF[module])}
+    importers = [n for n, p in MODULES.items() if n != module and module in _launcher_targets(n, p)]
+    assert importers == []
+
+
 def test_third_party_imports_are_declared_and_declared_ones_used():
     stdlib = set(sys.stdlib_module_names)
     imported = set()
     for name, path in MODULES.items():
+        if name in EXTRA_OF:
+            continue
         for node in _imports(name, path):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             imported |= {m.split(".")[0] for m in mods if m and node.__dict__.get("level", 0) == 0}
