@@ -182,8 +182,10 @@ def test_every_verb_is_dispatched():
 
 def _declared() -> set[str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # An extra other than the test tools' declares what a feature imports lazily (fp8: torchao).
-    extras = [d for name, deps in meta.get("optional-dependencies", {}).items() if name != "test" for d in deps]
+    # An extra other than the test tools' and the integrations' (EXTRA_OF, checked on their own) declares what a
+    # feature imports lazily (fp8: torchao).
+    skip = {"test", *EXTRA_OF.values()}
+    extras = [d for name, deps in meta.get("optional-dependencies", {}).items() if name not in skip for d in deps]
     names = [re.split(r"[<>=!~ \[;]", d)[0].lower().replace("_", "-") for d in meta["dependencies"] + extras]
     return set(names)
 
