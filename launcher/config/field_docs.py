@@ -12,15 +12,17 @@ import typing
 from enum import Enum
 from typing import Any
 
-from launcher.config import schema
+from launcher.config import schema, schema_trainer
 from launcher.config.errors import ConfigError
 
 
 @functools.cache
 def field_docs() -> dict[str, dict[str, str]]:
-    """Class name → field name → its docstring (indentation removed), for every class of schema.py."""
+    """Class name → field name → its docstring (indentation removed), for every class of schema.py
+    and of the modules it holds groups from (schema_trainer.py)."""
     docs: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(schema)).body:
+    nodes = [node for module in (schema, schema_trainer) for node in ast.parse(inspect.getsource(module)).body]
+    for node in nodes:
         if isinstance(node, ast.ClassDef):
             pairs = zip(node.body, node.body[1:])
             docs[node.name] = {

@@ -1,13 +1,10 @@
 """Typed configs: keyword-only dataclasses, one docstring per field.
 
-These classes are the single source of the config's shape. `OmegaConf.structured` turns them
-into the schema Hydra composes recipes onto (`load.schema`, registered by `compose.py`), so
-composition rejects unknown keys, wrong types and values outside a choice; `OmegaConf.to_object`
-turns a composed config back into these objects. Every config key is its field's name.
-
-A field with a closed set of values is typed by a `StrEnum` of launcher/config/choices.py (imported
-here, so `from launcher.config.schema import Layout` keeps working).
-"""
+These classes are the single source of the config's shape. `OmegaConf.structured` turns them into the schema Hydra
+composes recipes onto (`load.schema`, registered by `compose.py`), so composition rejects unknown keys, wrong types
+and values outside a choice; `OmegaConf.to_object` turns a composed config back into these objects. Every config key
+is its field's name. A closed set of values is a `StrEnum` of launcher/config/choices.py (imported here, so `from
+launcher.config.schema import Layout` keeps working). Groups kept in modules of their own: schema_trainer.py."""
 
 from __future__ import annotations
 
@@ -33,6 +30,7 @@ from launcher.config.choices import (
     Search,
     TokenDtype,
 )
+from launcher.config.schema_trainer import TrainerConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -83,9 +81,10 @@ class ModelConfig:
     """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
     everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
     core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
-    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
-    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
-    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    projections, norms and feed-forward keep their activations; `op`, torchtitan's per-op policy, keeps a block's input,
+    attention output and every second matmul's output (another trainer's: see `trainer`); `full` keeps only each block's
+    input and recomputes its forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective`
+    changes nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
     recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
     each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
     _target_: str | None = None
@@ -391,6 +390,8 @@ class LauncherConfig:
     """A single `launcher run`."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the payload trains (compilation)."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """What the trainer that runs the recipe keeps in memory where it is not the built-in one (planning)."""
     seed: int = 0
     """Seed for weights and synthetic data."""
     precision: Precision = Precision.auto
