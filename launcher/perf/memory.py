@@ -21,8 +21,13 @@ activation_checkpointing): `selective` recomputes only the attention core, whose
 keeps nothing a block would not keep anyway (q, k, v are its inputs, its output is the
 projection's input) beyond per-head softmax statistics, so it saves what `none` saves; `full`
 keeps only each block's input (the fp32 residual stream) plus one block's activations while that
-block is recomputed. It is an estimate: allocator fragmentation and communication buffers are
-left out, so a trial it passes can still run out.
+block is recomputed; `op` (torchtitan's per-op policy) keeps that input, the attention output and
+every second matmul's output. Recipes of other trainers say what they keep unlike the built-in
+one (config/schema_trainer.py): a fused cross-entropy (16-bit logits and their gradient, 4 bytes a
+logit), 16-bit norms, Megatron's distributed optimizer (16-bit weights whole, one float32 gradient
+buffer, float32 master weights and moments sharded over dp, 16-bit activations). It is an
+estimate: allocator fragmentation and communication buffers are left out, so a trial it passes
+can still run out.
 """
 
 from __future__ import annotations
