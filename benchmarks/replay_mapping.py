@@ -7,6 +7,10 @@ data parallel with its distributed optimizer and DeepSpeed's ZeRO-1 reduce-scatt
 all-gather parameters once, one all-reduce's bytes, which is FSDP without resharding after
 forward (`parallel.reshard_after_forward=false`, ≈ ZeRO-2), so their tp/pp rows become
 fsdp_tp / fsdp_tp_pp that way; plain data parallel stays ddp, and with pp only it is dp_pp.
+
+What a source's trainer keeps in memory unlike the built-in one (config/schema_trainer.py) is set
+where its configuration says so (TRAINERS, FUSED_RMSNORM, TORCHTITAN_SELECTIVE, DEVICE_MEMORY), so
+the memory estimate of a published configuration is of the trainer that ran it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "megatron_core_2024": (
         ("trainer.distributed_optimizer=true",),
-        "Megatron-LM README: --overlap-param-gather, i.e. the distributed optimizer, bf16 weights",
+        "Megatron-LM README: --overlap-param-gather, which runs only with --use-distributed-optimizer; bf16",
     ),
 }
 """What a source's trainer keeps in memory other than the built-in trainer (config/schema_trainer.py)."""

@@ -64,9 +64,10 @@ whose 16-bit parameters make every tensor 16-bit (gpt: the 17 at 2 bytes, 32 mea
 statistics come on top, per token (ROW_STATS). llama's depend on its kv and ffn widths:
 `llama_saved_bytes`."""
 ROW_STATS = 4
-"""float32 values per token a gpt or llama block saves besides its d-wide tensors, plus one per
-attention head (the fused attention's log-sum-exp): its two norms' mean and reciprocal deviation.
-Per token, not per unit of d_model: at d_model 2048 they are 0.05 bytes per unit, at 128 one."""
+"""float32 values per token a gpt or llama block saves besides its d-wide tensors: its two norms'
+mean and reciprocal deviation; one more per attention head (the fused attention's log-sum-exp) is
+added to them. Per token, not per unit of d_model: at d_model 2048 they are 0.05 bytes a unit, at
+128 about one (what the table counted for gpt `pure` before, 33)."""
 LOGIT_BYTES = {"fp32": 16, "mixed": 14, "pure": 14}
 """Per logit around the loss at its peak (log-softmax's backward): the logits (16-bit under mixed
 precision), the float32 log-softmax, its gradient and the gradient of its input."""
