@@ -17,7 +17,7 @@ and Trainy's reports) are not in the corpus and stay out.
 
     python -m benchmarks.search_corpus
 
-Writes benchmarks/results/search_corpus.{json,md}; about a minute and a half (a unit test,
+Writes benchmarks/results/search_corpus.{json,md}; about three minutes (a unit test,
 tests/unit/test_search_corpus.py, checks two rows of it).
 """
 

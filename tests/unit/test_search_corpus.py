@@ -1,6 +1,6 @@
 """The search finds what the experts chose or better, by the model's own measure, on published
-runs: two rows of benchmarks/search_corpus.py's acceptance (the whole corpus takes about a minute
-and a half there: benchmarks/results/search_corpus.md)."""
+runs: a few rows of benchmarks/search_corpus.py's acceptance (the whole corpus takes about three
+minutes there: benchmarks/results/search_corpus.md)."""
 
 from __future__ import annotations
 
