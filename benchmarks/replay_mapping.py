@@ -11,6 +11,10 @@ Issue 24's layouts: HSDP rows are `parallel=hsdp` sharded within a node (`parall
 context parallel (cp > 1) takes the `_cp` layout of the one it maps to (fsdp_cp, fsdp_tp_cp,
 fsdp_tp_pp_cp; Megatron's plain data parallel with cp is fsdp_cp without resharding); expert-parallel
 rows are fsdp_ep with `parallel.ep` and the MoE model fields; fp8 rows are `precision=fp8`.
+
+What a source's trainer keeps in memory unlike the built-in one (config/schema_trainer.py) is set
+where its configuration says so (TRAINERS, FUSED_RMSNORM, TORCHTITAN_SELECTIVE, DEVICE_MEMORY), so
+the memory estimate of a published configuration is of the trainer that ran it.
 """
 
 from __future__ import annotations
@@ -55,6 +59,34 @@ INTERCONNECTS = (
     (r"^800 Gb/s inter-node", "ib400", 2, "800 Gb/s read as per node, 2 × 400 (the source does not say)"),
     (r"Omni-Path", "eth100", 4, "Omni-Path 100 Gb/s as eth100 (same rate; its latency preset is TCP's, higher)"),
 )
+TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
+    # source: (trainer.* overrides, where the source's configuration says so)
+    "llmfoundry_mpt": (
+        ("trainer.fused_loss=true", "trainer.norm_16bit=true"),
+        "llm-foundry @5e85bd62: MPT's loss_fn defaults to fused_crossentropy (flash-attn's), "
+        "scripts/train/benchmarking/submit_benchmarks.py sets norm_type=low_precision_layernorm",
+    ),
+    "megatron_core_2024": (
+        ("trainer.distributed_optimizer=true",),
+        "Megatron-LM README: --overlap-param-gather, which runs only with --use-distributed-optimizer; bf16",
+    ),
+}
+"""What a source's trainer keeps in memory other than the built-in trainer (config/schema_trainer.py)."""
+FUSED_RMSNORM = {
+    ("torchtitan_a100_2024", "Llama-2-13B"): "train_configs/llama2_13b.toml @157a12c5: norm_type fused_rmsnorm",
+    ("torchtitan_a100_2024", "Llama-3-8B"): "train_configs/llama3_8b.toml @157a12c5: norm_type fused_rmsnorm",
+}
+"""torchtitan runs whose config names the fused (Triton) RMSNorm; its 70B configs and the Dec 2024 8B
+(train_configs/llama3_8b.toml @9dec370) name `rmsnorm`."""
+TORCHTITAN_SELECTIVE = {
+    "torchtitan_a100_2024": "the row's own words ('selective op' / 'selective layer')",
+    "torchtitan_h100_2024": "train_configs/llama3_8b.toml @9dec370 (the tested commit): selective_ac_option='op'",
+    "torchtitan_asynctp_2025": "the table's own words ('per op SAC')",
+}
+"""torchtitan's `selective` is per-op (model.activation_checkpointing=op) unless the row says 'selective layer'."""
+DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
+"""Hardware whose name gives a memory the peak table's entry for the part does not (GiB, as
+cluster.device_memory_gb reads it)."""
 DEFAULT_NETWORK = {"H100": ("ib400", 8, "DGX H100"), "A100": ("ib200", 8, "DGX A100")}
 """Network of a row that does not state one: the vendor reference node of its GPU."""
 
@@ -174,7 +206,14 @@ def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
     elif precision not in ("bf16", "fp16", "fp8"):
         raise Unexpressible(f"precision {precision} has no launcher equivalent (bf16, fp16, fp8, fp32)")
     ckpt = str(row.get("activation_checkpointing") or "unknown")
-    if ckpt not in ("none", "selective", "full"):
+    if ckpt == "selective" and row["source"] in TORCHTITAN_SELECTIVE:
+        if "selective layer" in str(row.get("notes")):
+            # Every second block recomputed whole: no launcher setting; selective keeps at least as much.
+            assumed.append("torchtitan's 'selective layer' (every 2nd block recomputed) planned as selective")
+        else:
+            ckpt = "op"
+            assumed.append(f"selective = torchtitan's per-op policy: {TORCHTITAN_SELECTIVE[row['source']]}")
+    if ckpt not in ("none", "selective", "op", "full"):
         # A figure counting recompute as work (hfu only) says full recomputation; else Megatron's default.
         ckpt = "full" if num(row.get("hfu")) and not num(row.get("mfu")) else "selective"
         assumed.append(f"activation checkpointing not published: {ckpt}")
@@ -234,6 +273,7 @@ def map_row(row: dict) -> Mapped:
     if source_layout in SYNC_EACH_MICROSTEP and pp == 1:
         out.append("parallel.fsdp_sync_each_microstep=true")
     out += _batch(row, dp, pp, assumed)
+    out += _trainer(row, assumed)
     link, nics, note = _network(row)
     if note:
         assumed.append(note)
@@ -246,4 +286,26 @@ def map_row(row: dict) -> Mapped:
         f"cluster.inter_link={link}",
         f"cluster.nics_per_node={nics}",
     ]
+    out += _device_memory(row, assumed)
     return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed)
+
+
+def _trainer(row: dict, assumed: list[str]) -> list[str]:
+    """What the source's trainer keeps in memory unlike the built-in one, as the source's config says."""
+    out: list[str] = []
+    if row["source"] in TRAINERS:
+        overrides, why = TRAINERS[row["source"]]
+        out += overrides
+        assumed.append(why)
+    if (why := FUSED_RMSNORM.get((row["source"], row["model"]))) is not None:
+        out.append("trainer.norm_16bit=true")
+        assumed.append(why)
+    return out
+
+
+def _device_memory(row: dict, assumed: list[str]) -> list[str]:
+    for pattern, gib, why in DEVICE_MEMORY:
+        if re.search(pattern, str(row["hardware"])):
+            assumed.append(why)
+            return [f"cluster.device_memory_gb={gib}"]
+    return []

@@ -112,6 +112,8 @@ def recompute_flops_per_token(cfg: ModelConfig) -> float:
     - none: 0;
     - selective: every attention core's forward, 4·L·H·Q·T (a fused attention kernel saves its
       own output, so it reruns whole);
+    - op (torchtitan's per-op policy): the matmuls it does not keep, every second one of a block
+      (llama: wk, wo, w3; gpt: the attention projection); the attention core's output is kept;
     - full: every block's forward but its last matmul, the feed-forward's output projection:
       recompute stops once every tensor backward needs is back, and that matmul saves only its
       inputs, which exist before it runs. 2 FLOPs per block parameter outside it, plus the cores.
@@ -119,6 +121,11 @@ def recompute_flops_per_token(cfg: ModelConfig) -> float:
     mode = cfg.activation_checkpointing
     if mode == "selective":
         return float(attention_forward_flops_per_token(cfg))
+    if mode == "op":
+        d, f = cfg.d_model, ffn_width(cfg)
+        kv = kv_heads(cfg) * (d // cfg.n_heads)
+        rerun = d * kv + d * d + d * f if cfg.arch == "llama" else d * d + d
+        return float(2 * cfg.n_layers * rerun) if cfg.arch != "mlp" else 0.0
     if mode == "full":
         d, f = cfg.d_model, ffn_width(cfg)
         ffn_out = f * d + (0 if cfg.arch == "llama" else d)  # llama's w2 has no bias

@@ -16,7 +16,7 @@ def _choices(name: str, values: str) -> type[StrEnum]:
 
 
 Arch = _choices("Arch", "gpt mlp llama")
-Checkpointing = _choices("Checkpointing", "none selective full")
+Checkpointing = _choices("Checkpointing", "none selective op full")
 Layout = _choices("Layout", " ".join(LAYOUTS))
 Schedule = _choices("Schedule", "gpipe 1f1b interleaved_1f1b")
 Backend = _choices("Backend", "auto gloo nccl")

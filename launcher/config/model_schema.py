@@ -56,9 +56,10 @@ class ModelConfig:
     """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
     everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention
     core (scaled_dot_product_attention: scores, causal softmax, weighted values) is recomputed in backward, the
-    projections, norms and feed-forward keep their activations; `full` keeps only each block's input and recomputes the
-    whole block's forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective` changes
-    nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
+    projections, norms and feed-forward keep their activations; `op`, torchtitan's per-op policy, keeps a block's input,
+    attention output and every second matmul's output (another trainer's: see `trainer`); `full` keeps only each block's
+    input and recomputes its forward in backward. gpt and llama, every layout; `mlp` has no attention, so `selective`
+    changes nothing there. Losses and parameters are unchanged (the same arithmetic, done twice); step time grows by the
     recompute, which MFU excludes and HFU (hardware FLOPs utilisation) counts. `_target_` models: `full` checkpoints
     each FSDP unit (parallel.fsdp_units or the size policy; under ddp the same modules); `selective` is refused."""
     _target_: str | None = None

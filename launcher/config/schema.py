@@ -24,6 +24,7 @@ from launcher.config.cluster_schema import ClusterConfig
 from launcher.config.model_schema import InputSpec as InputSpec
 from launcher.config.model_schema import ModelConfig
 from launcher.config.parallel_schema import ParallelConfig
+from launcher.config.schema_trainer import TrainerConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -173,6 +174,8 @@ class LauncherConfig:
     """A single `launcher run`."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the payload trains (compilation)."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """What the trainer that runs the recipe keeps in memory where it is not the built-in one (planning)."""
     seed: int = 0
     """Seed for weights and synthetic data."""
     precision: Precision = Precision.auto

@@ -15,7 +15,9 @@ The space, per size N:
   in one schedule (Megatron's way: the bubble is smallest); without a pipeline they are the
   accumulation steps;
 - activation checkpointing none / selective / full (selective only where the model has
-  attention); reshard after forward true / false for fsdp rows.
+  attention), and torchtitan's per-op `op` where the recipe describes a trainer other than the
+  built-in one (config/builtin_support.py: the built-in models have no per-op policy);
+  reshard after forward true / false for fsdp rows.
 Each is checked by the sweep's own rules (trials.spec.make_trial): what a sweep would refuse is
 never a candidate.
 """
@@ -26,6 +28,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from launcher.config.builtin_support import builtin_lacks
 from launcher.config.derived import derives_microbatches, ranks_per_node
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
@@ -39,7 +42,7 @@ MICRO_BATCHES = (1, 2, 4, 8)
 """Micro-batch sizes tried, beside the recipe's own."""
 VIRTUAL_STAGES = (1, 2, 4)
 """Stages per pipeline rank tried where the row interleaves, beside the recipe's own."""
-CHECKPOINTING = ("none", "selective", "full")
+CHECKPOINTING = ("none", "selective", "op", "full")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -65,7 +68,7 @@ class Candidate:
     accum: int
     """Accumulation steps per optimizer step (1 under a pipeline: its micro-batches are the steps)."""
     checkpointing: str
-    """model.activation_checkpointing: none, selective or full."""
+    """model.activation_checkpointing: none, selective, op or full."""
     reshard_after_forward: bool | None
     """FSDP rows: free gathered parameters after forward; None where no FSDP runs."""
     sync_each_microstep: bool | None = None
@@ -141,7 +144,7 @@ class Candidate:
             parts.append(f"v{self.virtual_stages}")
         steps = self.microbatches if self.pipelined else self.accum
         parts.append(f"mb{self.micro_batch}×{steps}")
-        parts.append({"none": "no-ckpt", "selective": "sel", "full": "full"}[self.checkpointing])
+        parts.append({"none": "no-ckpt", "selective": "sel", "op": "op", "full": "full"}[self.checkpointing])
         if self.reshard_after_forward is not None:
             parts.append("reshard" if self.reshard_after_forward else "keep")
         if self.sync_each_microstep:
@@ -192,6 +195,16 @@ def samples_per_rank(cfg: LauncherConfig, dp: int) -> int | None:
     return g // dp if g % dp == 0 else None
 
 
+def checkpointing_choices(cfg: LauncherConfig) -> list[str]:
+    """model.activation_checkpointing values the search tries: none, selective (where the model has
+    attention), op (where it does, for a recipe of another trainer), full."""
+    attention, other_trainer = cfg.model.arch != "mlp", bool(builtin_lacks(cfg))
+    tried = (
+        {"none", "full"} | ({"selective"} if attention else set()) | ({"op"} if attention and other_trainer else set())
+    )
+    return [c for c in CHECKPOINTING if c in tried]
+
+
 def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
     """Every candidate at `n` GPUs, before the sweep's checks and the memory limit (search.py
     applies both); smaller micro-batches first within each layout and degrees."""
@@ -200,7 +213,7 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
     pps = sorted({*_divisors(m.n_layers, PP_BOUND), *([cfg.parallel.pp] if cfg.parallel.pp else [])})
     micros = sorted({*MICRO_BATCHES, recipe_micro_batch(cfg)})
     vs = sorted({*VIRTUAL_STAGES, virtual_stages(cfg.parallel)})
-    ckpts = [c for c in CHECKPOINTING if not (c == "selective" and m.arch == "mlp")]
+    ckpts = checkpointing_choices(cfg)
     for name, row in LAYOUTS.items():
         if cfg.train.compile and not row.compile:
             continue

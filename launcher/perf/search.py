@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.perf import preset_fit
-from launcher.perf.candidates import Candidate, candidates
+from launcher.perf.candidates import Candidate, candidates, checkpointing_choices
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
 from launcher.perf.plan_table import Work, _assumed_mfu, preset_model, work_of
@@ -80,7 +80,7 @@ class Search:
 def _models(cfg: LauncherConfig, mfu: float, fit: preset_fit.PresetFit) -> dict[str, PerfModel]:
     """The preset model per checkpointing mode (recompute changes the hardware FLOPs per token)."""
     out = {}
-    for ckpt in ("none", "selective", "full"):
+    for ckpt in checkpointing_choices(cfg):
         c = _with_checkpointing(cfg, ckpt)
         out[ckpt] = preset_model(c, work_of(c), mfu, fit)
     return out

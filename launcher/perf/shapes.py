@@ -96,7 +96,8 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     tp_count = 0
     if tp > 1:
         # Full checkpointing replays each block's forward, its collectives (half the block's) with it;
-        # selective recomputes only the attention core, which has none.
+        # selective recomputes only the attention core, which has none; op (another trainer's per-op
+        # policy) replays only the all-reduce of the matmuls it recomputes, left out here.
         per_block = TP_PER_BLOCK[m.arch] * (3 if m.activation_checkpointing == "full" else 2) // 2
         tp_count = blocks * per_block + TP_OUTSIDE_BLOCKS
     return Traffic(

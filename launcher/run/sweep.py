@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from launcher import __version__
+from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
@@ -161,7 +162,12 @@ def prepare_variants(labelled: Sequence[tuple[str, Sequence[str]]], recipes: str
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
     """What no trial can survive, refused whole before any folder exists: what the executor cannot
     hold (locally, more ranks than this machine's GPUs), and a `_target_` model that does not
-    import, build or take its inputs."""
+    import, build or take its inputs, or settings that describe another trainer (config/schema_trainer.py)."""
+    if lacks := sorted({k for _, c in items for k in builtin_lacks(c)}):
+        raise ConfigError(
+            f"{', '.join(lacks)} describe(s) a trainer other than the built-in one, whose engines do not implement "
+            "it: use it with `launcher plan` for a recipe that trainer runs, or drop it to run the built-in trainer"
+        )
     executor_for(cfg).check_trials([t for t, _ in items])
     if any(
         c.model._target_ or c.data._target_ for _, c in items

@@ -91,7 +91,7 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         (
             {"foo": 1},
             "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, "
-            "run, seed, sweep, train",
+            "run, seed, sweep, train, trainer",
         ),
         (
             {"parallel": {"layout": "zero9"}},

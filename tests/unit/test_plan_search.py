@@ -177,7 +177,7 @@ def test_a_plan_that_cannot_fit_reads_oom_predicted_with_its_estimate(tmp_path, 
     assert main(argv) == 1
     df = pd.read_csv(out)
     assert df["status"].tolist() == ["oom (predicted)"] * 2 and df["tokens_per_s"].isna().all()
-    assert df["memory_gib"].round(1).tolist() == [149.7, 142.2]
+    assert df["memory_gib"].round(1).tolist() == [149.7, 142.3]
     assert df.loc[0, "reason"] == "predicted: needs ~149.7 GiB per rank > 76.0 GiB usable (see memory:)"
     printed = " ".join(capsys.readouterr().out.split())
     assert "Recommended GPUs: none" in printed

@@ -110,6 +110,8 @@ def test_an_fsdp_row_is_the_recipe_it_ran():
         "parallel.fsdp_sync_each_microstep=true",  # Composer reduce-scatters every micro-step under FSDP
         "batch.micro=3",
         "batch.global_batch=504",
+        "trainer.fused_loss=true",  # llm-foundry's MPT: flash-attn's fused cross-entropy
+        "trainer.norm_16bit=true",  # and low_precision_layernorm (submit_benchmarks.py)
         "cluster=example_gpu_site",
         "cluster.device_name=H100-SXM",
         "cluster.peak_flops_per_device=null",
@@ -119,7 +121,7 @@ def test_an_fsdp_row_is_the_recipe_it_ran():
         "cluster.nics_per_node=8",
     ]
     assert (m.gpus, m.layout) == (8, "fsdp")
-    assert m.assumed == ["network not stated: DGX H100's 8 × ib400"]
+    assert m.assumed == [rm.TRAINERS["llmfoundry_mpt"][1], "network not stated: DGX H100's 8 × ib400"]
 
 
 def test_a_megatron_3d_row_is_fsdp_tp_pp_without_resharding_in_pipeline_microbatches():

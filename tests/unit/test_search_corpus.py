@@ -1,6 +1,6 @@
 """The search finds what the experts chose or better, by the model's own measure, on published
-runs: two rows of benchmarks/search_corpus.py's acceptance (the whole corpus takes about a minute
-and a half there: benchmarks/results/search_corpus.md)."""
+runs: a few rows of benchmarks/search_corpus.py's acceptance (the whole corpus takes about three
+minutes there: benchmarks/results/search_corpus.md)."""
 
 from __future__ import annotations
 
@@ -38,5 +38,29 @@ def test_an_fsdp_run_accumulating_as_composer_does_is_a_candidate_and_met():
         )
     r = judge(row)
     assert "parallel.fsdp_sync_each_microstep=true" in r["published"]
+    assert r["published_memory_gib"] <= r["limit_gib"] and r["verdict"] == "met"
+    assert r["best_tokens_per_s"] >= r["published_tokens_per_s"] and r["best_memory_gib"] <= r["limit_gib"]
+
+
+@pytest.mark.parametrize(
+    "model, gpus, hardware, why",
+    [
+        ("MPT-1b", "64", "H100-SXM", "trainer.fused_loss=true"),  # llm-foundry's fused cross-entropy
+        ("Llama-2-70B", "64", "A100-80GB", "model.activation_checkpointing=op"),  # torchtitan's per-op recompute
+    ],
+)
+def test_a_run_over_the_estimate_until_its_trainer_was_described_fits_and_is_met(model, gpus, hardware, why):
+    """Two published runs the estimate put over 80 GB while they ran (92 and 153 GiB): described as
+    their trainer ran them (replay_mapping.py), they fit, and the search finds at least their speed."""
+    with open(CORPUS, newline="") as f:
+        row = next(
+            r
+            for r in csv.DictReader(f)
+            if (r["model"], r["gpus"], r["hardware"]) == (model, gpus, hardware)
+            and "selective layer" not in r["notes"]
+            and r["activation_checkpointing"] != "full"
+        )
+    r = judge(row)
+    assert why in r["published"]
     assert r["published_memory_gib"] <= r["limit_gib"] and r["verdict"] == "met"
     assert r["best_tokens_per_s"] >= r["published_tokens_per_s"] and r["best_memory_gib"] <= r["limit_gib"]

@@ -1,0 +1,30 @@
+"""The `trainer` config group: how the trainer that runs a recipe keeps what the memory estimate
+counts, where it is not the built-in trainer (Megatron, torchtitan, llm-foundry, a command of your
+own), so `launcher plan` can estimate that trainer's memory. Every default is the built-in
+trainer's; a sweep of the built-in trainer refuses anything else (builtin_support.py), since its
+engines do not implement it and the predicted-OOM gate would pass what then runs out.
+
+Kept apart from schema.py (whose 400 lines are full); `LauncherConfig.trainer` holds it, and
+field_docs.py reads this module's field docs as it reads schema.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True, frozen=True)
+class TrainerConfig:
+    fused_loss: bool = False
+    """The loss is a fused cross-entropy (flash-attn's, as llm-foundry's `loss_fn: fused_crossentropy`; Liger's):
+    it keeps the 16-bit logits and writes their gradient, never a float32 copy of sequence × vocabulary. False:
+    the built-in trainer's torch cross-entropy on float32 logits (about 14 bytes a logit at its peak)."""
+    norm_16bit: bool = False
+    """LayerNorm/RMSNorm keep their input as it comes and return a 16-bit output (MPT's low_precision_layernorm,
+    torchtitan's fused_rmsnorm, Transformer Engine's); matters under 16-bit compute. False: the built-in trainer's
+    norms (float32 outputs under autocast; llama's RMSNorm keeps a float32 copy of its input)."""
+    distributed_optimizer: bool = False
+    """Megatron's mixed precision with its distributed optimizer (`--bf16 --use-distributed-optimizer`):
+    16-bit weights held whole on each rank, gradients in one float32 buffer of the rank's model part, float32
+    master weights and AdamW moments sharded over dp (ZeRO-1); activations 16-bit. Any layout with data
+    parallelism (fsdp rows: the traffic a Megatron run moves, reduce-scatter and all-gather)."""
