@@ -22,7 +22,7 @@ from launcher.config.schema import (
 )
 from launcher.config.validate_byo import check_byo
 from launcher.config.validate_layout import check_byo_layout, set_degrees
-from launcher.config.validate_precision import check_fp8_device, check_fp8_model
+from launcher.config.validate_precision import check_fp8_model
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
 
@@ -183,18 +183,6 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
             f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
             "use a larger file or a shorter model.seq_len"
         )
-
-
-def check_precision_device(precision: str, device_type: str) -> None:
-    """fp16 on CUDA is refused: its gradients underflow without loss scaling (a GradScaler, which
-    the built-in loop and its FSDP/pipeline layouts do not run). bf16 has fp32's range and the
-    same tensor-core peak on A100/H100. On CPU fp16 autocast stays allowed (no GPU peak to chase)."""
-    if precision == "fp16" and device_type == "cuda":
-        raise ConfigError(
-            "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
-            "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
-        )
-    check_fp8_device(precision, device_type)
 
 
 def _check_compile(cfg: LauncherConfig) -> None:

@@ -1,7 +1,8 @@
-"""Where precision=fp8 can train: torchao's float8 linear layers need fp8 tensor cores (NVIDIA
-compute capability ≥ 8.9: L40S, H100, H200, B200, GB200, B300) and a model whose linear layers the
-launcher knows (the built-in ones). A plan may still model fp8 on any device of the peak table that
-has an fp8 peak (compute/fp8.py)."""
+"""Where a precision can train: fp16 not on CUDA (no loss scaling in the built-in loop); fp8 only where
+torchao's float8 linear layers find fp8 tensor cores (NVIDIA compute capability ≥ 8.9: L40S, H100,
+H200, B200, GB200, B300), on a model whose linear layers the launcher knows (the built-in ones) and
+without tensor parallel. A plan may still model both (fp8 on any device of the peak table that has an
+fp8 peak, compute/fp8.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ from launcher.layouts import layout_names, traits
 FP8_CAPABILITY = (8, 9)
 """The first CUDA compute capability with fp8 tensor cores (Ada; Hopper is 9.0)."""
 USE_INSTEAD = "use precision=bf16 (or fp32)"
+
+
+def check_precision_device(precision: str, device_type: str) -> None:
+    """fp16 on CUDA is refused: its gradients underflow without loss scaling (a GradScaler, which
+    the built-in loop and its FSDP/pipeline layouts do not run). bf16 has fp32's range and the
+    same tensor-core peak on A100/H100. On CPU fp16 autocast stays allowed (no GPU peak to chase)."""
+    if precision == "fp16" and device_type == "cuda":
+        raise ConfigError(
+            "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
+            "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
+        )
+    check_fp8_device(precision, device_type)
 
 
 def check_fp8_device(precision: str, device_type: str) -> None:

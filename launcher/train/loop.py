@@ -19,8 +19,7 @@ import torch.distributed as dist
 
 from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
-from launcher.config.validate import check_precision_device
-from launcher.config.validate_precision import check_fp8_capability
+from launcher.config.validate_precision import check_fp8_capability, check_precision_device
 from launcher.train import checkpoint as ckpt
 from launcher.train import clipping, faults, float8, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model

@@ -13,8 +13,8 @@ from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import batch_math, pipeline_batch, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, SweepConfig
-from launcher.config.validate import AUTO_FIRST_REPEATS, check_precision_device, parse_repeats
-from launcher.config.validate_precision import check_fp8_layout
+from launcher.config.validate import AUTO_FIRST_REPEATS, parse_repeats
+from launcher.config.validate_precision import check_fp8_layout, check_precision_device
 from launcher.layouts import traits
 from launcher.trials.layout import layout_degrees
 
