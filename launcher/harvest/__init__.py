@@ -51,9 +51,9 @@ def read_reported(
         raise NoThroughput(
             f"metrics={metrics}: {path.name} holds no step after the warm-up; metrics is one of {CHOICES}"
         )
-    steps = [b["t"] - a["t"] for a, b in zip(lines, lines[1:], strict=False)][warmup_steps:]
+    steps = [b["t"] - a["t"] for a, b in zip(lines, lines[1:], strict=False)][max(warmup_steps - 1, 0) :]
     toks = [x["tokens"] if x.get("tokens") is not None else x["samples"] * (tokens_per_sample or 0) for x in lines[1:]][
-        warmup_steps:
+        max(warmup_steps - 1, 0) :
     ]
     if not steps:
         raise NoThroughput(f"metrics={metrics}: too few steps; metrics is one of {CHOICES}")
