@@ -1,9 +1,9 @@
 """Typed configs: keyword-only dataclasses, one docstring per field.
 
-These classes are the single source of the config's shape. `OmegaConf.structured` turns them
-into the schema Hydra composes recipes onto (`load.schema`, registered by `compose.py`), so
-composition rejects unknown keys, wrong types and values outside a choice; `OmegaConf.to_object`
-turns a composed config back into these objects. Every config key is its field's name.
+These classes are the single source of the config's shape. `OmegaConf.structured` turns them into the schema Hydra
+composes recipes onto (`load.schema`, registered by `compose.py`), so composition rejects unknown keys, wrong types and
+values outside a choice; `OmegaConf.to_object` turns a composed config back into these objects. Every config key is
+its field's name.
 
 A field with a closed set of values is typed by a `StrEnum` of launcher/config/choices.py (imported
 here, so `from launcher.config.schema import Layout` keeps working).
@@ -33,12 +33,13 @@ from launcher.config.choices import (
     Search,
     TokenDtype,
 )
+from launcher.config.job import JobConfig
 
 
 @dataclass(kw_only=True, frozen=True)
 class InputSpec:
-    """One tensor of a `_target_` model's synthetic batch (an input, the loss's target); load.py
-    reads it (not an OmegaConf node: a frozen dataclass's lists inside a Dict refuse merging)."""
+    """One tensor of a `_target_` model's synthetic batch (an input, the loss's target); load.py reads it (not an
+    OmegaConf node: a frozen dataclass's lists inside a Dict refuse merging)."""
 
     shape: list[int] = field(default_factory=list)
     """Shape of one sample, without the batch dimension ([] : one value per sample)."""
@@ -70,11 +71,11 @@ class ModelConfig:
     ffn_mult: int = 4
     """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
     ffn_hidden: int | None = None
-    """Feed-forward hidden width, explicitly (Llama 3 8B: 14336); null → ffn_mult × d_model. For
-    llama it is the width of each of SwiGLU's gate and up projections."""
+    """Feed-forward hidden width, explicitly (Llama 3 8B: 14336); null → ffn_mult × d_model. For llama it is the
+    width of each of SwiGLU's gate and up projections."""
     n_kv_heads: int | None = None
-    """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null →
-    n_heads (multi-head attention). gpt always uses n_heads."""
+    """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null → n_heads (multi-head
+    attention). gpt always uses n_heads."""
     rope_theta: float = 10000.0
     """llama: RoPE base frequency (Llama 3: 500000)."""
     norm_eps: float = 1e-5
@@ -147,8 +148,8 @@ class BatchConfig:
     accum: int = 1
     """Micro-steps per optimizer step (gradient accumulation)."""
     global_batch: int | None = None
-    """Optional global batch; fixing it makes a sweep strong-scaling. Per trial, accum left at 1
-    is derived as global_batch ÷ (micro × dp); any other accum must agree. (Was `batch.global`.)"""
+    """Optional global batch; fixing it makes a sweep strong-scaling. Per trial, accum left at 1 is derived as
+    global_batch ÷ (micro × dp); any other accum must agree. (Was `batch.global`.)"""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -200,16 +201,15 @@ class ClusterConfig:
     device: DeviceKind = DeviceKind.auto
     """Device per rank; `auto` is CUDA when available, else CPU."""
     device_name: str = "cpu"
-    """Name of the device, recorded, and the row of the peak table (launcher/compute/peaks.py) MFU
-    uses, matched case-insensitively: "A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (as
-    torch.cuda.get_device_name reports it), "MI300X". On CUDA the GPU torch reports wins, over an
-    unknown name ("cpu") silently, over one of other peaks (peak_flops_per_device too) with a line
-    under the table; on CPU no row applies. `launcher plan` runs nothing: it uses this name."""
+    """Name of the device, recorded, and the row of the peak table (launcher/compute/peaks.py) MFU uses, matched
+    case-insensitively: "A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (torch.cuda.get_device_name's), "MI300X". On CUDA
+    the GPU torch reports wins, over an unknown name ("cpu") silently, over one of other peaks (peak_flops_per_device
+    too) with a line under the table; on CPU no row applies. `launcher plan` runs nothing: it uses this name."""
     peak_flops_per_device: float | None = None
-    """Dense peak FLOP/s of one device at the precision its matmuls run in (bf16/fp16, or tf32 for
-    fp32 on CUDA), overriding the table. null → the table's peak for the device; a device the
-    table does not know (every CPU) → MFU is null. An explicit peak that does not fit the
-    precision on a known device (H100's bf16 9.89e14 for an fp32 run) is flagged in the report."""
+    """Dense peak FLOP/s of one device at the precision its matmuls run in (bf16/fp16, or tf32 for fp32 on CUDA),
+    overriding the table. null → the table's peak for the device; a device the table does not know (every CPU) → MFU
+    is null. An explicit peak that does not fit the precision on a known device (H100's bf16 9.89e14 for fp32) is
+    flagged in the report."""
     usd_per_device_hour: float | None = None
     """Price of one device-hour (one GPU-hour on GPU clusters); null → $ columns are null
     (device-hours per 1M tokens are always shown)."""
@@ -236,7 +236,6 @@ class ClusterConfig:
     host_memory_gb: float | None = None
     """Memory of one host (node) in GiB, shared by the CPU ranks on it, for the same check on CPU trials. Null: this
     machine's MemTotal for cluster.kind=local; on Slurm, cluster.mem when set, else no check."""
-    # --- slurm only ---------------------------------------------------------------------
     partition: str | None = None
     """`--partition`; null → the cluster's default partition."""
     account: str | None = None
@@ -391,6 +390,8 @@ class LauncherConfig:
     """A single `launcher run`."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the payload trains (compilation)."""
+    job: JobConfig = field(default_factory=JobConfig)
+    """What a trial runs: the built-in training loop, or your own command (launcher/config/job.py)."""
     seed: int = 0
     """Seed for weights and synthetic data."""
     precision: Precision = Precision.auto

@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import enum
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,8 @@ CHOICES = [
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_config_classes_are_frozen_keyword_only_with_one_docstring_per_field(cls):
     assert cls.__dataclass_params__.frozen and all(f.kw_only for f in dataclasses.fields(cls))
-    (node,) = [n for n in ast.parse(Path(schema.__file__).read_text()).body if getattr(n, "name", None) == cls.__name__]
+    source = Path(sys.modules[cls.__module__].__file__).read_text()  # JobConfig lives in config/job.py
+    (node,) = [n for n in ast.parse(source).body if getattr(n, "name", None) == cls.__name__]
     body = node.body
     undocumented = [
         stmt.target.id
@@ -88,8 +90,8 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
         (
             {"foo": 1},
-            "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, "
-            "run, seed, sweep, train",
+            "unknown config key 'foo'; the top level has: batch, cluster, data, job, model, optim, parallel, "
+            "precision, run, seed, sweep, train",
         ),
         (
             {"parallel": {"layout": "zero9"}},
@@ -175,7 +177,9 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
         "  data:     dataset, file, synthetic*\n"
         "  cluster:  devcluster, example_gpu_site, local*, slurm\n"
         "  sweep:    default*\n"
-        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default\n"
+        "  job:      builtin*, command\n"
+        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default "
+        "job=builtin\n"
     )
 
 
@@ -196,7 +200,7 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
     assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
     assert text.endswith(
         "  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
-        "data=synthetic cluster=local sweep=default\n"
+        "data=synthetic cluster=local sweep=default job=builtin\n"
     )
 
 

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from launcher.config.errors import ConfigError
 from launcher.run.executor.base import Executor, NothingToCancel
 from launcher.run.local import check_gpu_count, rank_env, run_trial_dir
+from launcher.run.local_command import run_command_trial
 from launcher.trials.folder import trial_dir
 from launcher.trials.payload import payload_for
 from launcher.trials.spec import Trial
@@ -35,21 +36,26 @@ class LocalExecutor(Executor):
 
     def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
         c = self.cfg.cluster
-        payload = payload_for(self.cfg)
+        payload = payload_for(self.cfg) if self.cfg.job.kind != "command" else None
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         console = Console(stderr=True)
         with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
             overall = progress.add_task("sweep", total=len(trials))
             for t in trials:
                 task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-                outcome = run_trial_dir(
-                    trial_dir(sweep_dir, t.trial_id),
-                    world_size=t.world_size,
-                    threads=c.threads_per_rank,
-                    timeout_s=c.trial_timeout_s,
-                    on_step=lambda k, task=task: progress.update(task, completed=k),
-                    payload=payload,
-                )
+                on_step = lambda k, task=task: progress.update(task, completed=k)  # noqa: E731
+                tdir = trial_dir(sweep_dir, t.trial_id)
+                if self.cfg.job.kind == "command":
+                    outcome = run_command_trial(tdir, self.cfg, t, on_step=on_step)
+                else:
+                    outcome = run_trial_dir(
+                        tdir,
+                        world_size=t.world_size,
+                        threads=c.threads_per_rank,
+                        timeout_s=c.trial_timeout_s,
+                        on_step=on_step,
+                        payload=payload,
+                    )
                 status = "done" if outcome["reason"] is None else "[red]failed[/red]"
                 progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
                 progress.advance(overall)
