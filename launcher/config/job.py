@@ -12,7 +12,9 @@ value is that value. A key that is neither stops the sweep before anything is cr
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher.config.choices import JobKind, JobLaunch, Metrics
 
@@ -46,6 +48,28 @@ of a layout): in a command they take the trial's value, not the recipe's."""
 
 REFERENCE = re.compile(r"(\\?)\$\{([^{}]*)\}")
 """`${key}` in a command's argv or env value; `\\${…}` stays literal text `${…}`."""
+
+
+def config_value(config: Mapping[str, Any], key: str) -> str | None:
+    """A scalar of the resolved config document at dotted `key`, as text; None when there is none."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, (Mapping, list)):
+        return None
+    return "null" if node is None else str(node).lower() if isinstance(node, bool) else str(node)
+
+
+def unknown_key(where: str, text: str, key: str) -> str:
+    """The one line for `${key}` in `where`=`text` naming neither a trial value nor a config value."""
+    known = ", ".join(f"trial.{k}" for k in TRIAL_KEYS)
+    return (
+        f"{where}={text!r}: unknown interpolation key ${{{key}}}; a command takes ${{trial.KEY}} with KEY one of "
+        f"{known}, the aliases {', '.join(TRIAL_ALIASES)}, or a config value such as ${{model.seq_len}}"
+    )
+
 
 REGEX_GROUPS = ("tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_s")
 """The named groups a `metrics=regex` pattern may capture (one of them)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.errors import ConfigError
-from launcher.config.job import REFERENCE, TRIAL_ALIASES, TRIAL_KEYS, JobConfig
+from launcher.config.job import REFERENCE, TRIAL_ALIASES, TRIAL_KEYS, JobConfig, config_value, unknown_key
 from launcher.trials.spec import Trial
 
 METER_FILE = "meter.jsonl"
@@ -41,18 +41,6 @@ def trial_values(trial: Trial, trial_dir: Path) -> dict[str, str]:
     return out | {alias: out[f"trial.{key}"] for alias, key in TRIAL_ALIASES.items()}
 
 
-def config_value(config: Mapping[str, Any], key: str) -> str | None:
-    """A scalar of the resolved config document at dotted `key`, as text; None when there is none."""
-    node: Any = config
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    if isinstance(node, (Mapping, list)):
-        return None
-    return "null" if node is None else str(node).lower() if isinstance(node, bool) else str(node)
-
-
 def resolve_text(text: str, where: str, values: Mapping[str, str], config: Mapping[str, Any]) -> str:
     """`text` with each `${key}` replaced: a trial value, else a config scalar; ConfigError names
     an unknown key (one line, the keys there are)."""
@@ -65,11 +53,7 @@ def resolve_text(text: str, where: str, values: Mapping[str, str], config: Mappi
             return values[key]
         found = config_value(config, key)
         if found is None:
-            known = ", ".join(f"trial.{k}" for k in TRIAL_KEYS)
-            raise ConfigError(
-                f"{where}={text!r}: unknown interpolation key ${{{key}}}; a command takes ${{trial.KEY}} with KEY one "
-                f"of {known}, the aliases {', '.join(TRIAL_ALIASES)}, or a config value such as ${{model.seq_len}}"
-            )
+            raise ConfigError(unknown_key(where, text, key))
         return found
 
     return REFERENCE.sub(one, text)
