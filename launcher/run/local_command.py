@@ -29,6 +29,7 @@ from launcher.run.local import (
     trial_env,
 )
 from launcher.train.command_record import finish
+from launcher.trials.folder import write_outcome
 from launcher.trials.payload import Payload, payload_for, probe_payload
 from launcher.trials.spec import Trial
 
@@ -84,7 +85,11 @@ def run_command_trial(tdir: Path, cfg: LauncherConfig, trial: Trial, *, on_step:
         on_step=on_step,
         run=run,
     )
-    if not doc["timed_out"]:  # a trial the launcher stopped has its reason in the outcome, not a record
-        codes = [r["returncode"] for r in doc["ranks"] if r["returncode"] not in (0, None)]
-        finish(tdir, exit_code=codes[0] if codes else 0, started=started)
+    if doc["timed_out"]:  # a trial the launcher stopped has its reason in the outcome, not a record
+        return doc
+    codes = [r["returncode"] for r in doc["ranks"] if r["returncode"] not in (0, None)]
+    record = finish(tdir, exit_code=codes[0] if codes else 0, started=started)
+    # The record names the rank that told why (the executor saw only the agent, under torchrun).
+    doc = {**doc, "reason": record["reason"], "oom": record["status"] == "oom"}
+    write_outcome(tdir, doc)
     return doc

@@ -22,7 +22,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.harvest import NoThroughput, Reported, read_reported
 from launcher.io import atomic_write_json, read_json
 from launcher.train import metrics
-from launcher.trials.ends import OOM_MARKERS, log_reason, mentions_oom
+from launcher.trials.ends import log_reason, meaningful_line, mentions_oom
 from launcher.trials.folder import from_document, read_document
 from launcher.trials.spec import Trial
 
@@ -59,8 +59,10 @@ def command_end(exit_code: int, logs: dict[int, Path]) -> tuple[str, str]:
     said = ""
     if told:
         rank = told[0]
-        line = next((ln for ln in reversed(texts[rank].splitlines()) if any(m in ln for m in OOM_MARKERS)), "")
-        said = f"; rank {rank} log ends: {line.strip()[:160] if oom else log_reason(logs[rank])}"
+        lines = texts[rank].splitlines()
+        at = max((i for i, ln in enumerate(lines) if mentions_oom(ln)), default=len(lines) - 1)
+        tail = meaningful_line("\n".join(lines[: at + 1])) if oom else log_reason(logs[rank])
+        said = f"; rank {rank} log ends: {tail}"
     if oom:
         return "oom", f"out of memory (infeasible at this size): the command exited with code {exit_code}{said}"
     return "failed", f"the command exited with code {exit_code}{said}"
