@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from launcher.config.errors import ConfigError
 from launcher.run.executor.base import Executor, NothingToCancel
 from launcher.run.local import check_gpu_count, rank_env, run_trial_dir
-from launcher.run.local_command import run_command_trial
+from launcher.run.local_command import command_processes, run_command_trial
 from launcher.trials.folder import trial_dir
 from launcher.trials.payload import payload_for
 from launcher.trials.spec import Trial
@@ -78,9 +78,29 @@ class LocalExecutor(Executor):
     def dry_run(self, trial: Trial, make_folder: Callable[[], Path]) -> None:
         """Each rank's command line, its variables first (the port is picked when it runs)."""
         print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
+        if self.cfg.job.kind == "command":
+            self._dry_run_command(trial)
+            return
         argv = payload_for(self.cfg).here(Path("<trial-dir>"), sys.executable)
         keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
         for rank in range(trial.world_size):
             env = rank_env(rank, trial.world_size, 0, self.cfg.cluster.threads_per_rank)
             shown = [*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]
             print(" ".join(shown))
+
+    def _dry_run_command(self, trial: Trial) -> None:
+        """job=command: the processes started for it (after the link probe), their variables first."""
+        tdir = Path("<trial-dir>")
+        payload = payload_for(self.cfg, trial=trial, trial_dir=tdir)
+        threads = self.cfg.cluster.threads_per_rank
+        for p in command_processes(payload, tdir, world_size=trial.world_size, threads=threads, user_env={}):
+            keys = [
+                k
+                for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
+                if k in p.env and k in dict(rank_env(0, 1, 0, 1))
+            ]
+            shown = [
+                *(f"{k}={shlex.quote(p.env[k])}" for k in keys),
+                *(f"{k}={shlex.quote(v)}" for k, v in payload.env),
+            ]
+            print(" ".join([*shown, *map(shlex.quote, p.argv), ">", str(p.log)]))
