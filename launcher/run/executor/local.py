@@ -94,11 +94,7 @@ class LocalExecutor(Executor):
         payload = payload_for(self.cfg, trial=trial, trial_dir=tdir)
         threads = self.cfg.cluster.threads_per_rank
         for p in command_processes(payload, tdir, world_size=trial.world_size, threads=threads, user_env={}):
-            keys = [
-                k
-                for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
-                if k in p.env and k in dict(rank_env(0, 1, 0, 1))
-            ]
+            keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR") if payload.launch == "srun" else ()
             shown = [
                 *(f"{k}={shlex.quote(p.env[k])}" for k in keys),
                 *(f"{k}={shlex.quote(v)}" for k, v in payload.env),
