@@ -33,6 +33,11 @@ def check_job(cfg: LauncherConfig) -> None:
             f"job.argv={list(job.argv)!r} names no program; give the command as a list of words, e.g. "
             "job.argv=[python,train.py,--lr,3e-4]"
         )
+    for where, text in [
+        *((f"job.argv[{i}]", w) for i, w in enumerate(job.argv)),
+        *((f"job.env.{k}", v) for k, v in job.env.items()),
+    ]:
+        _check_word(where, text)
     _check_references(cfg)
     _check_env(job)
     _check_metrics(job)
@@ -44,6 +49,13 @@ def check_job(cfg: LauncherConfig) -> None:
         positive("job.flops_per_token", job.flops_per_token, "6.2e9")
     at_least("job.probe_bytes", job.probe_bytes, 4, 64 * 2**20)
     _warn_missing_program(job.argv)
+
+
+def _check_word(where: str, text: str) -> None:
+    """A word a job script carries: no NUL (no argv can hold one), no CR-LF (sbatch refuses the script)."""
+    if "\x00" in text or "\r\n" in text:
+        what = "a NUL character" if "\x00" in text else "a CR-LF (DOS) line break, which sbatch refuses in a script"
+        raise ConfigError(f"{where} holds {what}; remove it")
 
 
 def _check_references(cfg: LauncherConfig) -> None:
@@ -59,15 +71,13 @@ def _check_references(cfg: LauncherConfig) -> None:
 
 
 def _check_env(job: JobConfig) -> None:
-    for name, value in job.env.items():
+    for name in job.env:
         if not _ENV_NAME.fullmatch(name):
             raise ConfigError(
                 f"job.env has {name!r}, not a shell variable name; write e.g. job.env={{NCCL_DEBUG: WARN}}"
             )
         if name in _ENV_OWN:
             raise ConfigError(f"job.env sets {name}, which the launcher sets for each rank; remove it from job.env")
-        if "\x00" in str(value):
-            raise ConfigError(f"job.env value of {name} has a NUL character; remove it")
 
 
 def _check_metrics(job: JobConfig) -> None:
