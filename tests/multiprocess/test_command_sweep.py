@@ -10,7 +10,7 @@ import json
 import pytest
 
 from launcher.cli import main
-from tests.support.command_job import argv, printed, table
+from tests.support.command_job import PROGRAM, argv, printed, table
 
 pytestmark = pytest.mark.torch_dist
 
@@ -21,10 +21,24 @@ def _sweep(tmp_path, name: str, *overrides: str) -> int:
     return main(["sweep", "job=command", *STEPS, f"sweep.results_dir={tmp_path}", f"sweep.name={name}", *overrides])
 
 
+# README's "Bring your training" recipe, the program being the test's: `launcher sweep --recipes my_recipes
+# job=my_train sweep.world_sizes='[1,2]'`.
+MY_TRAIN = (
+    "defaults: [command]\n"
+    f"argv: [python, {PROGRAM}, --micro, '${{batch.micro}}', --steps, '${{trial.steps}}', --warmup, "
+    "'${trial.warmup_steps}']\n"
+    "launch: torchrun\n"
+    "metrics: meter\n"
+)
+
+
 @pytest.fixture(scope="module")
 def torchrun_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("command")
-    assert _sweep(tmp, "cmd", argv(), "sweep.world_sizes=[1,2]") == 0
+    (tmp / "my_recipes" / "job").mkdir(parents=True)
+    (tmp / "my_recipes" / "job" / "my_train.yaml").write_text(MY_TRAIN)
+    args = ["sweep", "--recipes", str(tmp / "my_recipes"), "job=my_train", "sweep.world_sizes=[1,2]", *STEPS]
+    assert main([*args, f"sweep.results_dir={tmp}", "sweep.name=cmd"]) == 0
     return tmp / "cmd"
 
 
