@@ -159,7 +159,7 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
     return record
 
 
-_PROBE_METRICS = ("allreduce_bytes", "allreduce_time_s", "algbw_gbps", "busbw_gbps", "allreduce_probe")
+_PROBE_METRICS = ("allreduce_bytes", "allreduce_time_s", "algbw_gbps", "busbw_gbps", "allreduce_probe", "allreduce_of")
 
 
 def _probe(tdir: Path) -> dict[str, Any]:

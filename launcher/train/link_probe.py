@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             {
                 **comm_metrics(comm),
+                "allreduce_of": "link_probe",  # job.probe_bytes, not the program's gradient (perf/calibrate.py)
                 "hosts": hosts,
                 "device": device.type,
                 "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
