@@ -29,6 +29,7 @@ from launcher.run.local import (
     trial_env,
 )
 from launcher.train.command_record import finish
+from launcher.trials.command import METER_FILE
 from launcher.trials.folder import write_outcome
 from launcher.trials.payload import Payload, payload_for, probe_payload
 from launcher.trials.spec import Trial
@@ -75,7 +76,14 @@ def run_command_trial(tdir: Path, cfg: LauncherConfig, trial: Trial, *, on_step:
         plan = command_processes(
             payload, tdir, world_size=trial.world_size, threads=c.threads_per_rank, user_env=user_env
         )
-        return run_processes(plan, timeout_s=c.trial_timeout_s, on_poll=poll)
+        meter = tdir / METER_FILE
+
+        def poll_meter() -> None:  # the steps the program reported, for a program that prints no `step k/N`
+            poll()
+            if meter.exists():
+                on_step(meter.read_bytes().count(b"\n"))
+
+        return run_processes(plan, timeout_s=c.trial_timeout_s, on_poll=poll_meter)
 
     doc = run_trial_dir(
         tdir,
