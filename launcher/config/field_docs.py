@@ -12,15 +12,16 @@ import typing
 from enum import Enum
 from typing import Any
 
-from launcher.config import schema
+from launcher.config import job, schema
 from launcher.config.errors import ConfigError
 
 
 @functools.cache
 def field_docs() -> dict[str, dict[str, str]]:
-    """Class name → field name → its docstring (indentation removed), for every class of schema.py."""
+    """Class name → field name → its docstring (indentation removed), for every class of schema.py
+    and of job.py (the `job` group's schema, in a module of its own)."""
     docs: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(schema)).body:
+    for node in (n for module in (schema, job) for n in ast.parse(inspect.getsource(module)).body):
         if isinstance(node, ast.ClassDef):
             pairs = zip(node.body, node.body[1:])
             docs[node.name] = {
