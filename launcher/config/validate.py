@@ -21,6 +21,7 @@ from launcher.config.schema import (
     SweepConfig,
 )
 from launcher.config.validate_byo import check_byo
+from launcher.config.validate_job import check_job
 from launcher.config.validate_layout import check_byo_layout, set_degrees
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
@@ -52,6 +53,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     check_slurm(cfg.cluster)
     _check_run(cfg.run, cfg)
     _check_compile(cfg)
+    check_job(cfg)
     at_least("seed", cfg.seed, 0, 0)
     return cfg
 

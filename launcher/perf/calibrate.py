@@ -146,6 +146,8 @@ def _measured_numel(m: Measured) -> int | None:
     stage's, or an activation's) and with data parallelism. ValueError for a value that is no count."""
     nbytes = m.metrics.get("allreduce_bytes")
     row = traits(m.layout)
+    if m.metrics.get("allreduce_of") == "link_probe":  # a command's probe: a stated size, not its gradient's
+        return None
     if nbytes is None or row.data_parallel == DataParallel.none or row.splits("pp"):
         return None
     if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):

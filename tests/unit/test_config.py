@@ -90,8 +90,8 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
         (
             {"foo": 1},
-            "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, "
-            "run, seed, sweep, train, trainer",
+            "unknown config key 'foo'; the top level has: batch, cluster, data, job, model, optim, parallel, "
+            "precision, run, seed, sweep, train, trainer",
         ),
         (
             {"parallel": {"layout": "zero9"}},
@@ -177,7 +177,9 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
         "  data:     dataset, file, synthetic*\n"
         "  cluster:  devcluster, example_gpu_site, local*, slurm\n"
         "  sweep:    default*\n"
-        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default\n"
+        "  job:      builtin*, command\n"
+        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default "
+        "job=builtin\n"
     )
 
 
@@ -198,7 +200,7 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
     assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
     assert text.endswith(
         "  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
-        "data=synthetic cluster=local sweep=default\n"
+        "data=synthetic cluster=local sweep=default job=builtin\n"
     )
 
 
