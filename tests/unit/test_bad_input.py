@@ -19,11 +19,11 @@ CASES = [
     (["batch.accum=-1"], "batch.accum=-1 must be a positive integer; set e.g. batch.accum=1"),
     (
         ["foo=1"],
-        "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train",
+        "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train, trainer",
     ),
     (
         ["+foo=1"],
-        "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train",
+        "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train, trainer",
     ),
     (["batch.foo=2"], "unknown config key 'batch.foo' (from 'batch.foo=2'); batch has: accum, global_batch, micro"),
     (["batch.global=64"], "batch.global was renamed batch.global_batch; use batch.global_batch=64"),
