@@ -140,6 +140,8 @@ LAYOUTS: dict[str, LayoutTraits] = {
     "fsdp_tp_pp": LayoutTraits(
         data_parallel=_DP.fsdp, tp=_D.set, pp=_D.set, virtual_stages=True, engine=_E + "pipeline"
     ),
+    # Experts split over ep of the dp ranks (ep divides dp), FSDP over dp for the rest (engines/ep.py).
+    "fsdp_ep": LayoutTraits(data_parallel=_DP.fsdp, ep=_D.set, engine=_E + "ep"),
 }
 """Every layout by its name (parallel.layout, recipes/parallel/<name>.yaml), in the order messages
 list them."""

@@ -22,6 +22,7 @@ from launcher.config.schema import (
 )
 from launcher.config.validate_byo import check_byo
 from launcher.config.validate_layout import check_byo_layout, set_degrees
+from launcher.config.validate_moe import check_moe
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
 
@@ -45,6 +46,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_names(cfg)
     _check_batch(cfg.batch)
     _check_parallel(cfg)
+    check_moe(cfg)
     _check_optim(cfg.optim)
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
