@@ -11,10 +11,6 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import layout_names, traits
 
-MOE_LAYOUTS = ("ddp", "fsdp")
-"""Layouts besides those splitting experts (a row with ep) that run an MoE model: the whole-model
-layouts. TP and pipelines would need the router's dispatch inside their own splits: not built."""
-
 
 def check_moe(cfg: LauncherConfig) -> None:
     """model.n_experts and its companions, and parallel.ep where the layout splits experts."""
@@ -51,8 +47,10 @@ def check_moe(cfg: LauncherConfig) -> None:
     if not (math.isfinite(m.aux_loss_coef) and m.aux_loss_coef >= 0):
         raise ConfigError(f"model.aux_loss_coef={m.aux_loss_coef} must be a number ≥ 0; set e.g. 0.01")
     row = traits(par.layout)
-    if not (row.splits("ep") or par.layout in MOE_LAYOUTS):
-        takers = [*MOE_LAYOUTS, *layout_names(lambda r: r.splits("ep"))]
+    # The whole-model layouts and those splitting experts; TP and pipelines would need the
+    # router's dispatch inside their own splits: not built.
+    if not (row.splits("ep") or row.whole_model):
+        takers = layout_names(lambda r: r.whole_model or r.splits("ep"))
         raise ConfigError(
             f"parallel.layout={par.layout} does not run a mixture-of-experts model (model.n_experts="
             f"{m.n_experts}); use {' or '.join(f'parallel={t}' for t in takers)}"

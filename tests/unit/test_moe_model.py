@@ -14,6 +14,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.validate import validate
 from launcher.train.models import build_model, param_counts
 from launcher.train.models.moe import MoE, aux_loss, balance_loss
+from launcher.trials.spec import make_trial
 
 
 def tiny():
@@ -77,3 +78,23 @@ def test_moe_config_errors_are_one_line_with_the_numbers(overrides, message):
 def test_a_dense_llama_is_unchanged():
     cfg = dataclasses.replace(tiny(), n_experts=0)
     assert flops.inactive_params(cfg) == 0 and flops.moe_layers(cfg) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "world", "message"),
+    [
+        (["parallel.ep=4"], 2, "parallel.ep=4 does not divide dp=2"),
+        (["parallel.ep=3"], 3, "model.n_experts=4 is not divisible by parallel.ep=3"),
+    ],
+)
+def test_expert_degree_is_checked_per_size_in_one_line(overrides, world, message):
+    cfg = validate(compose_config(["model=tiny_moe", "parallel=fsdp_ep", *overrides]))
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        make_trial(cfg, index=0, world_size=world, steps=2, warmup_steps=1)
+
+
+def test_a_trial_of_fsdp_ep_carries_ep_and_dp_keeps_the_world():
+    cfg = validate(compose_config(["model=tiny_moe", "parallel=fsdp_ep", "parallel.ep=2"]))
+    trial = make_trial(cfg, index=0, world_size=4, steps=2, warmup_steps=1)
+    assert (trial.dp, trial.ep, trial.tp, trial.pp) == (4, 2, 1, 1)
+    assert make_trial(compose_config(["model=tiny_moe"]), index=0, world_size=2, steps=2, warmup_steps=1).ep == 1
