@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
+from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, routed_expert_params, stage_params
 from launcher.compute.peaks import device_memory_gb
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import pipeline_batch
@@ -205,8 +205,12 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     dp_kind = traits(trial.layout).data_parallel
     fsdp = dp_kind == DataParallel.fsdp
     local = n / trial.dp if fsdp else n
+    # Expert parallel (fsdp_ep, tp = pp = 1): a rank gathers n_experts ÷ ep of each MoE block's experts;
+    # sharded over the dp ÷ ep ranks holding them, its share (`local`) is the dp-th part as before.
+    others = routed_expert_params(cfg.model) * (1 - 1 / trial.ep)
+    n -= others
     compute = 2 if mixed_precision(cfg, device) else FP32
-    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
+    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms - others / cfg.model.n_layers
     if fsdp and trial.pp > 1:
         # torch's pipeline stage runs every backward but the step's last with FSDP's gradient sync
         # and reshard-after-backward off: the stage's parameters stay gathered (fp32: no
