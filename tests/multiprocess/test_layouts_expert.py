@@ -2,13 +2,16 @@
 (model=tiny_moe, 4 experts top-2 with a shared one and the load-balancing loss) whose experts
 are split over ep ranks with all-to-all dispatch and combine, the rest sharded by FSDP2 over dp:
 ep 2 on 2 ranks, ep 2 with dp 4 (experts sharded over 2 ranks too), ep 4 on 4 ranks, and
-accumulation. Each trial is the real payload in real processes (tests/support/layout_parity.py);
-losses and gathered final parameters must match within 1e-6 (fp32)."""
+accumulation; and one `launcher sweep` of it. Each trial is the real payload in real processes
+(tests/support/layout_parity.py); losses and gathered final parameters must match within 1e-6 (fp32)."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
+from launcher.cli import main
+from launcher.io import read_json
 from tests.support.layout_parity import assert_same, launch, reference
 
 pytestmark = pytest.mark.torch_dist
@@ -37,3 +40,17 @@ def test_fsdp_runs_the_moe_model_whole_and_equals_reference(ref, tmp_path):
     """The same model under plain FSDP (every expert on every rank): the aux loss per sequence
     keeps parity across the batch's split too."""
     assert_same(launch(tmp_path, "fsdp", 2, [*MOE, "parallel=fsdp", "batch.micro=4"]), ref, model=MOE)
+
+
+def test_a_sweep_of_fsdp_ep_runs_each_size_with_its_expert_groups(tmp_path, capsys):
+    """`launcher sweep` end to end: ep 2 at 2 and 4 ranks (one group; two groups whose experts FSDP
+    shards over 2 ranks), every trial completed with ep in its record."""
+    over = ["model=tiny_moe", "parallel=fsdp_ep", "parallel.ep=2", "sweep.world_sizes=[2,4]", "sweep.steps=3"]
+    over += ["sweep.warmup_steps=1", f"sweep.results_dir={tmp_path}", "sweep.name=ep", "--quiet"]
+    assert main(["sweep", *over]) == 0, capsys.readouterr().err
+    df = pd.read_csv(tmp_path / "ep" / "results.csv")
+    assert (df["status"] == "completed").all(), df[["trial_id", "reason"]].to_string()
+    assert sorted(zip(df["world_size"], df["dp"], strict=True)) == [(2, 2), (4, 4)]
+    for tdir in sorted((tmp_path / "ep" / "trials").iterdir()):
+        record = read_json(tdir / "record.json")
+        assert (record["trial"]["ep"], record["metrics"]["layout"]["ep"]) == (2, 2)

@@ -85,7 +85,7 @@ class Experts(nn.ModuleDict):
         ep, me = dist.get_world_size(self.group), dist.get_rank(self.group)
         local = self.n_experts // ep
         # Per (source rank, local expert) row counts: each rank sends its counts for my experts.
-        sent = torch.tensor(counts, dtype=torch.int64)
+        sent = torch.tensor(counts, dtype=torch.int64, device=rows.device)  # NCCL exchanges device tensors only
         got = torch.empty_like(sent)
         dist.all_to_all_single(got, sent, group=self.group)
         got = got.view(ep, local)
