@@ -73,6 +73,14 @@ def moe_ffn_params(m: ModelConfig, *, active: bool = False) -> int:
     return m.d_model * m.n_experts + (routed + m.shared_experts) * expert_params(m)
 
 
+def active_ffn_width(m: ModelConfig) -> float:
+    """The feed-forward width a token passes through, averaged over the blocks: the dense width,
+    and in a MoE block its experts_per_token + shared_experts experts' (what its activations scale with)."""
+    moe = moe_layers(m)
+    moe_width = (m.experts_per_token + m.shared_experts) * expert_width(m)
+    return ((m.n_layers - moe) * ffn_width(m) + moe * moe_width) / m.n_layers
+
+
 def routed_expert_params(m: ModelConfig) -> int:
     """Parameters of every MoE block's routed experts: what expert parallelism splits over ep."""
     return moe_layers(m) * m.n_experts * expert_params(m)

@@ -32,7 +32,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, routed_expert_params, stage_params
+from launcher.compute.flops import (
+    ModelParts,
+    active_ffn_width,
+    kv_heads,
+    model_parts,
+    routed_expert_params,
+    stage_params,
+)
 from launcher.compute.peaks import device_memory_gb
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import pipeline_batch
@@ -149,7 +156,7 @@ def llama_saved_bytes(m: ModelConfig, mixed: bool, pure: bool = False) -> float:
     2, with a norm's output cast once per Linear reading it (3 for q, k, v; 2 for w1, w3). Pure
     (16-bit parameters, FSDP's MixedPrecisionPolicy): a norm keeps its float32 input copy, its
     16-bit normalised value and its output; everything else is 2 bytes, read once."""
-    d, f = m.d_model, ffn_width(m)
+    d, f = m.d_model, active_ffn_width(m)  # a MoE block's: its token's experts' (the dense width otherwise)
     kv_width = kv_heads(m) * (d // m.n_heads)
     norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
     if not mixed:

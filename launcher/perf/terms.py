@@ -107,6 +107,6 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
         f"moe: {m.n_experts} experts, top-{m.experts_per_token}, {m.shared_experts} shared; FLOPs per active "
         f"parameter ({active / 1e9:.1f}B of {total / 1e9:.1f}B); routing capacity-free (no token dropped: every "
         f"token's {m.experts_per_token} experts compute it; real balance not modelled); {a2a}; activations as a "
-        "dense block's of the same width; attention as multi-head/grouped-query attention (Multi-head Latent "
-        "Attention, DeepSeek-V3's, not modelled)"
+        "dense block's as wide as a token's experts together (no router or dispatch buffers); attention as "
+        "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled)"
     )

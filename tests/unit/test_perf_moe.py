@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.cli import main
 from launcher.compute import flops
 from launcher.config.compose import compose_config
 from launcher.config.derived import batch_math
@@ -77,3 +78,21 @@ def test_plan_footer_states_the_moe_assumptions():
     for claim in ("no token dropped", "ep=8", "in-node link", "not overlapped", "Multi-head Latent"):
         assert claim in line
     assert moe_line(compose_config(["model=tiny_llama"])) is None
+
+
+def test_activations_follow_the_width_a_token_passes_through():
+    m = compose_config(["model=tiny_moe"]).model
+    # Block 0 dense (344), block 1: 2 routed + 1 shared experts of 128 = 384; mean 364.
+    assert flops.active_ffn_width(m) == (344 + 384) / 2
+    mixtral = compose_config(["model=mixtral_8x7b"]).model
+    assert flops.active_ffn_width(mixtral) == 2 * 14336
+
+
+def test_plan_of_deepseek_v3_with_ep_runs_and_states_its_assumptions(capsys):
+    over = ["model=deepseek_v3", "parallel=fsdp_ep", "parallel.ep=8", "cluster=example_gpu_site", "batch.micro=1"]
+    over += ["model.activation_checkpointing=full", "sweep.world_sizes=[512,1024]"]
+    assert main(["plan", *over]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
+    assert "Recommended GPUs: 1024" in out or "Recommended GPUs: 512" in out
+    assert "moe: 256 experts, top-8, 1 shared; FLOPs per active parameter (38.7B of 672.1B)" in out
+    assert "Multi-head Latent Attention, DeepSeek-V3's, not modelled" in out
