@@ -142,6 +142,7 @@ LAYOUTS: dict[str, LayoutTraits] = {
     ),
     # Experts split over ep of the dp ranks (ep divides dp), FSDP over dp for the rest (engines/ep.py).
     "fsdp_ep": LayoutTraits(data_parallel=_DP.fsdp, ep=_D.set, engine=_E + "ep"),
+    "ddp_ep": LayoutTraits(data_parallel=_DP.ddp, ep=_D.set, engine=_E + "ddp_ep"),
 }
 """Every layout by its name (parallel.layout, recipes/parallel/<name>.yaml), in the order messages
 list them."""

@@ -2,8 +2,9 @@
 (model=tiny_moe, 4 experts top-2 with a shared one and the load-balancing loss) whose experts
 are split over ep ranks with all-to-all dispatch and combine, the rest sharded by FSDP2 over dp:
 ep 2 on 2 ranks, ep 2 with dp 4 (experts sharded over 2 ranks too), ep 4 on 4 ranks, and
-accumulation; and one `launcher sweep` of it. Each trial is the real payload in real processes
-(tests/support/layout_parity.py); losses and gathered final parameters must match within 1e-6 (fp32)."""
+accumulation; ddp_ep likewise at 2 and 4 ranks; and one `launcher sweep` of fsdp_ep. Each trial is
+the real payload in real processes (tests/support/layout_parity.py); losses and gathered final
+parameters must match within 1e-6 (fp32)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ def test_expert_parallel_equals_reference(ref, tmp_path, ranks, ep, micro, accum
     over = [*MOE, "parallel=fsdp_ep", f"parallel.ep={ep}", f"batch.micro={micro}", f"batch.accum={accum}"]
     name = f"ep{ep}_ws{ranks}_a{accum}"
     assert_same(launch(tmp_path, name, ranks, over), ref, model=MOE)
+
+
+@pytest.mark.parametrize(("ranks", "ep"), [(2, 2), (4, 2)], ids=["dp2_ep2", "dp4_ep2"])
+def test_ddp_expert_parallel_equals_reference(ref, tmp_path, ranks, ep):
+    """ddp_ep: the experts split as under fsdp_ep, their gradients all-reduced by hand over the
+    dp ÷ ep ranks holding them (2 at dp 4), the rest by DDP."""
+    over = [*MOE, "parallel=ddp_ep", f"parallel.ep={ep}", f"batch.micro={8 // ranks}"]
+    assert_same(launch(tmp_path, f"ddp_ep{ep}_ws{ranks}", ranks, over), ref, model=MOE)
 
 
 def test_fsdp_runs_the_moe_model_whole_and_equals_reference(ref, tmp_path):

@@ -149,7 +149,7 @@ CASES = [
     ),
     (
         ["parallel.layout=zero9"],
-        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep; set e.g. parallel.layout=ddp",
+        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep; set e.g. parallel.layout=ddp",
     ),
     (["cluster.device_name=[1]"], "cluster.device_name=[1] must be a string; e.g. cluster.device_name=cpu"),
     (
@@ -176,7 +176,7 @@ CASES = [
     (["batch=[1]"], "batch=[1]: a config group takes one option name, e.g. batch=default; options: default"),
     (
         ["parallel={a:1}"],
-        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
+        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
     ),
     (
         ["batch.global_batch=24"],

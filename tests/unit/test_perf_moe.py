@@ -65,10 +65,10 @@ def test_expert_memory_is_divided_by_ep_and_its_shard_kept():
 def test_the_search_tries_ep_for_a_moe_model_only_and_no_layout_that_cannot_run_it():
     moe = compose_config(["model=tiny_moe", "cluster=example_gpu_site"])
     found = {(c.layout, c.ep) for c in candidates(moe, 8)}
-    assert {("fsdp_ep", 2), ("fsdp_ep", 4), ("ddp", 1), ("fsdp", 1)} <= found
-    assert not {layout for layout, _ in found} - {"ddp", "fsdp", "fsdp_ep"}
+    assert {("fsdp_ep", 2), ("fsdp_ep", 4), ("ddp_ep", 2), ("ddp", 1), ("fsdp", 1)} <= found
+    assert not {layout for layout, _ in found} - {"ddp", "fsdp", "fsdp_ep", "ddp_ep"}
     dense = compose_config(["model=tiny_llama", "cluster=example_gpu_site"])
-    assert "fsdp_ep" not in {c.layout for c in candidates(dense, 8)}
+    assert not {"fsdp_ep", "ddp_ep"} & {c.layout for c in candidates(dense, 8)}
 
 
 def test_plan_footer_states_the_moe_assumptions():

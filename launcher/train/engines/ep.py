@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from launcher.config.schema import LauncherConfig
@@ -34,20 +34,8 @@ from launcher.train.models.moe import Experts
 
 class ExpertParallelEngine(FSDPEngine):
     def __init__(self, model: nn.Module, topo: Topology, cfg: LauncherConfig, device: torch.device) -> None:
-        ep = cfg.parallel.ep or 1
-        if topo.tp * topo.pp != 1 or topo.dp % ep:  # the trial spec refuses these first (trials/layout.py)
-            raise ValueError(f"fsdp_ep needs tp = pp = 1 and ep dividing dp, got dp={topo.dp} tp={topo.tp} ep={ep}")
-        shape = (topo.dp // ep, ep)
-        override = mesh_group_options(shape, ("edp", "ep"), cfg.cluster.pg_timeout_s)
-        self.ep_mesh = init_device_mesh(device.type, shape, mesh_dim_names=("edp", "ep"), backend_override=override)
-        self.ep, self.ep_group = ep, self.ep_mesh["ep"].get_group()
-        self.experts = [m for m in model.modules() if isinstance(m, Experts)]
-        me = self.ep_mesh["ep"].get_local_rank()
-        for experts in self.experts:
-            local = experts.n_experts // ep
-            for key in [k for k in experts if not me * local <= int(k) < (me + 1) * local]:
-                del experts[key]
-            experts.group = self.ep_group if ep > 1 else None
+        self.ep_mesh, self.experts = split_experts(model, topo, cfg, device)
+        self.ep, self.ep_group = self.ep_mesh["ep"].size(), self.ep_mesh["ep"].get_group()
         super().__init__(model, topo, cfg, device)
 
     def shard_inner(self, mp: MixedPrecisionPolicy) -> None:
@@ -58,21 +46,46 @@ class ExpertParallelEngine(FSDPEngine):
             experts.weight_grad_scale = 1.0 / self.ep
 
     def full_state_dict(self):
-        """Every parameter on global rank 0: FSDP gathers each over its own mesh; the experts of
-        the other ranks of rank 0's ep group come from them (each group exchanges its own)."""
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
-        mine = {k: v.detach().cpu() for k, v in full.items() if ".experts." in k}
-        gathered: list[dict[str, torch.Tensor] | None] = [None] * self.ep
-        dist.all_gather_object(gathered, mine, group=self.ep_group)
-        if dist.get_rank() != 0:
-            return None
-        out = {k: v.detach().cpu() for k, v in full.items()}
-        for part in gathered:
-            out |= part or {}
-        return out
+        return with_group_experts(full, self.ep_group)
 
     def metrics(self):
         return super().metrics() | {"ep": self.ep}
+
+
+def split_experts(
+    model: nn.Module, topo: Topology, cfg: LauncherConfig, device: torch.device
+) -> tuple[DeviceMesh, list[Experts]]:
+    """The (edp, ep) mesh over the dp ranks, and the meta model's Experts cut to this rank's
+    n_experts ÷ ep, each told its ep group (none where ep = 1: no all-to-all)."""
+    ep = cfg.parallel.ep or 1
+    if topo.tp * topo.pp != 1 or topo.dp % ep:  # the trial spec refuses these first (trials/layout.py)
+        raise ValueError(f"expert parallel needs tp = pp = 1 and ep dividing dp, got dp={topo.dp} tp={topo.tp} ep={ep}")
+    shape = (topo.dp // ep, ep)
+    override = mesh_group_options(shape, ("edp", "ep"), cfg.cluster.pg_timeout_s)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=("edp", "ep"), backend_override=override)
+    experts = [m for m in model.modules() if isinstance(m, Experts)]
+    me = mesh["ep"].get_local_rank()
+    for e in experts:
+        local = e.n_experts // ep
+        for key in [k for k in e if not me * local <= int(k) < (me + 1) * local]:
+            del e[key]
+        e.group = mesh["ep"].get_group() if ep > 1 else None
+    return mesh, experts
+
+
+def with_group_experts(full: dict[str, torch.Tensor], ep_group) -> dict[str, torch.Tensor] | None:
+    """`full` (every parameter this rank holds, complete) with the experts the other ranks of its
+    ep group hold, on global rank 0 (None elsewhere). Collective over each ep group."""
+    mine = {k: v.detach().cpu() for k, v in full.items() if ".experts." in k}
+    gathered: list[dict[str, torch.Tensor] | None] = [None] * dist.get_world_size(ep_group)
+    dist.all_gather_object(gathered, mine, group=ep_group)
+    if dist.get_rank() != 0:
+        return None
+    out = {k: v.detach().cpu() for k, v in full.items()}
+    for part in gathered:
+        out |= part or {}
+    return out
 
 
 ENGINE = ExpertParallelEngine
