@@ -37,6 +37,13 @@ def test_expert_parallel_equals_reference(ref, tmp_path, ranks, ep, micro, accum
     assert_same(launch(tmp_path, name, ranks, over), ref, model=MOE)
 
 
+def test_expert_parallel_with_full_recompute_equals_reference(ref, tmp_path):
+    """Full activation checkpointing replays each MoE block's forward in backward, its dispatch and
+    combine all-to-alls with it, in the same order on every rank."""
+    over = [*MOE, "parallel=fsdp_ep", "parallel.ep=2", "batch.micro=4", "model.activation_checkpointing=full"]
+    assert_same(launch(tmp_path, "ep_full", 2, over), ref, model=MOE)
+
+
 @pytest.mark.parametrize(("ranks", "ep"), [(2, 2), (4, 2)], ids=["dp2_ep2", "dp4_ep2"])
 def test_ddp_expert_parallel_equals_reference(ref, tmp_path, ranks, ep):
     """ddp_ep: the experts split as under fsdp_ep, their gradients all-reduced by hand over the
