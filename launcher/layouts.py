@@ -73,7 +73,7 @@ class LayoutTraits:
     a row setting it needs the trial spec's cp degree (layout_degrees refuses it until then)."""
     ep: Degree = Degree.none
     """Expert parallel: a mixture-of-experts model's experts spread over ranks (borrowed from the
-    dp and cp ranks, as torchtitan does). No layout uses it yet; as cp."""
+    dp and cp ranks, as torchtitan does): fsdp_ep and ddp_ep, `parallel.ep` dividing dp (trials/layout.py)."""
     replicate: Degree = Degree.none
     """HSDP: the fsdp ranks as a replicate × shard mesh (shard inside a node, all-reduce across
     replicas); `none`: one flat dp dimension. No layout uses it yet; as cp."""
