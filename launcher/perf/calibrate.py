@@ -137,6 +137,7 @@ def layout_spec(m: Measured) -> LayoutSpec:
         virtual=par.get("virtual_stages", 1) if interleaved else 1,
         clip=bool((m.config.get("optim") or {}).get("clip_grad_norm")),  # older records: none clipped
         measured_numel=_measured_numel(m),
+        ep=m.trial.get("ep", 1),  # older trials: no expert parallelism
     )
 
 

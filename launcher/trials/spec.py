@@ -15,7 +15,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, SweepConfig
 from launcher.config.validate import AUTO_FIRST_REPEATS, check_precision_device, parse_repeats
 from launcher.layouts import traits
-from launcher.trials.layout import layout_degrees
+from launcher.trials.layout import expert_degree, layout_degrees
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -36,6 +36,8 @@ class Trial:
     """Tensor-parallel degree."""
     pp: int
     """Pipeline-parallel degree."""
+    ep: int = 1
+    """Expert-parallel degree (fsdp_ep: parallel.ep, borrowed from dp; 1 elsewhere)."""
     micro: int
     """Samples per rank per micro-step."""
     accum: int
@@ -92,6 +94,7 @@ def make_trial(
         dp=dp,
         tp=tp,
         pp=pp,
+        ep=expert_degree(cfg, dp),
         micro=math_.micro,
         accum=math_.accum,
         microbatches=run.parallel.microbatches if traits(cfg.parallel.layout).splits("pp") else 1,
