@@ -73,7 +73,7 @@ class LayoutTraits:
     a row setting it needs the trial spec's cp degree (layout_degrees refuses it until then)."""
     ep: Degree = Degree.none
     """Expert parallel: a mixture-of-experts model's experts spread over ranks (borrowed from the
-    dp and cp ranks, as torchtitan does). No layout uses it yet; as cp."""
+    dp and cp ranks, as torchtitan does): fsdp_ep and ddp_ep, `parallel.ep` dividing dp (trials/layout.py)."""
     replicate: Degree = Degree.none
     """HSDP: the fsdp ranks as a replicate × shard mesh (shard inside a node, all-reduce across
     replicas); `none`: one flat dp dimension. No layout uses it yet; as cp."""
@@ -140,6 +140,9 @@ LAYOUTS: dict[str, LayoutTraits] = {
     "fsdp_tp_pp": LayoutTraits(
         data_parallel=_DP.fsdp, tp=_D.set, pp=_D.set, virtual_stages=True, engine=_E + "pipeline"
     ),
+    # Experts split over ep of the dp ranks (ep divides dp), FSDP over dp for the rest (engines/ep.py).
+    "fsdp_ep": LayoutTraits(data_parallel=_DP.fsdp, ep=_D.set, engine=_E + "ep"),
+    "ddp_ep": LayoutTraits(data_parallel=_DP.ddp, ep=_D.set, engine=_E + "ddp_ep"),
 }
 """Every layout by its name (parallel.layout, recipes/parallel/<name>.yaml), in the order messages
 list them."""

@@ -50,12 +50,57 @@ def kv_heads(m: ModelConfig) -> int:
     return (m.n_kv_heads or m.n_heads) if m.arch == "llama" else m.n_heads
 
 
+def expert_width(m: ModelConfig) -> int:
+    """One MoE expert's SwiGLU hidden width: model.expert_ffn_hidden, or the dense width where 0."""
+    return m.expert_ffn_hidden or ffn_width(m)
+
+
+def moe_layers(m: ModelConfig) -> int:
+    """Blocks that are MoE blocks: all but the first model.dense_layers; 0 for a dense model."""
+    return m.n_layers - m.dense_layers if m.n_experts else 0
+
+
+def expert_params(m: ModelConfig) -> int:
+    """Parameters of one expert (a bias-free SwiGLU: w1, w3 d×h and w2 h×d)."""
+    return 3 * m.d_model * expert_width(m)
+
+
+def moe_ffn_params(m: ModelConfig, *, active: bool = False) -> int:
+    """Feed-forward parameters of one MoE block: the router (d × n_experts), the routed experts
+    (all of them, or with `active` the experts_per_token a token passes through) and the shared
+    experts."""
+    routed = m.experts_per_token if active else m.n_experts
+    return m.d_model * m.n_experts + (routed + m.shared_experts) * expert_params(m)
+
+
+def active_ffn_width(m: ModelConfig) -> float:
+    """The feed-forward width a token passes through, averaged over the blocks: the dense width,
+    and in a MoE block its experts_per_token + shared_experts experts' (what its activations scale with)."""
+    moe = moe_layers(m)
+    moe_width = (m.experts_per_token + m.shared_experts) * expert_width(m)
+    return ((m.n_layers - moe) * ffn_width(m) + moe * moe_width) / m.n_layers
+
+
+def routed_expert_params(m: ModelConfig) -> int:
+    """Parameters of every MoE block's routed experts: what expert parallelism splits over ep."""
+    return moe_layers(m) * m.n_experts * expert_params(m)
+
+
+def inactive_params(m: ModelConfig) -> int:
+    """Parameters a token does not pass through: the n_experts − experts_per_token routed experts
+    of each MoE block it is not routed to (0 for a dense model)."""
+    return moe_layers(m) * (m.n_experts - m.experts_per_token) * expert_params(m)
+
+
 def model_parts(m: ModelConfig) -> ModelParts:
     d, f = m.d_model, ffn_width(m)
     if m.arch == "llama":
         kv_width = kv_heads(m) * (d // m.n_heads)
         # q and proj d×d, k and v d×kv_width; SwiGLU's w1, w3 (d×f) and w2 (f×d); two RMSNorms; no biases.
         block = 2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d
+        # A MoE model's blocks differ (dense, MoE): `block` is their mean, so n_layers × block is every block.
+        moe = moe_layers(m)
+        block += round(moe * (moe_ffn_params(m) - 3 * d * f) / m.n_layers)
         return ModelParts(
             embedding=m.vocab_size * d, block=block, block_norms=2 * d, head=d * m.vocab_size, final_norm=d
         )
@@ -86,7 +131,8 @@ def param_counts(cfg: ModelConfig) -> tuple[int, int]:
     """(all parameters, non-embedding parameters): the untied head is non-embedding (a real
     matmul per token), the lookups are not."""
     p = model_parts(cfg)
-    non_embedding = cfg.n_layers * p.block + p.final_norm + p.head
+    moe = moe_layers(cfg) * (moe_ffn_params(cfg) - 3 * cfg.d_model * ffn_width(cfg))  # exact, not the mean block's
+    non_embedding = cfg.n_layers * (p.block - round(moe / cfg.n_layers)) + moe + p.final_norm + p.head
     return p.embedding + non_embedding, non_embedding
 
 
@@ -101,8 +147,12 @@ def attention_forward_flops_per_token(cfg: ModelConfig) -> int:
 
 def flops_per_token(cfg: ModelConfig, non_embedding_params: int | None = None) -> float:
     """Model FLOPs per token of a training step: 6N + 12·L·H·Q·T (module docstring).
-    `non_embedding_params`: N as counted on a built model; default: counted from the config."""
+    `non_embedding_params`: N as counted on a built model; default: counted from the config.
+    A mixture of experts counts its active parameters only (N less `inactive_params`: the router,
+    the token's experts_per_token routed experts and the shared experts of each MoE block), so
+    MFU is the work each token does, not the model's size."""
     n = param_counts(cfg)[1] if non_embedding_params is None else non_embedding_params
+    n -= inactive_params(cfg)
     return float(6 * n + 3 * attention_forward_flops_per_token(cfg))
 
 
@@ -129,7 +179,9 @@ def recompute_flops_per_token(cfg: ModelConfig) -> float:
     if mode == "full":
         d, f = cfg.d_model, ffn_width(cfg)
         ffn_out = f * d + (0 if cfg.arch == "llama" else d)  # llama's w2 has no bias
-        rerun = model_parts(cfg).block - ffn_out
+        # A MoE block's active share: its routed experts' outputs are combined after w2, so it reruns
+        # whole (approximately: the mean block's ffn_out is taken off all the same).
+        rerun = model_parts(cfg).block - ffn_out - inactive_params(cfg) / cfg.n_layers
         return float(2 * cfg.n_layers * rerun + attention_forward_flops_per_token(cfg))
     return 0.0
 

@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.load import fold_model_kwargs, load_config, schema
+from launcher.config.load import escaped, fold_model_kwargs, load_config, schema
 from launcher.config.messages import describe, override_for
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate import validate
@@ -126,7 +126,7 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
         cfg = compose(config_name="config", overrides=[_add_or_set(ov) for ov in overrides])
         # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses
         # it (and a built-in model's unknown key, which the open model node let through).
-        plain = _named_model(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides)
+        plain = _job_as_text(_named_model(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides))
         try:
             checked = OmegaConf.merge(schema(), plain)
         except OmegaConfBaseException as exc:
@@ -138,6 +138,16 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
 def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> LauncherConfig:
     """The one entry point: recipes + overrides → typed, validated config."""
     return validate(load_config(compose_dict(overrides, recipes)))
+
+
+def _job_as_text(data: Any) -> Any:
+    """`data` with job.argv and job.env kept as written: their `${…}` name values of each trial
+    (launcher/config/job.py), resolved per trial at plan time, never by OmegaConf here."""
+    job = data.get("job")
+    if not isinstance(job, dict):
+        return data
+    kept = {k: escaped(v) if k in ("argv", "env") else v for k, v in job.items()}
+    return {**data, "job": kept}
 
 
 def _add_or_set(override: str) -> str:

@@ -37,6 +37,7 @@ def schema(*, open_model: bool = False) -> DictConfig:
     if open_model:
         OmegaConf.set_struct(node.data, False)
         OmegaConf.set_struct(node.parallel.tp_plan, False)  # a mapping of your module names, not schema keys
+        OmegaConf.set_struct(node.job.env, False)  # your variables' names
     return node
 
 

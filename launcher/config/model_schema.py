@@ -52,6 +52,22 @@ class ModelConfig:
     """llama: RoPE base frequency (Llama 3: 500000)."""
     norm_eps: float = 1e-5
     """llama: RMSNorm epsilon."""
+    n_experts: int = 0
+    """Mixture of experts (arch=llama only): routed experts per MoE block; 0 = dense. Each token goes to its
+    `experts_per_token` experts of highest router softmax probability, weighted by those probabilities renormalised
+    to sum to 1; no capacity limit, so no token is ever dropped (train/models/moe.py)."""
+    experts_per_token: int = 2
+    """MoE: experts each token is routed to (top-k; Mixtral 2, DeepSeek-V3 8)."""
+    shared_experts: int = 0
+    """MoE: experts every token passes through besides its routed ones (DeepSeek-V3: 1)."""
+    expert_ffn_hidden: int = 0
+    """MoE: each expert's SwiGLU hidden width; 0 = the dense width (ffn_hidden, or ffn_mult × d_model)."""
+    dense_layers: int = 0
+    """MoE: the first this many blocks keep a dense SwiGLU (DeepSeek-V3: 3); the rest are MoE blocks."""
+    aux_loss_coef: float = 0.01
+    """MoE: weight α of the load-balancing loss α·E·Σᵢ fᵢ·Pᵢ (Switch/GShard; fᵢ the share of the sequence's
+    routed slots sent to expert i, Pᵢ its mean router probability), per sequence and averaged over the batch
+    (DeepSeek-V3's sequence-wise form), added to the cross-entropy; 0 turns it off."""
     activation_checkpointing: Checkpointing = Checkpointing.none
     """Recompute activations in backward instead of keeping them (torch.utils.checkpoint, non-reentrant): `none` keeps
     everything; `selective` is Megatron's selective recompute (Korthikanti et al. 2022): only each block's attention

@@ -16,6 +16,9 @@ class ParallelConfig:
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
     """Pipeline degree (ranks holding stages) for dp_pp, fsdp_pp, fsdp_tp_pp (pipeline layout: world size)."""
+    ep: int | None = None
+    """Expert-parallel degree for fsdp_ep and ddp_ep: each group of ep dp ranks splits a MoE model's experts,
+    n_experts ÷ ep a rank, exchanging tokens by all-to-all; borrowed from dp (ep divides dp): world = dp × tp × pp."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4

@@ -21,6 +21,7 @@ from launcher.config.choices import InputDtype as InputDtype
 from launcher.config.choices import Launch as Launch
 from launcher.config.choices import Layout as Layout
 from launcher.config.cluster_schema import ClusterConfig
+from launcher.config.job import JobConfig
 from launcher.config.model_schema import InputSpec as InputSpec
 from launcher.config.model_schema import ModelConfig
 from launcher.config.parallel_schema import ParallelConfig
@@ -174,6 +175,8 @@ class LauncherConfig:
     """A single `launcher run`."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the payload trains (compilation)."""
+    job: JobConfig = field(default_factory=JobConfig)
+    """What a trial runs: the built-in training loop, or your own command (launcher/config/job.py)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     """What the trainer that runs the recipe keeps in memory where it is not the built-in one (planning)."""
     seed: int = 0

@@ -21,7 +21,9 @@ from launcher.config.schema import (
     SweepConfig,
 )
 from launcher.config.validate_byo import check_byo
+from launcher.config.validate_job import check_job
 from launcher.config.validate_layout import check_byo_layout, set_degrees
+from launcher.config.validate_moe import check_moe
 from launcher.config.validate_precision import check_fp8_model
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
@@ -36,17 +38,16 @@ _MAX_PEAK = 1e17  # FLOP/s: ~40× the fastest dense peak in launcher/compute/pea
 
 
 def validate(cfg: LauncherConfig) -> LauncherConfig:
-    """Raise ConfigError on the first impossible value; return cfg unchanged otherwise.
-
-    Types and choices were checked when the config was built (OmegaConf); these are the rules
-    between and within values that a schema cannot state.
-    """
+    """Raise ConfigError on the first impossible value; return cfg unchanged otherwise. Types and
+    choices were checked when the config was built (OmegaConf); these are the rules between and
+    within values that a schema cannot state."""
     _check_model(cfg.model)
     check_byo(cfg.model, cfg.data)
     check_fp8_model(cfg.model, str(cfg.precision))
     _check_names(cfg)
     _check_batch(cfg.batch)
     _check_parallel(cfg)
+    check_moe(cfg)
     _check_optim(cfg.optim)
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
@@ -54,6 +55,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     check_slurm(cfg.cluster)
     _check_run(cfg.run, cfg)
     _check_compile(cfg)
+    check_job(cfg)
     at_least("seed", cfg.seed, 0, 0)
     return cfg
 

@@ -137,6 +137,7 @@ def layout_spec(m: Measured) -> LayoutSpec:
         virtual=par.get("virtual_stages", 1) if interleaved else 1,
         clip=bool((m.config.get("optim") or {}).get("clip_grad_norm")),  # older records: none clipped
         measured_numel=_measured_numel(m),
+        ep=m.trial.get("ep", 1),  # older trials: no expert parallelism
     )
 
 
@@ -146,6 +147,8 @@ def _measured_numel(m: Measured) -> int | None:
     stage's, or an activation's) and with data parallelism. ValueError for a value that is no count."""
     nbytes = m.metrics.get("allreduce_bytes")
     row = traits(m.layout)
+    if m.metrics.get("allreduce_of") == "link_probe":  # a command's probe: a stated size, not its gradient's
+        return None
     if nbytes is None or row.data_parallel == DataParallel.none or row.splits("pp"):
         return None
     if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):

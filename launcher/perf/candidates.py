@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from launcher.config.builtin_support import builtin_lacks
 from launcher.config.derived import derives_microbatches, ranks_per_node
-from launcher.config.schema import LauncherConfig
+from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
 from launcher.trials.layout import virtual_stages
 
@@ -43,6 +43,8 @@ MICRO_BATCHES = (1, 2, 4, 8)
 VIRTUAL_STAGES = (1, 2, 4)
 """Stages per pipeline rank tried where the row interleaves, beside the recipe's own."""
 CHECKPOINTING = ("none", "selective", "op", "full")
+EXPERT_DEGREES = (2, 4, 8, 16, 32, 64)
+"""parallel.ep values a search tries where the layout splits experts: those dividing dp and n_experts."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -59,6 +61,8 @@ class Candidate:
     """Tensor-parallel degree."""
     pp: int
     """Pipeline degree."""
+    ep: int = 1
+    """Expert-parallel degree (fsdp_ep; borrowed from dp, so not a factor of world_size)."""
     virtual_stages: int
     """Stages per pipeline rank (1: plain 1F1B; > 1: interleaved_1f1b)."""
     micro_batch: int
@@ -115,6 +119,7 @@ class Candidate:
             layout=self.layout,
             tp=self.tp if row.tp == Degree.set else par.tp,
             pp=self.pp if row.pp == Degree.set else par.pp,
+            ep=self.ep if row.ep == Degree.set else par.ep,
             schedule=("interleaved_1f1b" if self.virtual_stages > 1 else "1f1b") if self.pipelined else par.schedule,
             microbatches=self.microbatches if self.pipelined and not self.derived else par.microbatches,
             virtual_stages=self.virtual_stages if self.virtual_stages > 1 else par.virtual_stages,
@@ -139,7 +144,7 @@ class Candidate:
     def label(self) -> str:
         """Short: `fsdp_tp_pp tp8 pp4 v2 mb1×64 sel keep` (keep: no resharding after forward)."""
         parts = [self.layout]
-        parts += [f"{d}{getattr(self, d)}" for d in ("tp", "pp") if LAYOUTS[self.layout].splits(d)]
+        parts += [f"{d}{getattr(self, d)}" for d in ("tp", "pp", "ep") if LAYOUTS[self.layout].splits(d)]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         steps = self.microbatches if self.pipelined else self.accum
@@ -187,6 +192,14 @@ def degrees(row: LayoutTraits, n: int, tps: list[int], pps: list[int]) -> Iterat
                 yield n // (tp * pp), tp, pp
 
 
+def expert_degrees(row: LayoutTraits, m: ModelConfig, dp: int) -> list[int]:
+    """parallel.ep values of `row` for model `m` at `dp`: [1] where it splits no experts; none for a
+    dense model under a row that does, or a MoE model under a row that cannot run one (tp, pipelines)."""
+    if not row.splits("ep"):
+        return [1] if not m.n_experts or row.whole_model else []
+    return [e for e in EXPERT_DEGREES if m.n_experts and dp % e == 0 and m.n_experts % e == 0]
+
+
 def samples_per_rank(cfg: LauncherConfig, dp: int) -> int | None:
     """S: samples one data-parallel rank takes per optimizer step (None: the global batch does not split)."""
     g = cfg.batch.global_batch
@@ -222,7 +235,9 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
             s = samples_per_rank(cfg, dp)
             if s is None:
                 continue
-            for v in vs if row.virtual_stages and pp > 1 else [1]:
+            for ep, v in (
+                (e, v) for e in expert_degrees(row, m, dp) for v in (vs if row.virtual_stages and pp > 1 else [1])
+            ):
                 for ckpt in ckpts:
                     for reshard in reshards:
                         for mb in (x for x in micros if s % x == 0):
@@ -236,6 +251,7 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
                                     dp=dp,
                                     tp=tp,
                                     pp=pp,
+                                    ep=ep,
                                     virtual_stages=v,
                                     micro_batch=mb,
                                     microbatches=steps if row.splits("pp") else 1,

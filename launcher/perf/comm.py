@@ -175,6 +175,16 @@ def p2p_s(nbytes: float, crosses_nodes: bool, intra: Link, inter: Link, nics_sha
     return nbytes / (intra.bandwidth_gbps * 1e9) + intra.latency_s
 
 
+def all_to_all_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
+    """Seconds of `messages` all-to-alls of `nbytes` each (a rank's whole buffer) over `g`: each rank
+    sends (n−1)/n of it, one message to each of the n − 1 others, on the links the group crosses."""
+    if g.size == 1:
+        return 0.0
+    n = g.size
+    per = (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter) + (n - 1) * latency(g, intra, inter)
+    return messages * per
+
+
 @dataclass(kw_only=True, frozen=True)
 class Traffic:
     """What one rank communicates per optimizer step, by kind; bytes at the dtype on the wire."""
@@ -216,6 +226,12 @@ class Traffic:
     pp_sends: int = 0
     """Sends on the pipeline's critical path per optimizer step: 2 (forward, backward) per slot
     of the schedule, v·m + p − 1 slots per micro-step."""
+    ep_bytes: int = 0
+    """Expert parallel: bytes of one all-to-all's full buffer on a rank, its tokens × top-k × d_model × wire
+    bytes (one pass's tokens through one MoE block); (ep − 1)/ep of it leaves the rank."""
+    ep_all_to_alls: int = 0
+    """Expert-parallel all-to-alls per optimizer step: dispatch and combine per MoE block, in forward and
+    again (their transposes) in backward, per pass."""
     norm_groups: tuple[str, ...] = ()
     """Groups (of "dp", "tp", "pp") over which gradient clipping completes the global norm: one
     fp32 scalar all-reduce each per optimizer step (train/clipping.py): FSDP's dp, tp, pp."""
@@ -223,7 +239,7 @@ class Traffic:
     def __post_init__(self) -> None:
         if self.data_parallel not in tuple(DataParallel):
             raise ValueError(f"traffic: data_parallel must be ddp, fsdp or none, got {self.data_parallel!r}")
-        for name in ("grad_bytes", "param_bytes", "tp_bytes", "tp_collectives", "pp_bytes", "pp_sends"):
+        for name in ("grad_bytes", "param_bytes", "tp_bytes", "tp_collectives", "pp_bytes", "pp_sends", "ep_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"traffic: {name} must be ≥ 0, got {getattr(self, name)}")
         if self.blocks < 1 or self.passes < 1:

@@ -37,7 +37,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.compute.flops import ModelParts, ffn_width, kv_heads, model_parts, stage_params
+from launcher.compute.flops import (
+    ModelParts,
+    active_ffn_width,
+    kv_heads,
+    model_parts,
+    routed_expert_params,
+    stage_params,
+)
 from launcher.compute.peaks import device_memory_gb
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import pipeline_batch
@@ -163,7 +170,7 @@ def llama_saved_bytes(m: ModelConfig, mixed: bool, pure: bool = False, norm_16bi
     16-bit normalised value and its output; everything else is 2 bytes, read once. `norm_16bit`
     (trainer.norm_16bit, a fused norm): a norm keeps its input as it comes (the float32 residual
     under autocast, 16-bit with 16-bit parameters) and its 16-bit output, read by every Linear."""
-    d, f = m.d_model, ffn_width(m)
+    d, f = m.d_model, active_ffn_width(m)  # a MoE block's: its token's experts' (the dense width otherwise)
     kv_width = kv_heads(m) * (d // m.n_heads)
     norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
     if not mixed:
@@ -197,7 +204,7 @@ def op_kept_bytes(m: ModelConfig, mixed: bool, pure: bool) -> float:
     d, e, residual = m.d_model, 2 if mixed else FP32, 2 if pure else FP32
     if m.arch == "llama":
         kv_width = kv_heads(m) * (d // m.n_heads)
-        return e * (3 * d + kv_width + ffn_width(m)) + residual * d
+        return e * (3 * d + kv_width + active_ffn_width(m)) + residual * d
     if m.arch == "gpt":
         return e * (3 * d + d + 4 * d) + residual * d
     return saved_bytes_per_token(m, mixed, pure)
@@ -248,8 +255,12 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     dp_kind = traits(trial.layout).data_parallel
     fsdp = dp_kind == DataParallel.fsdp
     local = n / trial.dp if fsdp else n
+    # Expert parallel (fsdp_ep, tp = pp = 1): a rank gathers n_experts ÷ ep of each MoE block's experts;
+    # sharded over the dp ÷ ep ranks holding them, its share (`local`) is the dp-th part as before.
+    others = routed_expert_params(cfg.model) * (1 - 1 / trial.ep)
+    n -= others
     compute = 2 if mixed_precision(cfg, device) else FP32
-    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms
+    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms - others / cfg.model.n_layers
     if cfg.trainer.distributed_optimizer:
         # Megatron: 16-bit weights whole, its float32 master weights sharded over dp (none in fp32),
         # one float32 gradient buffer of the whole part; the optimizer's moments sharded below.

@@ -19,6 +19,8 @@ FSDP     per pass: the root's and the first block's all-gathers are exposed, blo
          pipeline stage that keeps its parameters: Traffic.gathered_once).
 TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them.
 PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
+EP       expert parallel's all-to-alls (dispatch before, combine after each MoE block's experts,
+         forward and backward): on the critical path, none hidden (no overlap is modelled).
 CLIP     gradient clipping's global norm: one fp32 scalar all-reduced per step on each group that
          splits the gradients (Traffic.norm_groups), between the last backward and the optimizer
          step, with nothing to hide under: exposed in full, in its group's part. Four bytes: its
@@ -35,6 +37,7 @@ from launcher.perf.comm import (
     Group,
     Topology,
     Traffic,
+    all_to_all_s,
     allreduce_s,
     ddp_buckets,
     ddp_last_bucket,
@@ -54,6 +57,8 @@ class Groups:
     """Its tensor-parallel group."""
     pp: Group
     """Its pipeline group."""
+    ep: Group | None = None
+    """Its expert-parallel group (ep consecutive dp ranks); None without expert parallelism."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -70,6 +75,9 @@ class CommTerms:
     """…of which on the critical path (TP_EXPOSED of them)."""
     pp_total_s: float
     """Pipeline sends on the critical path (none hidden: `pp_exposed_s` is the same)."""
+    ep_total_s: float = 0.0
+    """Expert-parallel all-to-alls (dispatch, combine), not overlapped: exposed in full (the
+    engines wait for each before the experts, or the combine, can run)."""
 
     @property
     def pp_exposed_s(self) -> float:
@@ -78,12 +86,12 @@ class CommTerms:
     @property
     def total_s(self) -> float:
         """T: every collective's time, the most a step could expose."""
-        return self.dp_total_s + self.tp_total_s + self.pp_total_s
+        return self.dp_total_s + self.tp_total_s + self.pp_total_s + self.ep_total_s
 
     @property
     def exposed_s(self) -> float:
         """X: what the overlap model leaves exposed."""
-        return self.dp_exposed_s + self.tp_exposed_s + self.pp_exposed_s
+        return self.dp_exposed_s + self.tp_exposed_s + self.pp_exposed_s + self.ep_total_s
 
     @property
     def hidden_s(self) -> float:
@@ -118,6 +126,9 @@ def comm_terms(
     if t.pp_sends and groups.pp.size > 1:
         crosses = not topo.on_nvlink(groups.pp)
         pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
+    ep_total = 0.0
+    if t.ep_all_to_alls and groups.ep is not None:
+        ep_total = all_to_all_s(t.ep_bytes, groups.ep, topo, intra, inter, messages=t.ep_all_to_alls)
     norm = {name: _norm_s(getattr(groups, name), topo, intra, inter) for name in t.norm_groups}
     dp_norm, tp_norm, pp_norm = (norm.get(name, 0.0) for name in ("dp", "tp", "pp"))
     return CommTerms(
@@ -126,6 +137,7 @@ def comm_terms(
         tp_total_s=tp_total + tp_norm,
         tp_exposed_s=TP_EXPOSED * tp_total + tp_norm,
         pp_total_s=pp_total + pp_norm,
+        ep_total_s=ep_total,
     )
 
 

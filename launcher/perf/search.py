@@ -98,7 +98,15 @@ def score_size(cfg: LauncherConfig, n: int, models: dict[str, PerfModel], limit:
     ranked, dropped, refused = [], [], {}
     too_big: set[tuple] = set()
     for cand in candidates(cfg, n):
-        group = (cand.layout, cand.tp, cand.pp, cand.virtual_stages, cand.checkpointing, cand.reshard_after_forward)
+        group = (
+            cand.layout,
+            cand.tp,
+            cand.pp,
+            cand.ep,
+            cand.virtual_stages,
+            cand.checkpointing,
+            cand.reshard_after_forward,
+        )
         if group in too_big:
             continue
         c = cand.config(cfg)

@@ -21,6 +21,7 @@ TERMS = (
     ("dp_comm_s", "more exposed data-parallel communication"),
     ("tp_comm_s", "more exposed tensor-parallel communication"),
     ("pp_comm_s", "more exposed pipeline sends"),
+    ("ep_comm_s", "more expert-parallel all-to-all time"),
     ("overhead_s", "more fixed overhead"),
 )
 """A predicted step's terms, and how a candidate that loses on one says so."""

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.compute.flops import ModelParts, flops_per_token, model_parts, recompute_flops_per_token, stage_params
+from launcher.compute.flops import (
+    ModelParts,
+    flops_per_token,
+    model_parts,
+    moe_layers,
+    recompute_flops_per_token,
+    routed_expert_params,
+    stage_params,
+)
 from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.perf.comm import Traffic, ddp_buckets
 from launcher.perf.step import Shape
-from launcher.trials.layout import layout_degrees, pipeline_bubble, virtual_stages
+from launcher.trials.layout import expert_degree, layout_degrees, pipeline_bubble, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
 
@@ -56,6 +64,9 @@ class LayoutSpec:
     """Stages per pipeline rank (v)."""
     clip: bool = False
     """optim.clip_grad_norm is on: the global norm's scalar all-reduces (Traffic.norm_groups)."""
+    ep: int = 1
+    """Expert-parallel degree (fsdp_ep's parallel.ep): the rank holds n_experts ÷ ep of each MoE block's
+    routed experts and exchanges its tokens with the ep group by all-to-all."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -79,6 +90,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
     """What one rank of `spec` at these degrees communicates per optimizer step."""
     m = spec.model
     numel, root = rank_numel(model_parts(m), m.n_layers, tp, pp)
+    numel -= routed_expert_params(m) * (1 - 1 / spec.ep) / (tp * pp)  # the other ep ranks' experts
     if spec.measured_numel is not None:
         numel, root = spec.measured_numel, root * spec.measured_numel / numel
     mb = spec.microbatches if pp > 1 else 1
@@ -117,6 +129,13 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         pp_bytes=activation // tp if pp > 1 else 0,
         pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
         norm_groups=norm_groups(spec, dp_kind, tp=tp, pp=pp),
+        # Each token's k routed rows to their experts' ranks and back, forward and backward (full
+        # recompute replays forward's); the experts' FSDP traffic runs on the dp ÷ ep ranks holding
+        # them, modelled on the dp group (the same bytes per rank, a smaller ring).
+        ep_bytes=batch.micro * m.seq_len * m.experts_per_token * m.d_model * wire if spec.ep > 1 else 0,
+        ep_all_to_alls=batch.accum * moe_layers(m) * (6 if m.activation_checkpointing == "full" else 4)
+        if spec.ep > 1
+        else 0,
     )
 
 
@@ -154,6 +173,7 @@ def layout_shape(
         dp=batch.dp,
         tp=tp,
         pp=pp,
+        ep=spec.ep,
         global_batch=batch.global_batch,
         accum=batch.accum,
         bubble=bubble,
@@ -189,6 +209,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         virtual=virtual_stages(par),
         clip=bool(cfg.optim.clip_grad_norm),
         measured_numel=numel,
+        ep=expert_degree(cfg, dp),
     )
     return layout_shape(
         spec,

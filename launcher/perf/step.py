@@ -61,6 +61,8 @@ class Shape:
     """Tensor-parallel degree (consecutive ranks: innermost)."""
     pp: int = 1
     """Pipeline degree."""
+    ep: int = 1
+    """Expert-parallel degree: consecutive dp ranks (borrowed from dp: not a factor of world_size)."""
     global_batch: int
     """Samples per optimizer step over the whole job."""
     accum: int = 1
@@ -118,7 +120,10 @@ class Shape:
         """Ranks laid out dp × pp × tp, tp innermost (train/engines/base.py)."""
         rpn = self.ranks_per_node
         return Groups(
-            dp=group(self.dp, self.tp * self.pp, rpn), tp=group(self.tp, 1, rpn), pp=group(self.pp, self.tp, rpn)
+            dp=group(self.dp, self.tp * self.pp, rpn),
+            tp=group(self.tp, 1, rpn),
+            pp=group(self.pp, self.tp, rpn),
+            ep=group(self.ep, self.tp * self.pp, rpn) if self.ep > 1 else None,
         )
 
     @property
@@ -212,6 +217,8 @@ class Prediction:
     """comm_s's tensor-parallel part."""
     pp_comm_s: float
     """comm_s's pipeline sends."""
+    ep_comm_s: float = 0.0
+    """comm_s's expert-parallel all-to-alls (exposed in full)."""
     overhead_s: float
     """Fixed per-step overhead o."""
     rel_half_width: float
@@ -338,6 +345,7 @@ class PerfModel:
             dp_comm_s=terms.dp_exposed_s + u * (terms.dp_total_s - terms.dp_exposed_s),
             tp_comm_s=terms.tp_exposed_s + u * (terms.tp_total_s - terms.tp_exposed_s),
             pp_comm_s=terms.pp_exposed_s,
+            ep_comm_s=terms.ep_total_s,
             overhead_s=self.overhead_s,
             rel_half_width=h,
         )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from launcher.compute.flops import inactive_params, param_counts
+from launcher.config.derived import ranks_per_node
+from launcher.config.schema import LauncherConfig
 from launcher.layouts import LAYOUTS, DataParallel, traits
 from launcher.perf.step import Prediction
 
@@ -12,7 +15,7 @@ DOMINANT = {"comm_share": 0.50, "bubble_share": 0.30, "recompute_share": 0.25}
 """A term dominates a step above this share of it: exposed communication, the pipeline bubble,
 activation recompute."""
 NAMES = {"comm_share": "communication", "bubble_share": "the pipeline bubble", "recompute_share": "recompute"}
-COMM_PARTS = ("dp_comm_share", "tp_comm_share", "pp_comm_share")
+COMM_PARTS = ("dp_comm_share", "tp_comm_share", "pp_comm_share", "ep_comm_share")
 
 
 def term_shares(p: Prediction) -> dict[str, float]:
@@ -24,6 +27,8 @@ def term_shares(p: Prediction) -> dict[str, float]:
         "dp_comm_share": p.dp_comm_s / step,
         "tp_comm_share": p.tp_comm_s / step,
         "pp_comm_share": p.pp_comm_s / step,
+        # Expert parallel's all-to-alls: a column only where a layout has them.
+        **({"ep_comm_share": p.ep_comm_s / step} if p.ep_comm_s else {}),
     }
 
 
@@ -32,6 +37,8 @@ def _comm_remedy(row: pd.Series, layout: str, reshard: bool) -> str:
     part = max(COMM_PARTS, key=lambda c: row.get(c, 0.0) or 0.0)
     if part == "tp_comm_share":
         return "tensor-parallel collectives: a smaller parallel.tp, kept inside a node"
+    if part == "ep_comm_share":
+        return "expert-parallel all-to-alls: a smaller parallel.ep, its group kept inside a node"
     if part == "pp_comm_share":
         return "pipeline sends: fewer stages (parallel.pp) or larger micro-batches"
     if traits_ and traits_.data_parallel == DataParallel.fsdp and traits_.splits("pp") and reshard:
@@ -71,3 +78,35 @@ def dominant_lines(table: pd.DataFrame, layout: str, reshard: bool) -> list[str]
             f"to reduce it: {remedy}; `launcher plan --search` weighs every layout"
         )
     return lines
+
+
+def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
+    """The footer's line on a mixture-of-experts model's assumptions (None for a dense model);
+    `searched`: for `plan --search`, whose candidates set parallel.ep themselves."""
+    m, par = cfg.model, cfg.parallel
+    if not m.n_experts:
+        return None
+    total = param_counts(m)[0]
+    active = total - inactive_params(m)
+    rpn = ranks_per_node(cfg.cluster)
+    ep = par.ep if traits(par.layout).splits("ep") and par.ep else 1
+    link = (
+        f"in-node link where ep ≤ {rpn}, else the inter-node one"
+        if searched
+        else ("in-node link" if ep <= rpn else "inter-node link")
+    )
+    who = "each candidate's ep" if searched else f"ep={ep}"
+    a2a = (
+        f"{who}: each MoE block's dispatch and combine all-to-alls (tokens × {m.experts_per_token} × d_model, "
+        f"(ep−1)/ep of it leaving a rank), forward and backward, on the {link}, not overlapped with compute; "
+        "experts' memory ÷ ep"
+        if ep > 1 or searched
+        else "no expert parallelism: every rank holds every expert"
+    )
+    return (
+        f"moe: {m.n_experts} experts, top-{m.experts_per_token}, {m.shared_experts} shared; FLOPs per active "
+        f"parameter ({active / 1e9:.1f}B of {total / 1e9:.1f}B); routing capacity-free (no token dropped: every "
+        f"token's {m.experts_per_token} experts compute it; real balance not modelled); {a2a}; activations as a "
+        "dense block's as wide as a token's experts together (no router or dispatch buffers); attention as "
+        "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled)"
+    )

@@ -82,7 +82,7 @@ def _no_record(outcome: dict[str, Any] | None) -> tuple[str, str | None]:
 def _record_reason(record: dict[str, Any], outcome: dict[str, Any] | None) -> str | None:
     """The executor names the rank that failed first (the cause); the payload's own reason follows."""
     executor_reason = (outcome or {}).get("reason")
-    reasons = [r for r in (executor_reason, record.get("reason")) if r]
+    reasons = list(dict.fromkeys(r for r in (executor_reason, record.get("reason")) if r))  # each said once
     if record["status"] == "completed":
         requeues = (outcome or {}).get("requeues") or 0
         resumed = (record.get("metrics") or {}).get("resumed_from_step") or 0

@@ -212,6 +212,16 @@ def check_gpu_count(device: str, world_size: int) -> None:
         )
 
 
+@dataclass(kw_only=True, frozen=True)
+class Process:
+    argv: list[str]
+    """Its command line."""
+    env: dict[str, str]
+    """Its whole environment."""
+    log: Path
+    """Where its stdout and stderr go."""
+
+
 def run_local(
     trial_dir: Path,
     *,
@@ -221,34 +231,43 @@ def run_local(
     extra_args: list[str] | None = None,
     on_poll: Callable[[], None] | None = None,
     payload: Payload | None = None,
+    log_prefix: str = "rank",
 ) -> LocalOutcome:
     """Run `payload` for the trial in `trial_dir` (holding trial.json) and wait for every rank.
     No payload: the built-in trainer with `extra_args` after its own (tests and benchmarks that
-    run a trial folder directly)."""
+    run a trial folder directly). Rank r's output goes to `<log_prefix><r>.log` there."""
     payload = payload or builtin_payload(extra_args=extra_args or ())
     argv = payload.here(trial_dir, sys.executable)
+    user_env = trial_env(trial_dir, world_size) | dict(payload.env)
+    port = free_port()
+    plan = [
+        Process(argv=argv, env=rank_env(r, world_size, port, threads, user_env), log=trial_dir / f"{log_prefix}{r}.log")
+        for r in range(world_size)
+    ]
+    return run_processes(plan, timeout_s=timeout_s, on_poll=on_poll)
+
+
+def trial_env(trial_dir: Path, world_size: int) -> dict[str, str]:
+    """cluster.env of the trial in `trial_dir`, after refusing more CUDA ranks than GPUs here."""
     spec = read_trial(trial_dir)
     if not spec.ok:  # written by this launcher a moment ago: damage here is a bug to see, not a row
         raise RuntimeError(spec.reason)
     cluster = spec.doc["config"]["cluster"]
     check_gpu_count(str(cluster.get("device", "auto")), world_size)
-    user_env = dict(env_pairs(cluster.get("env") or [])) | dict(payload.env)
-    port = free_port()
+    return dict(env_pairs(cluster.get("env") or []))
+
+
+def run_processes(plan: list[Process], *, timeout_s: float, on_poll: Callable[[], None] | None = None) -> LocalOutcome:
+    """Start every process of `plan` and wait for all of them (process i is `rank i` in the outcome)."""
     procs: list[subprocess.Popen] = []
     logs = []
     start = time.monotonic()
     outcome = LocalOutcome(memory=MemoryWatch.start())
     try:
-        for rank in range(world_size):
-            logs.append(open(trial_dir / f"rank{rank}.log", "wb"))
+        for p in plan:
+            logs.append(open(p.log, "wb"))
             procs.append(
-                subprocess.Popen(
-                    argv,
-                    env=rank_env(rank, world_size, port, threads, user_env),
-                    stdout=logs[-1],
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
+                subprocess.Popen(p.argv, env=p.env, stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             )
         outcome.ranks = _wait_all(procs, outcome, start=start, timeout_s=timeout_s, on_poll=on_poll)
     except BaseException:
@@ -331,8 +350,10 @@ def run_trial_dir(
     timeout_s: float,
     on_step: Callable[[int], None] | None = None,
     payload: Payload | None = None,
+    run: Callable[[Callable[[], None]], LocalOutcome] | None = None,
 ) -> dict:
-    """Run the trial in `tdir` locally (`payload`: as run_local takes it); write and return its outcome.json."""
+    """Run the trial in `tdir` locally (`payload`: as run_local takes it; `run(poll)`: in its place, another
+    way to start the trial's processes); write and return its outcome.json."""
     log0 = tdir / "rank0.log"
 
     def poll() -> None:
@@ -342,9 +363,12 @@ def run_trial_dir(
                 on_step(int(hits[-1][0]))
 
     try:
-        outcome = run_local(
-            tdir, world_size=world_size, threads=threads, timeout_s=timeout_s, on_poll=poll, payload=payload
-        )
+        if run is None:
+            outcome = run_local(
+                tdir, world_size=world_size, threads=threads, timeout_s=timeout_s, on_poll=poll, payload=payload
+            )
+        else:
+            outcome = run(poll)
     except KeyboardInterrupt:
         write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})
         raise

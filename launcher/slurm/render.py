@@ -42,6 +42,10 @@ class TrialStep:
     """Absolute trial folder (holds trial.json; receives logs and record.json)."""
     nodes: int
     """Nodes this trial's step spans."""
+    argv: tuple[Word, ...] = ()
+    """job=command: this trial's command line (its own: trials of one job may differ), quoted in the script."""
+    env: tuple[tuple[str, str], ...] = ()
+    """job=command: this trial's variables (LAUNCHER_METER_FILE among them), quoted in the script."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -106,6 +110,8 @@ class JobRequest:
     """pyxis/enroot `--container-image` of every payload srun (torchrun launch: torchrun's); None: none."""
     container_mounts: tuple[str, ...] = ()
     """`src:dst[:flags]` each, joined by ',' into the srun's `--container-mounts`."""
+    probe: Payload | None = None
+    """job=command: the link probe each trial runs on its ranks before the command (None: job.probe=false)."""
 
     @property
     def gpu_step_options(self) -> str:
@@ -199,9 +205,12 @@ def job_request(
     payload: Payload,
     pack: bool = False,
     requeue: bool = False,
+    commands: list[Payload] | None = None,
+    probe: Payload | None = None,
 ) -> JobRequest:
     """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation.
-    `python` is the submitting interpreter, used only as payload_python says."""
+    `python` is the submitting interpreter, used only as payload_python says. job=command: `commands`
+    holds each trial's own payload (`payload` is the first's), `probe` the link probe."""
     if not trials:
         raise ValueError("a job needs at least one trial")
     shapes = {(t.nodes, t.world_size) for t in trials}
@@ -232,7 +241,10 @@ def job_request(
         threads_per_rank=cluster.threads_per_rank,
         signal_warning_s=cluster.signal_warning_s,
         output=output,
-        trials=tuple(TrialStep(dir=str(d), nodes=t.nodes) for t, d in zip(trials, trial_dirs, strict=True)),
+        trials=tuple(
+            TrialStep(dir=str(d), nodes=t.nodes, argv=c.argv if c else (), env=c.env if c else ())
+            for t, d, c in zip(trials, trial_dirs, commands or [None] * len(trials), strict=True)
+        ),
         array=not pack and len(trials) > 1,
         pack=pack,
         singleton=cluster.serialize_trials,
@@ -241,4 +253,5 @@ def job_request(
         requeue=requeue,
         container_image=cluster.container_image,
         container_mounts=tuple(cluster.container_mounts),
+        probe=probe,
     )

@@ -37,7 +37,7 @@ from launcher.trials.folder import (
     write_outcome,
     write_submission,
 )
-from launcher.trials.payload import payload_for
+from launcher.trials.payload import payload_for, probe_payload
 from launcher.trials.spec import Trial
 
 
@@ -83,19 +83,26 @@ def job_requests(
     follow the payload's own arguments."""
     sweep_dir = sweep_dir.resolve()
     python = cfg.cluster.python or sys.executable
-    payload = payload_for(cfg, payload_args)
+    command = cfg.job.kind == "command"
+    payload = None if command else payload_for(cfg, payload_args)
     jobs = []
     for i, group in enumerate(group_trials(trials, pack=cfg.sweep.pack), start=first_index):
+        dirs = [sweep_dir / "trials" / t.trial_id for t in group]
+        commands = (
+            [payload_for(cfg, trial=t, trial_dir=d) for t, d in zip(group, dirs, strict=True)] if command else None
+        )
         request = job_request(
             cfg.cluster,
             group,
-            [sweep_dir / "trials" / t.trial_id for t in group],
+            dirs,
             job_name=f"lnch-{sweep_dir.name}"[:64],
             log_dir=sweep_dir / "jobs",
             python=python,
-            payload=payload,
+            payload=commands[0] if commands else payload,
             pack=cfg.sweep.pack,
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
+            commands=commands,
+            probe=probe_payload() if command and cfg.job.probe else None,
         )
         jobs.append(
             PreparedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request))

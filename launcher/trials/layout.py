@@ -33,7 +33,7 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
     ConfigError line carrying the numbers."""
     par = cfg.parallel
     layout, row = par.layout, traits(par.layout)
-    beyond = [d for d in ("cp", "ep", "replicate") if getattr(row, d) != Degree.none]
+    beyond = [d for d in ("cp", "replicate") if getattr(row, d) != Degree.none]  # ep: expert_degree
     if beyond:  # the table has room for them; a trial has no degree of them yet
         raise ConfigError(f"parallel.layout={layout} splits {', '.join(beyond)}, which trials do not run yet")
     tp, pp = set_degrees(par)
@@ -146,3 +146,23 @@ def _check_tp(cfg: LauncherConfig, tp: int) -> None:
                 f"{key}={value} is not divisible by tp={tp}; tensor parallel splits it across ranks: "
                 f"choose a tp that divides {value}"
             )
+
+
+def expert_degree(cfg: LauncherConfig, dp: int) -> int:
+    """ep of `cfg.parallel.layout` (1 where it splits no experts) at data-parallel degree `dp`:
+    borrowed from the dp ranks, so it must divide dp, and split the experts evenly."""
+    par, m = cfg.parallel, cfg.model
+    if not traits(par.layout).splits("ep"):
+        return 1
+    ep = par.ep or 1
+    if dp % ep:
+        raise ConfigError(
+            f"parallel.ep={ep} does not divide dp={dp}: the expert-parallel groups are made of dp ranks; "
+            f"pick sizes whose dp is a multiple of {ep}, or a parallel.ep dividing {dp}"
+        )
+    if m.n_experts % ep:
+        raise ConfigError(
+            f"model.n_experts={m.n_experts} is not divisible by parallel.ep={ep}: each rank of a group holds "
+            f"n_experts ÷ ep experts; choose a parallel.ep dividing {m.n_experts}"
+        )
+    return ep

@@ -19,11 +19,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.config.load import to_dict
 from launcher.config.schema import Launch, LauncherConfig
+from launcher.trials.command import command_words
+from launcher.trials.spec import Trial
 
 # Spelled unquoted inside "$dir/…" in a job script, so only characters no shell treats specially.
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PYTHONS = ("python", "python3")
+"""A command's argv[0] spelled so is the executor's interpreter (PYTHON): cluster.python on Slurm, the launcher's own
+locally (where `python` on PATH may not be the environment that has torch)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -54,9 +60,13 @@ class Payload:
     (itself `<python> -m torch.distributed.run`) is handed argv[1:] (`after_interpreter`)."""
     env: tuple[tuple[str, str], ...] = ()
     """(name, value) for every rank, after cluster.env; the rendezvous variables the executor sets win."""
-    launch: Launch = Launch.srun
+    launch: str = Launch.srun
     """How ranks start on Slurm: `srun`, one task per rank, or `torchrun`, one agent per node that
-    spawns them. Locally the launcher starts every rank itself as a process, whichever it says."""
+    spawns them; a command also `none` (it starts its own ranks). Locally the launcher starts every
+    rank of the built-in trainer itself as a process, whichever it says."""
+    command: bool = False
+    """The user's own program (job=command): started through launcher.trials.rank_exec, launched as
+    `launch` says locally too, its record written after its ranks end (launcher/train/command_record.py)."""
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -97,7 +107,26 @@ def builtin_payload(*, launch: Launch = Launch.srun, extra_args: Sequence[str] =
     return Payload(argv=(*argv, TrialFile(name="record.json"), *extra_args), launch=launch)
 
 
-def payload_for(cfg: LauncherConfig, extra_args: Sequence[str] = ()) -> Payload:
-    """What the trials of `cfg` run: the one choice of payload (today always the built-in trainer,
-    started as cluster.launch says)."""
+def probe_payload(*, launch: str = Launch.srun) -> Payload:
+    """A command trial's link probe (launcher/train/link_probe.py), on the ranks the command gets."""
+    argv = (PYTHON, "-m", "launcher.train.link_probe", "--trial", TrialFile(name="trial.json"), "--out")
+    return Payload(argv=(*argv, TrialFile(name="probe.json")), launch=launch if launch != "none" else Launch.srun)
+
+
+def payload_for(
+    cfg: LauncherConfig,
+    extra_args: Sequence[str] = (),
+    *,
+    trial: Trial | None = None,
+    trial_dir: Path | None = None,
+) -> Payload:
+    """What a trial of `cfg` runs: the one choice of payload. job=builtin: the built-in trainer,
+    started as cluster.launch says, the same for every trial. job=command: the user's argv and env
+    with `trial`'s values (in `trial_dir`), started as job.launch says."""
+    if cfg.job.kind == "command":
+        if trial is None or trial_dir is None:
+            raise ValueError("a command's payload is per trial: give payload_for the trial and its folder")
+        argv, env = command_words(cfg.job, trial, trial_dir, to_dict(cfg))
+        words: list[Word] = [PYTHON if i == 0 and w in PYTHONS else w for i, w in enumerate(argv)]
+        return Payload(argv=tuple(words), env=tuple(env), launch=str(cfg.job.launch), command=True)
     return builtin_payload(launch=cfg.cluster.launch, extra_args=extra_args)

@@ -16,7 +16,7 @@ from launcher.config.schema import LauncherConfig, SweepConfig
 from launcher.config.validate import AUTO_FIRST_REPEATS, parse_repeats
 from launcher.config.validate_precision import check_fp8_layout, check_precision_device
 from launcher.layouts import traits
-from launcher.trials.layout import layout_degrees
+from launcher.trials.layout import expert_degree, layout_degrees
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -37,6 +37,8 @@ class Trial:
     """Tensor-parallel degree."""
     pp: int
     """Pipeline-parallel degree."""
+    ep: int = 1
+    """Expert-parallel degree (fsdp_ep: parallel.ep, borrowed from dp; 1 elsewhere)."""
     micro: int
     """Samples per rank per micro-step."""
     accum: int
@@ -93,6 +95,7 @@ def make_trial(
         dp=dp,
         tp=tp,
         pp=pp,
+        ep=expert_degree(cfg, dp),
         micro=math_.micro,
         accum=math_.accum,
         microbatches=run.parallel.microbatches if traits(cfg.parallel.layout).splits("pp") else 1,

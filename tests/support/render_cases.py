@@ -22,6 +22,10 @@ CONTAINER = [
     "cluster.container_mounts=['/scratch/results:/scratch/results','/datasets/my sets:/data:ro+rprivate']",
 ]
 
+COMMAND_ARGV = (
+    "job.argv=[python,train.py,'--micro=${batch.micro}','--world=${trial.world_size}','--tag=it\\'s $(id) `id` *']"
+)
+
 CASES: dict[str, list[str]] = {
     "devcluster_2nodes": ["cluster=devcluster", "sweep.nodes=[2]", PY],
     "gpu_torchrun_all_options": [
@@ -91,6 +95,36 @@ CASES: dict[str, list[str]] = {
     # pyxis/enroot containers (cluster.container_image/_mounts) on the payload's srun, both launches.
     "container_srun": ["cluster=devcluster", "sweep.nodes=[1]", *CONTAINER, PY],
     "container_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *CONTAINER, PY],
+    # job=command: the user's argv and env per trial (quoted words; `${trial.*}` resolved per trial),
+    # the link probe first, the record after; each launch.
+    "command_torchrun_pack": [
+        "cluster=devcluster",
+        "sweep.nodes=[1,2]",
+        "sweep.pack=true",
+        "job=command",
+        COMMAND_ARGV,
+        "job.env={RUN_DIR: '${trial.dir}', NOTE: 'two words; $(not run)'}",
+        PY,
+    ],
+    "command_srun_gpus": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpus_per_task=1",
+        "job=command",
+        "job.launch=srun",
+        COMMAND_ARGV,
+        PY,
+    ],
+    "command_none_no_probe": [
+        "cluster=devcluster",
+        "sweep.nodes=[1]",
+        "job=command",
+        "job.launch=none",
+        "job.probe=false",
+        "job.argv=[mpirun,-np,'${trial.world_size}',./train,--out,'${trial.dir}/out.txt']",
+        PY,
+    ],
 }
 RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 

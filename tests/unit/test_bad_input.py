@@ -19,11 +19,11 @@ CASES = [
     (["batch.accum=-1"], "batch.accum=-1 must be a positive integer; set e.g. batch.accum=1"),
     (
         ["foo=1"],
-        "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train",
+        "unknown config key 'foo' (from 'foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train, trainer",
     ),
     (
         ["+foo=1"],
-        "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, model, optim, parallel, precision, run, seed, sweep, train",
+        "unknown config key 'foo' (from '+foo=1'); the top level has: batch, cluster, data, job, model, optim, parallel, precision, run, seed, sweep, train, trainer",
     ),
     (["batch.foo=2"], "unknown config key 'batch.foo' (from 'batch.foo=2'); batch has: accum, global_batch, micro"),
     (["batch.global=64"], "batch.global was renamed batch.global_batch; use batch.global_batch=64"),
@@ -78,7 +78,7 @@ CASES = [
     (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16, fp8; set e.g. precision=auto"),
     (
         ["model=nope"],
-        "model=nope is not a recipe in {recipes}/model; available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt, tiny_llama",
+        "model=nope is not a recipe in {recipes}/model; available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, target, tiny_gpt, tiny_llama, tiny_moe",
     ),
     (
         ["batch.micro=["],
@@ -149,7 +149,7 @@ CASES = [
     ),
     (
         ["parallel.layout=zero9"],
-        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set e.g. parallel.layout=ddp",
+        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep; set e.g. parallel.layout=ddp",
     ),
     (["cluster.device_name=[1]"], "cluster.device_name=[1] must be a string; e.g. cluster.device_name=cpu"),
     (
@@ -176,7 +176,7 @@ CASES = [
     (["batch=[1]"], "batch=[1]: a config group takes one option name, e.g. batch=default; options: default"),
     (
         ["parallel={a:1}"],
-        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
+        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
     ),
     (
         ["batch.global_batch=24"],
@@ -241,6 +241,77 @@ CASES = [
         ["cluster=devcluster", "sweep.search=adaptive", "sweep.pack=true"],
         "sweep.pack=true runs every size in one allocation, but sweep.search=adaptive picks each size from the last one's result; use one of them",
     ),
+    # job=command (issue 22): caught at plan time, before any folder.
+    (
+        ["job=command"],
+        "job.argv=[] names no program; give the command as a list of words, e.g. job.argv=[python,train.py,--lr,3e-4]",
+    ),
+    (
+        ["job=command", "job.argv=[]"],
+        "job.argv=[] names no program; give the command as a list of words, e.g. job.argv=[python,train.py,--lr,3e-4]",
+    ),
+    (["job=command", "job.argv=python"], "job.argv=python must be a list of strings; e.g. job.argv=['a','b']"),
+    (
+        ["job=command", "job.argv=[[python]]"],
+        "job.argv=[['python']] must be a list of strings; e.g. job.argv=['a','b']",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,'${trial.word_size}']"],
+        "job.argv[2]='${{trial.word_size}}': unknown interpolation key ${{trial.word_size}}; a command takes ${{trial.KEY}} with KEY one of trial.world_size, trial.nodes, trial.gpus_per_node, trial.micro, trial.accum, trial.global_batch, trial.dp, trial.tp, trial.pp, trial.steps, trial.warmup_steps, trial.dir, trial.id, trial.repeat, the aliases batch.micro, batch.accum, batch.global_batch, parallel.tp, parallel.pp, or a config value such as ${{model.seq_len}}",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.env={OUT: '${nope}'}"],
+        "job.env.OUT='${{nope}}': unknown interpolation key ${{nope}}; a command takes ${{trial.KEY}} with KEY one of trial.world_size, trial.nodes, trial.gpus_per_node, trial.micro, trial.accum, trial.global_batch, trial.dp, trial.tp, trial.pp, trial.steps, trial.warmup_steps, trial.dir, trial.id, trial.repeat, the aliases batch.micro, batch.accum, batch.global_batch, parallel.tp, parallel.pp, or a config value such as ${{model.seq_len}}",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.metrics=regex"],
+        "job.metrics=regex needs job.pattern, a regex with a named group (tokens_per_s, tokens_per_s_per_gpu, samples_per_s, step_s), e.g. job.pattern='tok/s: (?P<tokens_per_s>[0-9.]+)'",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.metrics=regex", "job.pattern='tok/s: ([0-9.]+)'"],
+        "job.pattern='tok/s: ([0-9.]+)' names no group the launcher reads; name one of tokens_per_s, tokens_per_s_per_gpu, samples_per_s, step_s, e.g. 'tok/s: (?P<tokens_per_s>[0-9.]+)'",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.metrics=regex", "job.pattern='(?P<tokens_per_s>[0-9.]+'"],
+        "job.pattern='(?P<tokens_per_s>[0-9.]+' is not a regex (missing ), unterminated subpattern at position 0); fix it",
+    ),
+    (
+        ["job=command", "job.launch=srun", "job.argv=[torchrun,'--nproc-per-node=2',train.py]"],
+        "job.launch=srun starts one task per rank, but job.argv starts 'torchrun', which starts ranks itself; set job.launch=torchrun and drop torchrun from job.argv (or job.launch=none)",
+    ),
+    (
+        ["job=command", "job.launch=srun", "job.argv=[python,-m,torch.distributed.run,train.py]"],
+        "job.launch=srun starts one task per rank, but job.argv starts 'python -m torch.distributed.run', which starts ranks itself; set job.launch=torchrun and drop torchrun from job.argv (or job.launch=none)",
+    ),
+    (
+        ["job=command", "job.launch=mpirun"],
+        "job.launch='mpirun' is not one of torchrun, srun, none; set e.g. job.launch=torchrun",
+    ),
+    (
+        ["job=command", "job.metrics=wandb"],
+        "job.metrics='wandb' is not one of meter, regex, torchtitan, megatron, hf, lightning; set e.g. job.metrics=meter",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.env={RANK: '3'}"],
+        "job.env sets RANK, which the launcher sets for each rank; remove it from job.env",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.env={LAUNCHER_METER_FILE: /tmp/m}"],
+        "job.env sets LAUNCHER_METER_FILE, which the launcher sets for each rank; remove it from job.env",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.tokens_per_sample=0"],
+        "job.tokens_per_sample=0 must be a positive integer; set e.g. job.tokens_per_sample=4096",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.flops_per_token=-1"],
+        "job.flops_per_token=-1.0 must be a positive number; set e.g. job.flops_per_token=6.2e9",
+    ),
+    (
+        ["job=command", "job.argv=[python,-c,pass]", "job.probe_bytes=2"],
+        "job.probe_bytes=2 must be at least 4; set e.g. job.probe_bytes=67108864",
+    ),
+    (["job=command", "job.probe=maybe"], "job.probe=maybe must be true or false; e.g. job.probe=true"),
 ]
 
 # Other commands: (argv, message); each exits 2 with the one line and writes nothing.
@@ -339,6 +410,18 @@ def test_launcher_run_checks_a_target_model_before_any_job(tmp_path, capsys):
         "'nopkg'; put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)\n"
     )
     assert not results.exists()
+
+
+def test_a_program_missing_here_is_a_warning_only(tmp_path, capsys):
+    """Compute nodes may have what the submitting host lacks: one warning line, and the plan goes on."""
+    from launcher.config.compose import compose_config
+
+    compose_config(["job=command", "job.argv=[python,/nonexistent/train.py]", f"sweep.results_dir={tmp_path}"])
+    compose_config(["job=command", "job.argv=[no-such-program-here,--x]"])
+    assert capsys.readouterr().err.splitlines() == [
+        "launcher: warning: job.argv[1] '/nonexistent/train.py' does not exist on this host",
+        "launcher: warning: job.argv[0] 'no-such-program-here' is not found on this host (PATH)",
+    ]
 
 
 def test_a_sweep_over_lists_is_still_a_sweep():

@@ -90,12 +90,13 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         ({"batch": {"foo": 1}}, "unknown config key 'batch.foo'; batch has: accum, global_batch, micro"),
         (
             {"foo": 1},
-            "unknown config key 'foo'; the top level has: batch, cluster, data, model, optim, parallel, precision, "
-            "run, seed, sweep, train, trainer",
+            "unknown config key 'foo'; the top level has: batch, cluster, data, job, model, optim, parallel, "
+            "precision, run, seed, sweep, train, trainer",
         ),
         (
             {"parallel": {"layout": "zero9"}},
-            "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set "
+            "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, "
+            "fsdp_ep, ddp_ep; set "
             "e.g. parallel.layout=ddp",
         ),
         ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
@@ -170,14 +171,17 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
     monkeypatch.delenv("LAUNCHER_RECIPES", raising=False)
     assert groups_text() == (
         f"Config groups in {PACKAGED_RECIPES} (choose with group=option; * marks the default):\n"
-        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt*, tiny_llama\n"
-        "  parallel: ddp*, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp\n"
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "target, tiny_gpt*, tiny_llama, tiny_moe\n"
+        "  parallel: ddp*, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp\n"
         "  batch:    default*\n"
         "  optim:    adamw*, sgd\n"
         "  data:     dataset, file, synthetic*\n"
         "  cluster:  devcluster, example_gpu_site, gb200_nvl72, local*, slurm\n"
         "  sweep:    default*\n"
-        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default\n"
+        "  job:      builtin*, command\n"
+        "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default "
+        "job=builtin\n"
     )
 
 
@@ -192,13 +196,13 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
         "(choose with group=option; * marks the default):\n"
     )
     assert (
-        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n"
-        in text
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "my_gpt+, target, tiny_gpt*, tiny_llama, tiny_moe\n" in text
     )
-    assert "  batch:    default*+\n" in text and "  parallel: ddp*, dp_pp, fsdp," in text
+    assert "  batch:    default*+\n" in text and "  parallel: ddp*, ddp_ep, dp_pp, fsdp," in text
     assert text.endswith(
         "  extra:    a+, b+\nDefaults: model=tiny_gpt parallel=ddp batch=default optim=adamw "
-        "data=synthetic cluster=local sweep=default\n"
+        "data=synthetic cluster=local sweep=default job=builtin\n"
     )
 
 

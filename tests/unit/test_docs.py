@@ -137,6 +137,11 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_install.py::test_installed_package_runs_a_sweep_from_any_folder",), args=("install",)
     ),
     "pip wheel .": Ran(tests=("test_install.py::test_the_wheel_carries_every_module_recipe_and_template",)),
+    # README.md: bring your training; docs/own-command.md
+    "launcher sweep --recipes my_recipes job=my_train sweep.world_sizes='[1,2]'": Ran(
+        tests=("test_command_sweep.py::test_rows_equal_the_programs_own_figure",),
+        args=("--recipes", "job=my_train", "[1,2]"),
+    ),
     # README.md: usage
     "launcher sweep": Ran(tests=("test_sweep_e2e.py::test_sweep_writes_table_with_one_row_per_size",)),
     "launcher sweep model=mlp sweep.world_sizes='[1,2]' batch.micro=16 batch.accum=2 optim.lr_scaling=linear": Ran(

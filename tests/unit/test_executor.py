@@ -77,7 +77,8 @@ _BRANCH = re.compile(
     r"|\bkind\s*(==|!=)\s*['\"](local|slurm)['\"]"
     r"|ClusterKind\.(local|slurm)"
 )
-_DATA = {"d", "data", "cfg.data", "p"}  # p: an inspect.Parameter (byo_check reads a forward's signature)
+_DATA = {"d", "data", "cfg.data", "p", "job", "cfg.job", "self.cfg.job"}  # p: an inspect.Parameter (byo_check reads a
+# forward's signature); job.kind: what a trial runs (builtin | command), not where
 _TABLES = {CHOICE, SCHEMA, "config/cluster_traits.py"}  # where a ClusterKind member keys a table
 
 

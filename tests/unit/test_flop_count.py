@@ -54,8 +54,14 @@ def recipe(name: str, **shrink) -> ModelConfig:
 
 @pytest.mark.parametrize(
     "cfg",
-    [recipe("tiny_gpt"), recipe("gpt_125m"), recipe("tiny_llama"), recipe("llama3_8b", n_layers=2, seq_len=2048)],
-    ids=["tiny_gpt", "gpt_125m", "tiny_llama", "llama3_8b_2_layers"],
+    [
+        recipe("tiny_gpt"),
+        recipe("gpt_125m"),
+        recipe("tiny_llama"),
+        recipe("llama3_8b", n_layers=2, seq_len=2048),
+        recipe("tiny_moe"),  # per active parameter: router, top-2 of 4 experts, the shared one
+    ],
+    ids=["tiny_gpt", "gpt_125m", "tiny_llama", "llama3_8b_2_layers", "tiny_moe"],
 )
 def test_counted_flops_per_token_equal_the_formula_within_2_percent(cfg):
     """The counter misses only the 6 FLOPs per norm weight and bias the formula's 6N counts:

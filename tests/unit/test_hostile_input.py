@@ -128,6 +128,12 @@ ACCEPTS: dict[str, set[str]] = {
     "sweep.results_dir": {"leading_dash"},
     # Not in the script at all (trial.json carries it): any file that exists is fine.
     "data.path": ALL - {"nul", "long_10k"},
+    # job=command: each argv word and env value is one shell-quoted word of the script (trial_words); no NUL
+    # (no argv holds one), no CR-LF (sbatch refuses it), and `${NAME}` is an interpolation key the launcher
+    # resolves per trial, so an unknown one (`ifs`: ${IFS}) is refused. Env names are variable names only.
+    "job.argv": ALL - {"nul", "crlf", "ifs"},
+    "job.env:value": ALL - {"nul", "crlf", "ifs"},
+    "job.env:name": set(),
 }
 
 
@@ -136,6 +142,8 @@ FIELD_NAMED = {
     "cluster.env:value": "cluster.env",
     "cluster.python@torchrun": "cluster.python",
     "cluster.container_mounts:src": "cluster.container_mounts",
+    "job.env:value": "job.env",
+    "job.env:name": "job.env",
 }
 
 
@@ -154,6 +162,11 @@ def inject(field: str, value, case_dir: Path) -> tuple[dict, object]:
         return {"cluster.python": value, "cluster.launch": "torchrun"}, value
     if field == "cluster.setup":
         return {"cluster.setup": list(value)}, value
+    if field.startswith("job."):  # the user's own command, one hostile word in its argv or env
+        job = {"job.kind": "command", "job.argv": [sys.executable, "-c", "pass"]}
+        if field == "job.argv":
+            return {**job, "job.argv": [sys.executable, "-c", value]}, value
+        return {**job, "job.env": {"HOSTILE": value} if field.endswith(":value") else {value: "1"}}, value
     if field == "sweep.results_dir":
         path = f"{case_dir}/{value}"
         return {"sweep.results_dir": path}, path
@@ -530,11 +543,16 @@ def test_accepted_value_is_inert_quoted_data(case_id, rendered):
     elif field == "cluster.setup":  # the user's own code: verbatim, before strict mode
         block = "".join(line + "\n" for line in used)
         assert block in script and script.index(block) < script.index("set -euo pipefail\n")
+    elif field == "job.argv":
+        assert used in words
+    elif field == "job.env:value":
+        assert f"HOSTILE={used}" in words
     else:
         raise AssertionError(f"no check for {field}")
     if isinstance(used, str) and len(used) > 3 and field not in ("cluster.constraint", "cluster.sbatch_extra"):
         # Outside its quoted form the raw value appears nowhere (bash never sees it unquoted).
-        assert used not in script.replace(shlex.quote(used), "")
+        quoted = shlex.quote(f"HOSTILE={used}" if field == "job.env:value" else used)
+        assert used not in script.replace(quoted, "")
 
 
 STUBS = {
@@ -593,7 +611,12 @@ def test_accepted_value_runs_as_data_under_bash(case_id, rendered, stubs):
     assert not case.canary.exists(), "a hostile value ran as shell code"
     assert len(ran.srun) == 1
     argv, env = ran.srun[0]
-    assert argv[argv.index("--trial") + 1] == f"{case.trial_dir}/trial.json"
+    if case.field == "job.argv":  # srun gets the user's word back as one word, verbatim, last
+        assert argv[-3:] == [sys.executable, "-c", case.used]
+    elif case.field == "job.env:value":  # `env NAME=value` before the command: one word
+        assert f"HOSTILE={case.used}" in argv
+    else:
+        assert argv[argv.index("--trial") + 1] == f"{case.trial_dir}/trial.json"
     # No cluster.python: the submitting interpreter, or after setup lines the `python` on PATH.
     default = "python" if case.field == "cluster.setup" else sys.executable
     assert srun_python(argv) == (case.used if case.field.startswith("cluster.python") else default)

@@ -81,8 +81,8 @@ def test_info_marks_the_users_options(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"in {mine} (marked +) and the bundled {PACKAGED_RECIPES} " in out
     assert (
-        "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt+, target, tiny_gpt*, tiny_llama\n"
-        in out
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "my_gpt+, target, tiny_gpt*, tiny_llama, tiny_moe\n" in out
     )
 
 
@@ -90,7 +90,8 @@ def test_an_unknown_option_lists_both_folders(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=nope"], capsys) == (
         f"model=nope is not a recipe in {mine / 'model'} or {PACKAGED_RECIPES / 'model'}; "
-        "available: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, target, tiny_gpt, tiny_llama"
+        "available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "my_gpt, target, tiny_gpt, tiny_llama, tiny_moe"
     )
 
 
@@ -112,9 +113,10 @@ def test_a_recipes_path_that_is_not_a_folder_is_one_line(tmp_path, capsys, monke
         (
             "name: my_gpt\narch: gpt\nn_layer: 2\n",
             3,
-            "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, d_model, "
-            "ffn_hidden, ffn_mult, inputs, kwargs, loss, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, "
-            "seq_len, target, vocab_size",
+            "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, aux_loss_coef, "
+            "d_model, dense_layers, expert_ffn_hidden, experts_per_token, ffn_hidden, ffn_mult, inputs, kwargs, loss, "
+            "n_experts, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, shared_experts, target, "
+            "vocab_size",
         ),
         ("name: my_gpt\n\nseq_len: long\n", 3, "model.seq_len='long' must be an integer; e.g. model.seq_len=64"),
     ],
@@ -131,5 +133,6 @@ def test_a_group_given_a_list_is_one_line(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=[my_gpt]"], capsys) == (
         "model=[my_gpt]: a config group takes one option name, e.g. model=tiny_gpt; "
-        "options: gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, my_gpt, target, tiny_gpt, tiny_llama"
+        "options: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "my_gpt, target, tiny_gpt, tiny_llama, tiny_moe"
     )

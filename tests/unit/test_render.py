@@ -46,9 +46,12 @@ def test_every_srun_step_names_its_cpus(name):
     """srun 22.05 does not take --cpus-per-task from the allocation: each step names it, and a
     torchrun task per node holds the CPUs of every rank it spawns."""
     for req, script in scripts(name):
-        step = script[script.index("\n    srun ") : script.index("|| rc=$?")]
+        lines = script.replace("\\\n", " ").splitlines()
+        steps = [line for line in lines if " srun --" in f" {line.strip()}"]
+        assert all(" --cpus-per-task=" in step for step in steps)  # a command's link probe too: per rank
+        (run,) = [line for line in lines if line.endswith("|| rc=$?")]
         per_task = req.cpus_per_task * (req.ntasks_per_node if req.launch == "torchrun" else 1)
-        assert f" --cpus-per-task={per_task} " in step.replace("\\\n", " ")
+        assert f" --cpus-per-task={per_task} " in run or (req.payload.command and req.launch == "none")
 
 
 def test_rendezvous_from_nodelist_and_job_id():

@@ -15,6 +15,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.validate_precision import check_fp8_device
 from launcher.run.executor.base import Executor, NothingToCancel
 from launcher.run.local import check_gpu_count, cuda_devices, rank_env, run_trial_dir
+from launcher.run.local_command import command_processes, run_command_trial
 from launcher.trials.folder import trial_dir
 from launcher.trials.payload import payload_for
 from launcher.trials.spec import Trial
@@ -39,21 +40,26 @@ class LocalExecutor(Executor):
 
     def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
         c = self.cfg.cluster
-        payload = payload_for(self.cfg)
+        payload = payload_for(self.cfg) if self.cfg.job.kind != "command" else None
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         console = Console(stderr=True)
         with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
             overall = progress.add_task("sweep", total=len(trials))
             for t in trials:
                 task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-                outcome = run_trial_dir(
-                    trial_dir(sweep_dir, t.trial_id),
-                    world_size=t.world_size,
-                    threads=c.threads_per_rank,
-                    timeout_s=c.trial_timeout_s,
-                    on_step=lambda k, task=task: progress.update(task, completed=k),
-                    payload=payload,
-                )
+                on_step = lambda k, task=task: progress.update(task, completed=k)  # noqa: E731
+                tdir = trial_dir(sweep_dir, t.trial_id)
+                if self.cfg.job.kind == "command":
+                    outcome = run_command_trial(tdir, self.cfg, t, on_step=on_step)
+                else:
+                    outcome = run_trial_dir(
+                        tdir,
+                        world_size=t.world_size,
+                        threads=c.threads_per_rank,
+                        timeout_s=c.trial_timeout_s,
+                        on_step=on_step,
+                        payload=payload,
+                    )
                 status = "done" if outcome["reason"] is None else "[red]failed[/red]"
                 progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
                 progress.advance(overall)
@@ -76,9 +82,25 @@ class LocalExecutor(Executor):
     def dry_run(self, trial: Trial, make_folder: Callable[[], Path]) -> None:
         """Each rank's command line, its variables first (the port is picked when it runs)."""
         print(f"# trial {trial.trial_id}: {trial.world_size} ranks, global batch {trial.global_batch}, lr {trial.lr:g}")
+        if self.cfg.job.kind == "command":
+            self._dry_run_command(trial)
+            return
         argv = payload_for(self.cfg).here(Path("<trial-dir>"), sys.executable)
         keys = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS")
         for rank in range(trial.world_size):
             env = rank_env(rank, trial.world_size, 0, self.cfg.cluster.threads_per_rank)
             shown = [*(f"{k}={shlex.quote(env[k])}" for k in keys), "MASTER_PORT=<free port>", *map(shlex.quote, argv)]
             print(" ".join(shown))
+
+    def _dry_run_command(self, trial: Trial) -> None:
+        """job=command: the processes started for it (after the link probe), their variables first."""
+        tdir = Path("<trial-dir>")
+        payload = payload_for(self.cfg, trial=trial, trial_dir=tdir)
+        threads = self.cfg.cluster.threads_per_rank
+        for p in command_processes(payload, tdir, world_size=trial.world_size, threads=threads, user_env={}):
+            keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR") if payload.launch == "srun" else ()
+            shown = [
+                *(f"{k}={shlex.quote(p.env[k])}" for k in keys),
+                *(f"{k}={shlex.quote(v)}" for k, v in payload.env),
+            ]
+            print(" ".join([*shown, *map(shlex.quote, p.argv), ">", str(p.log)]))

@@ -16,6 +16,7 @@ from launcher.train.dist import sync
 from launcher.train.engines.base import Engine, Topology, autocast
 from launcher.train.models import is_byo, materialise, reference_values
 from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
+from launcher.train.models.moe import aux_loss
 
 COMPUTE_ITERS = 3
 
@@ -41,7 +42,8 @@ class DDPEngine(Engine):
         x, y = batch[:, :-1], batch[:, 1:]
         with autocast(self.cfg, self.device):
             logits = self.ddp(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)) / accum
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = (ce + aux_loss(self.model)) / accum  # aux: a MoE model's load-balancing loss, else 0
         loss.backward()
         return loss.detach()
 

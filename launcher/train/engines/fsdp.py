@@ -45,6 +45,7 @@ from launcher.train.engines.tp import (
 )
 from launcher.train.models import is_byo, materialise, reference_values
 from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to_device, unit_modules
+from launcher.train.models.moe import aux_loss
 
 COMM_WARMUP, COMM_ITERS = 1, 3
 # fp8: the float8 linear layers (train/float8.py) cast to fp8 themselves; everything else computes in bf16.
@@ -82,6 +83,7 @@ class FSDPEngine(Engine):
             self.unit_numels.append(sum(local_numel(p) for p in mine))
 
         mp = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
+        self.shard_inner(mp)
         for unit in units:
             fully_shard(unit, mesh=self.dp_mesh, reshard_after_forward=self.reshard, mp_policy=mp)
         # The root is never resharded after forward (as torchtitan does): its backward starts
@@ -92,6 +94,10 @@ class FSDPEngine(Engine):
         self.foreach_optimizer = not mixed_params(model.parameters())
         self._accum = 1
         self._last_batch: torch.Tensor | None = None
+
+    def shard_inner(self, mp: MixedPrecisionPolicy) -> None:
+        """Shard modules inside the units on a mesh of their own, before the units (engines/ep.py:
+        the experts over the ranks holding the same ones); nothing here."""
 
     def parameters(self):
         return self.model.parameters()
@@ -104,7 +110,8 @@ class FSDPEngine(Engine):
         x, y = batch[:, :-1], batch[:, 1:]
         logits = self.model(x)  # MixedPrecisionPolicy casts parameters; no autocast needed
         with loss_parallel() if self.tensor_parallel else nullcontext():
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)) / accum
+            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            loss = (ce + aux_loss(self.model)) / accum  # aux: a MoE model's load-balancing loss, else 0
             loss.backward()
         return local_scalar(loss)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from launcher.compute.flops import ffn_width, kv_heads
+from launcher.compute.flops import expert_width, ffn_width, kv_heads
 from launcher.config.schema import ModelConfig
 from launcher.train.models.byo import build_target, is_byo, reference_values
 from launcher.train.models.common import CausalSelfAttention, PreNormBlock
 from launcher.train.models.gpt import Block, FeedForward, MLPBlock
 from launcher.train.models.init import initial_value, materialise, param_seed
 from launcher.train.models.llama import LlamaBlock, RMSNorm, SwiGLU
+from launcher.train.models.moe import MoEBlock
 
 __all__ = [
     "Block",
@@ -35,22 +36,24 @@ __all__ = [
 
 
 def build_blocks(cfg: ModelConfig) -> list[nn.Module]:
-    """cfg.n_layers blocks of cfg.arch, with cfg.activation_checkpointing applied."""
+    """cfg.n_layers blocks of cfg.arch, with cfg.activation_checkpointing applied; llama with
+    model.n_experts > 0: MoE blocks (models/moe.py) after the first model.dense_layers."""
     ac, d, hidden = str(cfg.activation_checkpointing), cfg.d_model, ffn_width(cfg)
     if cfg.arch == "gpt":
         return [Block(d, cfg.n_heads, hidden, checkpointing=ac) for _ in range(cfg.n_layers)]
     if cfg.arch == "llama":
+        attn = {"rope_theta": cfg.rope_theta, "norm_eps": cfg.norm_eps, "checkpointing": ac}
+        moe = {
+            "n_experts": cfg.n_experts,
+            "top_k": cfg.experts_per_token,
+            "shared": cfg.shared_experts,
+            "aux_coef": cfg.aux_loss_coef,
+        }
         return [
-            LlamaBlock(
-                d,
-                cfg.n_heads,
-                kv_heads(cfg),
-                hidden,
-                rope_theta=cfg.rope_theta,
-                norm_eps=cfg.norm_eps,
-                checkpointing=ac,
-            )
-            for _ in range(cfg.n_layers)
+            MoEBlock(d, cfg.n_heads, kv_heads(cfg), expert_width(cfg), **moe, **attn)
+            if cfg.n_experts and i >= cfg.dense_layers
+            else LlamaBlock(d, cfg.n_heads, kv_heads(cfg), hidden, **attn)
+            for i in range(cfg.n_layers)
         ]
     return [MLPBlock(d, hidden, checkpointing=ac) for _ in range(cfg.n_layers)]
 

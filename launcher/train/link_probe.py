@@ -1,0 +1,64 @@
+"""`python -m launcher.train.link_probe --trial trial.json --out probe.json`: a command trial's
+link probe. Before the user's program, on the same ranks (same nodes, launched the same way), an
+all-reduce of job.probe_bytes is timed as the built-in trainer times its gradient's
+(allreduce_probe.time_allreduce), with two smaller sizes for the latency; rank 0 writes the
+record's allreduce fields, the hosts and the device into `--out` (command_record.py merges them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from launcher.io import atomic_write_json
+from launcher.train import dist as tdist
+from launcher.train.allreduce_probe import Comm, comm_metrics, time_allreduce
+from launcher.train.env import process_env
+from launcher.trials.folder import from_document, read_document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launcher.train.link_probe", description=__doc__)
+    parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
+    parser.add_argument("--out", required=True, type=Path, help="where rank 0 writes the probe's figures")
+    args = parser.parse_args(argv)
+    spec = read_document(args.trial)
+    if not spec.ok:
+        print(f"launcher.train.link_probe: {spec.reason}", file=sys.stderr, flush=True)
+        return 2
+    _, cfg = from_document(spec.doc)
+    renv = process_env(os.environ)
+    torch.set_num_threads(cfg.cluster.threads_per_rank)
+    device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
+    tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
+    numel = max(1, cfg.job.probe_bytes // 4)
+    group = dist.group.WORLD
+    seconds = time_allreduce(numel, group, device)
+    points = [(n, time_allreduce(n, group, device)) for n in (numel // 64, numel // 8) if n]
+    hosts: list[str] = [""] * renv.world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    if renv.rank == 0:
+        comm = Comm(numel=numel, seconds=seconds, probe=points, ranks=renv.world_size)
+        atomic_write_json(
+            args.out,
+            {
+                **comm_metrics(comm),
+                "allreduce_of": "link_probe",  # job.probe_bytes, not the program's gradient (perf/calibrate.py)
+                "hosts": hosts,
+                "device": device.type,
+                "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            },
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
