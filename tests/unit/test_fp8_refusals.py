@@ -11,6 +11,7 @@ import torch
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
+from launcher.layouts import layout_names
 from launcher.train import float8, loop
 from launcher.train.models import build_model
 
@@ -38,10 +39,12 @@ def test_fp8_under_tensor_parallel_is_refused_before_any_trial_but_planned(tmp_p
     results = tmp_path / "results"
     args = ["precision=fp8", "parallel=fsdp_tp", "parallel.tp=2", "cluster.device=cuda"]
     assert main(["sweep", *args, f"sweep.results_dir={results}"]) == 2
+    can = layout_names(lambda t: not t.splits("tp"))  # the rows without tensor parallel, as the table grows
+    assert {"ddp", "fsdp"} <= set(can) and not {"tp", "fsdp_tp", "fsdp_tp_pp"} & set(can)
     assert capsys.readouterr().err == (
-        "launcher: error: precision=fp8 trains under parallel=ddp or parallel=fsdp or parallel=pipeline or "
-        "parallel=dp_pp or parallel=fsdp_pp, not parallel=fsdp_tp: tensor parallel would need torchao's float8 "
-        "TP styles, which the engines do not apply; `launcher plan` still models it\n"
+        f"launcher: error: precision=fp8 trains under {' or '.join(f'parallel={n}' for n in can)}, not "
+        "parallel=fsdp_tp: tensor parallel would need torchao's float8 TP styles, which the engines do not apply; "
+        "`launcher plan` still models it\n"
     )
     assert not results.exists()
     assert main(["plan", *args, "cluster=example_gpu_site", "cluster.device_name=H100 SXM", "--gpus", "16"]) == 0
