@@ -95,7 +95,8 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         ),
         (
             {"parallel": {"layout": "zero9"}},
-            "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; set "
+            "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, hsdp, "
+            "fsdp_cp, fsdp_tp_cp; set "
             "e.g. parallel.layout=ddp",
         ),
         ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
@@ -171,7 +172,7 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
     assert groups_text() == (
         f"Config groups in {PACKAGED_RECIPES} (choose with group=option; * marks the default):\n"
         "  model:    gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mlp, target, tiny_gpt*, tiny_llama\n"
-        "  parallel: ddp*, dp_pp, fsdp, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp\n"
+        "  parallel: ddp*, dp_pp, fsdp, fsdp_cp, fsdp_pp, fsdp_tp, fsdp_tp_cp, fsdp_tp_pp, hsdp, pipeline, tp\n"
         "  batch:    default*\n"
         "  optim:    adamw*, sgd\n"
         "  data:     dataset, file, synthetic*\n"
