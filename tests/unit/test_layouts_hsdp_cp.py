@@ -1,6 +1,6 @@
 """HSDP (parallel=hsdp, parallel.shard) and context parallelism (fsdp_cp, fsdp_tp_cp, parallel.cp)
 without processes: their degrees and refusals, and their terms in the performance model figured by
-hand on small cases. Parity on real ranks: tests/multiprocess/test_layouts_hsdp_cp.py."""
+hand on small cases. Parity on real ranks: tests/multiprocess/test_layouts_hsdp_cp_parity.py."""
 
 from __future__ import annotations
 
@@ -153,3 +153,45 @@ def test_shapes_and_memory_of_cp_and_hsdp():
     m_hsdp = estimate(hsdp, make_trial(hsdp, index=0, world_size=8, steps=2, warmup_steps=1))
     assert m_hsdp.optimizer == m_fsdp.optimizer  # state ÷ shard (2), not ÷ dp (8)
     assert shape_for(hsdp, 8).groups.replicate.size == 4
+
+
+PLAN_70B = [
+    "plan",
+    "model=llama3_70b",
+    "cluster=example_gpu_site",
+    "model.activation_checkpointing=full",
+    "batch.micro=1",
+]
+
+
+def test_plan_of_hsdp_predicts_and_states_its_assumptions(capsys):
+    """`launcher plan model=llama3_70b cluster=example_gpu_site parallel=hsdp parallel.shard=64
+    model.activation_checkpointing=full batch.micro=1`: 70B's state fits 80 GB only ÷ 64, so
+    sizes below one shard group are impossible and the others predicted, all at the same memory."""
+    assert main([*PLAN_70B, "parallel=hsdp", "parallel.shard=64", "--gpus", "32,64,128"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│")]
+    assert [(r[0], r[2]) for r in rows] == [("32", "impossible"), ("64", "predicted"), ("128", "predicted")]
+    printed = " ".join(out.split())
+    assert (
+        "hsdp: FSDP inside shard groups of 64, their all-gathers and reduce-scatters on the links the group spans; "
+        "each gradient shard then all-reduced across the dp ÷ shard replicas (the inter-node link once they sit on "
+        "other nodes), hidden under backward as the reduce-scatters are; parameters, gradients and optimizer state "
+        "÷ shard"
+    ) in printed
+
+
+def test_plan_of_context_parallel_predicts_and_states_its_assumptions(capsys):
+    """`launcher plan model=llama3_70b cluster=example_gpu_site parallel=fsdp_tp_cp parallel.cp=2 parallel.tp=8
+    model.activation_checkpointing=full batch.micro=1`: tp 8 in a node, cp 2 across two."""
+    assert main([*PLAN_70B, "parallel=fsdp_tp_cp", "parallel.cp=2", "parallel.tp=8", "--gpus", "8,16,32"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│")]
+    assert [(r[0], r[2]) for r in rows] == [("8", "impossible"), ("16", "predicted"), ("32", "predicted")]
+    printed = " ".join(out.split())
+    assert (
+        "cp: each sequence split over parallel.cp=2 GPUs: activations ÷ 2; torch's ring attention sends this "
+        "rank's keys and values per layer (cp − 1 exchanges forward, 2·cp − 1 with their gradients backward), "
+        "each overlapped with one ring step's attention and exposed where it outlasts it; no collective of its "
+        "own for gradients: FSDP shards and reduces over dp × cp"
+    ) in printed

@@ -123,7 +123,7 @@ def test_a_row_whose_degree_follows_the_world_takes_it(monkeypatch):
 
 def test_room_for_context_and_expert_parallel_and_hsdp_is_refused_until_trials_carry_it(monkeypatch):
     cfg = compose_config([])
-    for dim in ("ep",):  # cp and hsdp's replicate run now (tests/unit/test_layouts_hsdp_cp.py)
+    for dim in ("ep",):  # cp and hsdp's replicate run now (tests/multiprocess/test_layouts_hsdp_cp_parity.py)
         monkeypatch.setitem(LAYOUTS, "later", LayoutTraits(data_parallel="fsdp", engine="x.y", **{dim: "set"}))
         with pytest.raises(ConfigError, match=f"^parallel.layout=later splits {dim}, which trials do not run yet"):
             layout_degrees(_with_layout(cfg, "later"), 4)
