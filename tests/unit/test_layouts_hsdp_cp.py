@@ -12,6 +12,7 @@ from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.layouts import DataParallel
+from launcher.perf.candidates import candidates
 from launcher.perf.comm import Topology, Traffic, group
 from launcher.perf.links import Link
 from launcher.perf.memory import estimate
@@ -195,3 +196,22 @@ def test_plan_of_context_parallel_predicts_and_states_its_assumptions(capsys):
         "each overlapped with one ring step's attention and exposed where it outlasts it; no collective of its "
         "own for gradients: FSDP shards and reduces over dp × cp"
     ) in printed
+
+
+def test_search_tries_hsdp_and_cp_where_their_degrees_apply():
+    """At 16 GPUs of 8 a node: hsdp (shard a node), fsdp_cp at cp 2, 4, 8 and fsdp_tp_cp with cp × tp ≤ 8
+    (seq 2048 divides them all); each candidate turns back into the overrides that run it."""
+    cfg = compose_config(["model=gpt_1_3b", "cluster=example_gpu_site"])
+    found = {(c.layout, c.dp, c.tp, c.cp) for c in candidates(cfg, 16) if c.layout in ("hsdp", "fsdp_cp", "fsdp_tp_cp")}
+    assert found == {
+        ("hsdp", 16, 1, 1),
+        ("fsdp_cp", 8, 1, 2),
+        ("fsdp_cp", 4, 1, 4),
+        ("fsdp_cp", 2, 1, 8),
+        ("fsdp_tp_cp", 4, 2, 2),
+        ("fsdp_tp_cp", 2, 2, 4),
+        ("fsdp_tp_cp", 2, 4, 2),
+    }
+    one = next(c for c in candidates(cfg, 16) if c.layout == "fsdp_tp_cp" and c.cp == 4)
+    assert one.overrides()[:3] == ["parallel=fsdp_tp_cp", "parallel.tp=2", "parallel.cp=4"]
+    assert one.config(cfg).parallel.cp == 4 and one.label.startswith("fsdp_tp_cp tp2 cp4 ")
