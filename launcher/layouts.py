@@ -143,6 +143,9 @@ LAYOUTS: dict[str, LayoutTraits] = {
     "hsdp": LayoutTraits(data_parallel=_DP.fsdp, replicate=_D.world, engine=_E + "fsdp"),
     "fsdp_cp": LayoutTraits(data_parallel=_DP.fsdp, cp=_D.set, engine=_E + "fsdp"),
     "fsdp_tp_cp": LayoutTraits(data_parallel=_DP.fsdp, tp=_D.set, cp=_D.set, engine=_E + "fsdp"),
+    "fsdp_tp_pp_cp": LayoutTraits(
+        data_parallel=_DP.fsdp, tp=_D.set, pp=_D.set, cp=_D.set, virtual_stages=True, engine=_E + "pipeline"
+    ),
 }
 """Every layout by its name (parallel.layout, recipes/parallel/<name>.yaml), in the order messages
 list them."""

@@ -1,15 +1,15 @@
-"""HSDP and context parallelism equal the 1-process reference (losses and gathered final
-parameters within 1e-6, fp32, through the real payload in real processes: tests/support/layout_parity.py).
+"""HSDP and context parallelism equal the 1-process reference (losses and gathered final parameters within 1e-6,
+fp32, through the real payload in real processes: tests/support/layout_parity.py).
 
-HSDP: FSDP2 on a (replicate, shard) mesh: one shard group of 2 (replicate 1), two replicas of
-one rank each (shard 1: plain replication), and 2 × 2 on 4 ranks.
+HSDP: FSDP2 on a (replicate, shard) mesh: one shard group of 2 (replicate 1), two replicas of one rank each
+(shard 1: plain replication), and 2 × 2 on 4 ranks.
 
-Context parallel: torch's ring attention (torch.distributed.tensor.experimental.context_parallel)
-runs on CPU once its dispatch table maps the CPU SDPA kernel (engines/context_parallel.py: torch
-2.13 maps only the CUDA kernels and raises "Operator aten._scaled_dot_product_flash_attention_for_cpu
-.default does not have a sharding strategy registered" without it); `test_torch_alone_lacks_the_cpu_kernel`
-pins that reason, so the mapping can go when torch adds it. Under fsdp (cp 2 at 2 ranks, dp 2 × cp 2
-at 4) and with tp (cp 2 × tp 2), GPT's position table and Llama's RoPE reading the positions of the
+Context parallel: torch's ring attention (torch.distributed.tensor.experimental.context_parallel) runs on CPU
+once its dispatch table maps the CPU SDPA kernel (engines/context_parallel.py: torch 2.13 maps only the CUDA
+kernels and raises "Operator aten._scaled_dot_product_flash_attention_for_cpu.default does not have a
+sharding strategy registered" without it); `test_torch_alone_lacks_the_cpu_kernel` pins that reason, so the
+mapping can go when torch adds it. Under fsdp (cp 2 at 2 ranks, dp 2 × cp 2 at 4), with tp (cp 2 × tp 2) and
+in the 4-D layout (pp 2 × cp 2 × tp 2), GPT's position table and Llama's RoPE reading the positions of the
 pieces each rank holds."""
 
 from __future__ import annotations
@@ -57,14 +57,25 @@ def test_hsdp_equals_reference(ref, tmp_path, ranks, shard, micro, replicate):
         (2, "fsdp_cp", ["batch.micro=8"]),
         (4, "fsdp_cp", ["batch.micro=4"]),
         (4, "fsdp_tp_cp", ["parallel.tp=2", "batch.micro=8"]),
+        # Full checkpointing replays each block, RoPE and the forward ring with it, in backward.
+        (2, "fsdp_cp", ["batch.micro=8", "model.activation_checkpointing=full"]),
     ],
-    ids=["fsdp_cp-2", "fsdp_cp-4", "fsdp_tp_cp-4"],
+    ids=["fsdp_cp-2", "fsdp_cp-4", "fsdp_tp_cp-4", "fsdp_cp-2-full-checkpointing"],
 )
 def test_context_parallel_equals_reference(ref, tmp_path, ranks, layout, over):
     assert_same(launch(tmp_path, layout, ranks, [f"parallel={layout}", "parallel.cp=2", *over]), ref)
     trial, metrics = layout_of(tmp_path, layout)
     assert (trial["cp"], trial["dp"] * trial["cp"] * trial["tp"]) == (2, ranks)
     assert metrics["cp"] == 2
+
+
+def test_four_d_layout_equals_reference(ref, tmp_path):
+    """fsdp_tp_pp_cp on 8 ranks: 2 pipeline stages, each tensor-parallel over 2 ranks and running the
+    ring over 2 more (dp 1): every stage's pieces of the sequence cross the pipeline as they are."""
+    over = ["parallel=fsdp_tp_pp_cp", "parallel.tp=2", "parallel.pp=2", "parallel.cp=2", "parallel.microbatches=2"]
+    assert_same(launch(tmp_path, "fsdp_tp_pp_cp", 8, over), ref)
+    trial = read_json(tmp_path / "fsdp_tp_pp_cp" / "record.json")["trial"]
+    assert (trial["dp"], trial["pp"], trial["cp"], trial["tp"]) == (1, 2, 2, 2)
 
 
 def test_context_parallel_llama_rope_equals_reference(tmp_path):

@@ -21,7 +21,10 @@ def test_info_parallel_prints_every_field_its_type_default_and_doc(capsys):
         assert docs[f.name], f.name  # schema.py documents every field
         assert "\n".join(f"      {line}" for line in docs[f.name].splitlines()) in out, f.name
     lines = out.splitlines()
-    assert "  parallel.layout: Layout (ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp) = ddp" in lines
+    assert (
+        "  parallel.layout: Layout (ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, hsdp, fsdp_cp, "
+        "fsdp_tp_cp, fsdp_tp_pp_cp) = ddp"
+    ) in lines
     assert "  parallel.tp: int | None = null" in lines
     assert "  parallel.reshard_after_forward: bool = true" in lines
     assert "  parallel.fsdp_units: list[str] = []" in lines

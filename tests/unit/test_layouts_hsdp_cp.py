@@ -215,3 +215,16 @@ def test_search_tries_hsdp_and_cp_where_their_degrees_apply():
     one = next(c for c in candidates(cfg, 16) if c.layout == "fsdp_tp_cp" and c.cp == 4)
     assert one.overrides()[:3] == ["parallel=fsdp_tp_cp", "parallel.tp=2", "parallel.cp=4"]
     assert one.config(cfg).parallel.cp == 4 and one.label.startswith("fsdp_tp_cp tp2 cp4 ")
+
+
+def test_plan_of_llama_405b_in_its_four_d_layout(capsys):
+    """`launcher plan model=llama3_405b cluster=example_gpu_site parallel=fsdp_tp_pp_cp parallel.tp=8
+    parallel.pp=14 parallel.cp=2 parallel.microbatches=14 model.activation_checkpointing=full batch.micro=14`:
+    Llama 3.1 405B's 4-D layout (126 layers: 14 stages of 9), predicted, its cp assumptions in the footer."""
+    argv = ["plan", "model=llama3_405b", "cluster=example_gpu_site", "parallel=fsdp_tp_pp_cp", "parallel.tp=8"]
+    argv += ["parallel.pp=14", "parallel.cp=2", "parallel.microbatches=14", "model.activation_checkpointing=full"]
+    assert main([*argv, "batch.micro=14", "--gpus", "224,448"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("224", "28", "predicted"), ("448", "56", "predicted")]
+    assert "cp: each sequence split over parallel.cp=2 GPUs: activations ÷ 2" in " ".join(out.split())
