@@ -69,14 +69,14 @@ class LayoutTraits:
     compile: bool = False
     """Whether train.compile (torch.compile of each repeated unit before wrapping) runs under it."""
     cp: Degree = Degree.none
-    """Context parallel: each sequence split across ranks (ring attention). No layout uses it yet;
-    a row setting it needs the trial spec's cp degree (layout_degrees refuses it until then)."""
+    """Context parallel: each sequence split across ranks (torch's ring attention over SDPA,
+    engines/context_parallel.py); its ranks join the dp ranks in FSDP's shard group."""
     ep: Degree = Degree.none
     """Expert parallel: a mixture-of-experts model's experts spread over ranks (borrowed from the
     dp and cp ranks, as torchtitan does): fsdp_ep and ddp_ep, `parallel.ep` dividing dp (trials/layout.py)."""
     replicate: Degree = Degree.none
     """HSDP: the fsdp ranks as a replicate × shard mesh (shard inside a node, all-reduce across
-    replicas); `none`: one flat dp dimension. No layout uses it yet; as cp."""
+    replicas; parallel.shard, replicate = dp ÷ shard); `none`: one flat dp dimension."""
 
     def __post_init__(self) -> None:
         for name, kind in (("data_parallel", DataParallel), *((d, Degree) for d in (*MODEL_DIMS, "replicate"))):
@@ -143,6 +143,12 @@ LAYOUTS: dict[str, LayoutTraits] = {
     # Experts split over ep of the dp ranks (ep divides dp), FSDP over dp for the rest (engines/ep.py).
     "fsdp_ep": LayoutTraits(data_parallel=_DP.fsdp, ep=_D.set, engine=_E + "ep"),
     "ddp_ep": LayoutTraits(data_parallel=_DP.ddp, ep=_D.set, engine=_E + "ddp_ep"),
+    "hsdp": LayoutTraits(data_parallel=_DP.fsdp, replicate=_D.world, engine=_E + "fsdp"),
+    "fsdp_cp": LayoutTraits(data_parallel=_DP.fsdp, cp=_D.set, engine=_E + "fsdp"),
+    "fsdp_tp_cp": LayoutTraits(data_parallel=_DP.fsdp, tp=_D.set, cp=_D.set, engine=_E + "fsdp"),
+    "fsdp_tp_pp_cp": LayoutTraits(
+        data_parallel=_DP.fsdp, tp=_D.set, pp=_D.set, cp=_D.set, virtual_stages=True, engine=_E + "pipeline"
+    ),
 }
 """Every layout by its name (parallel.layout, recipes/parallel/<name>.yaml), in the order messages
 list them."""

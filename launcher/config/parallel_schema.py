@@ -11,7 +11,8 @@ from launcher.config.choices import Backend, Layout, Schedule
 class ParallelConfig:
     layout: Layout = Layout.ddp
     """How ranks split the work (dp × tp × pp = world size), a row of launcher/layouts.py: ddp, fsdp: all dp;
-    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D; fsdp_tp_pp: 3-D."""
+    pipeline: all pipeline stages; tp: all tensor parallel; dp_pp, fsdp_tp, fsdp_pp: 2-D; fsdp_tp_pp: 3-D;
+    hsdp: fsdp on a replicate × shard mesh; fsdp_cp, fsdp_tp_cp: context parallel (dp × cp × tp = world size)."""
     tp: int | None = None
     """Tensor-parallel degree for fsdp_tp and fsdp_tp_pp (tp layout: the world size)."""
     pp: int | None = None
@@ -19,6 +20,11 @@ class ParallelConfig:
     ep: int | None = None
     """Expert-parallel degree for fsdp_ep and ddp_ep: each group of ep dp ranks splits a MoE model's experts,
     n_experts ÷ ep a rank, exchanging tokens by all-to-all; borrowed from dp (ep divides dp): world = dp × tp × pp."""
+    cp: int | None = None
+    """Context-parallel degree for fsdp_cp and fsdp_tp_cp: ranks splitting each sequence (ring attention)."""
+    shard: int = 0
+    """hsdp: ranks in one FSDP shard group (all-gather, reduce-scatter); replicate = dp ÷ shard replicas
+    all-reduce across them; 0: the ranks of one node (cluster.gpus_per_node; the whole world on one machine)."""
     schedule: Schedule = Schedule["1f1b"]
     """Pipeline schedule."""
     microbatches: int = 4

@@ -104,7 +104,11 @@ def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | N
     tp, pp = (n if row.tp == Degree.world else t["tp"]), (n if row.pp == Degree.world else t["pp"])
     par = m.config.get("parallel") or {}
     spec = layout_spec(m)
-    if n % (tp * pp) or spec.model.n_layers % (pp * spec.virtual) or (pp > 1 and spec.microbatches < pp):
+    cp = t.get("cp", 1)  # a set degree, kept as tp and pp are; hsdp keeps its shard group
+    shard = (t.get("shard") or t["dp"]) if row.replicate != Degree.none else 0
+    if n % (tp * pp * cp) or spec.model.n_layers % (pp * spec.virtual) or (pp > 1 and spec.microbatches < pp):
+        return None
+    if shard and (n // (tp * pp * cp)) % shard:
         return None
     return layout_shape(
         spec,
@@ -112,11 +116,13 @@ def shape_at(m: Measured, world_size: int | None = None, ranks_per_node: int | N
         ranks_per_node=ranks_per_node or (n if m.local else m.ranks_per_node),
         tp=tp,
         pp=pp,
-        batch=_batch_at(t, n // (tp * pp)),
+        batch=_batch_at(t, n // (tp * pp * cp)),
         bubble=pipeline_bubble(pp, spec.microbatches, spec.virtual) if pp > 1 else 0.0,
         nics_per_node=(m.config.get("cluster") or {}).get("nics_per_node") or 1,
         tree=_nccl(m, par),
         contention=_contention(m, n),
+        cp=cp,
+        shard=shard,
     )
 
 

@@ -14,6 +14,9 @@ The space, per size N:
   batch.micro × batch.accum. A pipeline runs all S / micro-batch of them as its micro-batches
   in one schedule (Megatron's way: the bubble is smallest); without a pipeline they are the
   accumulation steps;
+- context parallel cp ∈ CP_DEGREES dividing model.seq_len where the row sets it (its ranks
+  beside tp inside a node: cp × tp ≤ the GPUs per node); hsdp with the recipe's parallel.shard
+  (0: a node's GPUs);
 - activation checkpointing none / selective / full (selective only where the model has
   attention), and torchtitan's per-op `op` where the recipe describes a trainer other than the
   built-in one (config/builtin_support.py: the built-in models have no per-op policy);
@@ -45,6 +48,8 @@ VIRTUAL_STAGES = (1, 2, 4)
 CHECKPOINTING = ("none", "selective", "op", "full")
 EXPERT_DEGREES = (2, 4, 8, 16, 32, 64)
 """parallel.ep values a search tries where the layout splits experts: those dividing dp and n_experts."""
+CP_DEGREES = (2, 4, 8)
+"""Context-parallel degrees tried where a row sets cp (Llama 3 405B trained its long-context phase at cp 16)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -52,7 +57,7 @@ class Candidate:
     """One configuration at one size."""
 
     world_size: int
-    """GPUs: dp × tp × pp."""
+    """GPUs: dp × cp × tp × pp."""
     layout: str
     """A row of launcher/layouts.py."""
     dp: int
@@ -63,6 +68,8 @@ class Candidate:
     """Pipeline degree."""
     ep: int = 1
     """Expert-parallel degree (fsdp_ep; borrowed from dp, so not a factor of world_size)."""
+    cp: int = 1
+    """Context-parallel degree (world size = dp × cp × tp × pp)."""
     virtual_stages: int
     """Stages per pipeline rank (1: plain 1F1B; > 1: interleaved_1f1b)."""
     micro_batch: int
@@ -120,6 +127,7 @@ class Candidate:
             tp=self.tp if row.tp == Degree.set else par.tp,
             pp=self.pp if row.pp == Degree.set else par.pp,
             ep=self.ep if row.ep == Degree.set else par.ep,
+            cp=self.cp if row.cp == Degree.set else par.cp,
             schedule=("interleaved_1f1b" if self.virtual_stages > 1 else "1f1b") if self.pipelined else par.schedule,
             microbatches=self.microbatches if self.pipelined and not self.derived else par.microbatches,
             virtual_stages=self.virtual_stages if self.virtual_stages > 1 else par.virtual_stages,
@@ -144,7 +152,7 @@ class Candidate:
     def label(self) -> str:
         """Short: `fsdp_tp_pp tp8 pp4 v2 mb1×64 sel keep` (keep: no resharding after forward)."""
         parts = [self.layout]
-        parts += [f"{d}{getattr(self, d)}" for d in ("tp", "pp", "ep") if LAYOUTS[self.layout].splits(d)]
+        parts += [f"{d}{getattr(self, d)}" for d in ("tp", "pp", "cp", "ep") if LAYOUTS[self.layout].splits(d)]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         steps = self.microbatches if self.pipelined else self.accum
@@ -178,18 +186,31 @@ def traits_pipelined(layout: str) -> bool:
     return LAYOUTS[layout].splits("pp")
 
 
-def degrees(row: LayoutTraits, n: int, tps: list[int], pps: list[int]) -> Iterator[tuple[int, int, int]]:
-    """(dp, tp, pp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps`."""
+def degrees(
+    row: LayoutTraits, n: int, tps: list[int], pps: list[int], cps: tuple[int, ...] | list[int] = (1,)
+) -> Iterator[tuple[int, int, int, int]]:
+    """(dp, tp, pp, cp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps` / `cps`; cp × tp
+    stay inside a node (both ≤ max(tps), the GPUs per node)."""
     if row.data_parallel == DataParallel.none:
         if row.tp == Degree.world and n in tps:
-            yield 1, n, 1
+            yield 1, n, 1, 1
         elif row.pp == Degree.world and n in pps:
-            yield 1, 1, n
+            yield 1, 1, n, 1
         return
     for tp in [t for t in tps if t > 1] if row.tp == Degree.set else [1]:
         for pp in [p for p in pps if p > 1] if row.pp == Degree.set else [1]:
-            if n % (tp * pp) == 0:
-                yield n // (tp * pp), tp, pp
+            for cp in [c for c in cps if c * tp <= max(tps)]:
+                if n % (tp * pp * cp) == 0:
+                    yield n // (tp * pp * cp), tp, pp, cp
+
+
+def context_degrees(row: LayoutTraits, cfg: LauncherConfig) -> list[int]:
+    """The cp degrees tried for `row`: CP_DEGREES (and the recipe's) dividing model.seq_len; [1] where
+    the row does not split the sequence."""
+    if row.cp != Degree.set:
+        return [1]
+    tried = {*CP_DEGREES, *([cfg.parallel.cp] if cfg.parallel.cp else [])}
+    return sorted(c for c in tried if c > 1 and cfg.model.seq_len % c == 0)
 
 
 def expert_degrees(row: LayoutTraits, m: ModelConfig, dp: int) -> list[int]:
@@ -231,7 +252,7 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
         if cfg.train.compile and not row.compile:
             continue
         reshards = [True, False] if row.data_parallel == DataParallel.fsdp else [None]
-        for dp, tp, pp in degrees(row, n, tps, pps):
+        for dp, tp, pp, cp in degrees(row, n, tps, pps, cps=context_degrees(row, cfg)):
             s = samples_per_rank(cfg, dp)
             if s is None:
                 continue
@@ -252,6 +273,7 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
                                     tp=tp,
                                     pp=pp,
                                     ep=ep,
+                                    cp=cp,
                                     virtual_stages=v,
                                     micro_batch=mb,
                                     microbatches=steps if row.splits("pp") else 1,

@@ -232,6 +232,16 @@ class Traffic:
     ep_all_to_alls: int = 0
     """Expert-parallel all-to-alls per optimizer step: dispatch and combine per MoE block, in forward and
     again (their transposes) in backward, per pass."""
+    cp_bytes: int = 0
+    """Context parallel: bytes of one ring exchange, this rank's keys and values of one layer and
+    (pipeline) microbatch (its 1/cp of the sequence, its 1/tp of the kv heads)."""
+    cp_layers: int = 0
+    """Layers whose attention runs the ring on this rank each pass (its stage's blocks); 0 without cp."""
+    cp_recompute: bool = False
+    """Full activation checkpointing replays each block's forward, its ring with it."""
+    attention_share: float = 0.0
+    """Share of a pass's compute in the attention cores (scores and weighted values, forward and
+    backward): what torch's ring overlaps its exchanges with."""
     norm_groups: tuple[str, ...] = ()
     """Groups (of "dp", "tp", "pp") over which gradient clipping completes the global norm: one
     fp32 scalar all-reduce each per optimizer step (train/clipping.py): FSDP's dp, tp, pp."""
@@ -239,7 +249,16 @@ class Traffic:
     def __post_init__(self) -> None:
         if self.data_parallel not in tuple(DataParallel):
             raise ValueError(f"traffic: data_parallel must be ddp, fsdp or none, got {self.data_parallel!r}")
-        for name in ("grad_bytes", "param_bytes", "tp_bytes", "tp_collectives", "pp_bytes", "pp_sends", "ep_bytes"):
+        for name in (
+            "grad_bytes",
+            "param_bytes",
+            "tp_bytes",
+            "tp_collectives",
+            "pp_bytes",
+            "pp_sends",
+            "cp_bytes",
+            "ep_bytes",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"traffic: {name} must be ≥ 0, got {getattr(self, name)}")
         if self.blocks < 1 or self.passes < 1:

@@ -225,7 +225,7 @@ def pure_16bit(cfg: LauncherConfig, trial: Trial, device: str) -> bool:
 
 def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) -> float:
     m = cfg.model
-    tokens = trial.micro * m.seq_len
+    tokens = trial.micro * m.seq_len // trial.cp  # context parallel: this rank's piece of each sequence
     layers, logits = in_flight(cfg, trial, pp_rank)
     mixed, pure = mixed_precision(cfg, device), pure_16bit(cfg, trial, device)
     per_layer = saved_bytes_per_token(m, mixed, pure, cfg.trainer.norm_16bit)
@@ -254,7 +254,8 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     n, root = rank_params(parts, cfg.model, trial, pp_rank)
     dp_kind = traits(trial.layout).data_parallel
     fsdp = dp_kind == DataParallel.fsdp
-    local = n / trial.dp if fsdp else n
+    # FSDP shards over dp × cp (the cp ranks hold the same parameters); under hsdp over one shard group.
+    local = n / (trial.shard * trial.cp) if fsdp else n
     # Expert parallel (fsdp_ep, tp = pp = 1): a rank gathers n_experts ÷ ep of each MoE block's experts;
     # sharded over the dp ÷ ep ranks holding them, its share (`local`) is the dp-th part as before.
     others = routed_expert_params(cfg.model) * (1 - 1 / trial.ep)

@@ -21,6 +21,10 @@ TP       sequence-parallel all-gathers and reduce-scatters on the critical path:
 PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
 EP       expert parallel's all-to-alls (dispatch before, combine after each MoE block's experts,
          forward and backward): on the critical path, none hidden (no overlap is modelled).
+HSDP     as FSDP inside the shard group (`dp`), and after each reduce-scatter an all-reduce of the
+         gradient shard across the replicas (`replicate`), hidden as the reduce-scatters are.
+CP       torch's ring (perf/ring.py): each exchange of keys and values overlaps one ring step's
+         attention; the cp ranks' gradients are reduced inside FSDP's group (dp × cp).
 CLIP     gradient clipping's global norm: one fp32 scalar all-reduced per step on each group that
          splits the gradients (Traffic.norm_groups), between the last backward and the optimizer
          step, with nothing to hide under: exposed in full, in its group's part. Four bytes: its
@@ -45,6 +49,7 @@ from launcher.perf.comm import (
     p2p_s,
 )
 from launcher.perf.links import Link
+from launcher.perf.ring import ring_s
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -59,6 +64,10 @@ class Groups:
     """Its pipeline group."""
     ep: Group | None = None
     """Its expert-parallel group (ep consecutive dp ranks); None without expert parallelism."""
+    cp: Group = Group(size=1, per_node=1)
+    """Its context-parallel ring."""
+    replicate: Group = Group(size=1, per_node=1)
+    """hsdp: the replicas of its shard it all-reduces its gradient shard with."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -78,6 +87,10 @@ class CommTerms:
     ep_total_s: float = 0.0
     """Expert-parallel all-to-alls (dispatch, combine), not overlapped: exposed in full (the
     engines wait for each before the experts, or the combine, can run)."""
+    cp_total_s: float = 0.0
+    """Context-parallel ring exchanges, none hidden."""
+    cp_exposed_s: float = 0.0
+    """…of which the ring's attention does not hide."""
 
     @property
     def pp_exposed_s(self) -> float:
@@ -86,12 +99,12 @@ class CommTerms:
     @property
     def total_s(self) -> float:
         """T: every collective's time, the most a step could expose."""
-        return self.dp_total_s + self.tp_total_s + self.pp_total_s + self.ep_total_s
+        return self.dp_total_s + self.tp_total_s + self.pp_total_s + self.ep_total_s + self.cp_total_s
 
     @property
     def exposed_s(self) -> float:
         """X: what the overlap model leaves exposed."""
-        return self.dp_exposed_s + self.tp_exposed_s + self.pp_exposed_s + self.ep_total_s
+        return self.dp_exposed_s + self.tp_exposed_s + self.pp_exposed_s + self.ep_total_s + self.cp_exposed_s
 
     @property
     def hidden_s(self) -> float:
@@ -117,7 +130,8 @@ def comm_terms(
     if t.data_parallel == DataParallel.ddp and t.grad_bytes and groups.dp.size > 1:
         dp_total, dp_exposed = _ddp(t, groups.dp, topo, intra, inter, window)
     elif t.data_parallel == DataParallel.fsdp and groups.dp.size > 1:
-        dp_total, dp_exposed = _fsdp(t, groups.dp, topo, intra, inter, forward=pass_s - window, backward=window)
+        links = (topo, intra, inter)
+        dp_total, dp_exposed = _fsdp(t, groups.dp, groups.replicate, links, forward=pass_s - window, backward=window)
     tp_total = 0.0
     if t.tp_collectives and groups.tp.size > 1:
         nbytes = t.tp_bytes * t.tp_collectives
@@ -129,6 +143,7 @@ def comm_terms(
     ep_total = 0.0
     if t.ep_all_to_alls and groups.ep is not None:
         ep_total = all_to_all_s(t.ep_bytes, groups.ep, topo, intra, inter, messages=t.ep_all_to_alls)
+    cp_total, cp_exposed = ring_s(t, groups.cp, topo, intra, inter, pass_s=pass_s)
     norm = {name: _norm_s(getattr(groups, name), topo, intra, inter) for name in t.norm_groups}
     dp_norm, tp_norm, pp_norm = (norm.get(name, 0.0) for name in ("dp", "tp", "pp"))
     return CommTerms(
@@ -138,6 +153,8 @@ def comm_terms(
         tp_exposed_s=TP_EXPOSED * tp_total + tp_norm,
         pp_total_s=pp_total + pp_norm,
         ep_total_s=ep_total,
+        cp_total_s=cp_total,
+        cp_exposed_s=cp_exposed,
     )
 
 
@@ -156,17 +173,21 @@ def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window:
 
 
 def _fsdp(
-    t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, *, forward: float, backward: float
+    t: Traffic, g: Group, rep: Group, links: tuple[Topology, Link, Link], *, forward: float, backward: float
 ) -> tuple[float, float]:
     L = t.blocks
     blocks = 1.0 - t.root_share
 
     def gather(nbytes: float) -> float:
-        return gather_s(nbytes, g, topo, intra, inter) if nbytes > 0 else 0.0
+        return gather_s(nbytes, g, *links) if nbytes > 0 else 0.0
 
-    p_root = t.root_share if t.param_root_share is None else t.param_root_share
-    ag_b, rs_b = gather(t.param_bytes * (1.0 - p_root) / L), gather(t.grad_bytes * blocks / L)
-    ag_r, rs_r = gather(t.param_bytes * p_root), gather(t.grad_bytes * t.root_share)
+    def across(nbytes: float) -> float:  # hsdp: the gradient shard's all-reduce over the replicas
+        return allreduce_s(nbytes / g.size, rep, *links) if nbytes > 0 else 0.0
+
+    p_root = t.root_share if t.param_root_share is None else t.param_root_share  # fp8: the root gathers bf16
+    ag_b, ag_r = gather(t.param_bytes * (1.0 - p_root) / L), gather(t.param_bytes * p_root)
+    rs_b = gather(t.grad_bytes * blocks / L) + across(t.grad_bytes * blocks / L)
+    rs_r = gather(t.grad_bytes * t.root_share) + across(t.grad_bytes * t.root_share)
     f_l, b_l = forward / L, backward / L
     again = ag_b if t.reshard else 0.0  # backward's all-gather of a block freed after forward
     fwd = ag_r + ag_b + (L - 1) * max(0.0, ag_b - f_l)

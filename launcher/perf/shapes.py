@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 from launcher.compute.flops import (
     ModelParts,
+    attention_forward_flops_per_token,
     flops_per_token,
+    hardware_flops_per_token,
+    kv_heads,
     model_parts,
     moe_layers,
     recompute_flops_per_token,
@@ -19,10 +22,10 @@ from launcher.compute.flops import (
 from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.layouts import DataParallel, traits
+from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.comm import Traffic, ddp_buckets
 from launcher.perf.step import Shape
-from launcher.trials.layout import expert_degree, layout_degrees, pipeline_bubble, virtual_stages
+from launcher.trials.layout import expert_degree, pipeline_bubble, trial_degrees, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
 
@@ -86,7 +89,7 @@ def recompute_ratio(model: ModelConfig) -> float:
     return recompute_flops_per_token(model) / flops_per_token(model)
 
 
-def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
+def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1) -> Traffic:
     """What one rank of `spec` at these degrees communicates per optimizer step."""
     m = spec.model
     numel, root = rank_numel(model_parts(m), m.n_layers, tp, pp)
@@ -95,7 +98,8 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         numel, root = spec.measured_numel, root * spec.measured_numel / numel
     mb = spec.microbatches if pp > 1 else 1
     wire = WIRE_BYTES[spec.precision]
-    activation = batch.micro // mb * m.seq_len * m.d_model * wire
+    # Under cp a rank's activations (what tp gathers, what a stage sends) hold its 1/cp of the sequence.
+    activation = batch.micro // mb * m.seq_len // cp * m.d_model * wire
     blocks = m.n_layers // pp
     row = traits(spec.layout)
     dp_kind, params, param_root = row.data_parallel, 0, None
@@ -136,7 +140,21 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath) -> Traffic:
         ep_all_to_alls=batch.accum * moe_layers(m) * (6 if m.activation_checkpointing == "full" else 4)
         if spec.ep > 1
         else 0,
+        **(ring_traffic(m, activation, tp=tp, blocks=blocks) if cp > 1 else {}),
     )
+
+
+def ring_traffic(m: ModelConfig, activation: int, *, tp: int, blocks: int) -> dict:
+    """Traffic's context-parallel fields: one exchange holds keys and values of this rank's
+    sequence piece (`activation` bytes at d_model width) at their kv width, split over tp."""
+    kv = activation * kv_heads(m) // m.n_heads
+    share = 3 * attention_forward_flops_per_token(m) / hardware_flops_per_token(m)
+    return {
+        "cp_bytes": 2 * kv // tp,
+        "cp_layers": blocks,
+        "cp_recompute": m.activation_checkpointing == "full",
+        "attention_share": share,
+    }
 
 
 def norm_groups(spec: LayoutSpec, dp_kind: DataParallel, *, tp: int, pp: int) -> tuple[str, ...]:
@@ -160,12 +178,15 @@ def layout_shape(
     tree: bool = False,
     contention: float = 1.0,
     nvlink_domain: int = 0,
+    cp: int = 1,
+    shard: int = 0,
 ) -> Shape:
-    """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × tp × pp
-    with dp = batch.dp."""
-    if batch.dp * tp * pp != world_size:
+    """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × cp × tp
+    × pp with dp = batch.dp (hsdp: FSDP inside `shard` of the dp ranks)."""
+    if batch.dp * cp * tp * pp != world_size:
         raise ValueError(
-            f"shape: dp({batch.dp}) × tp({tp}) × pp({pp}) = {batch.dp * tp * pp} ≠ world_size {world_size}"
+            f"shape: dp({batch.dp}) × cp({cp}) × tp({tp}) × pp({pp}) = {batch.dp * cp * tp * pp} "
+            f"≠ world_size {world_size}"
         )
     return Shape(
         world_size=world_size,
@@ -174,6 +195,8 @@ def layout_shape(
         tp=tp,
         pp=pp,
         ep=spec.ep,
+        cp=cp,
+        shard=shard,
         global_batch=batch.global_batch,
         accum=batch.accum,
         bubble=bubble,
@@ -182,7 +205,7 @@ def layout_shape(
         nics_per_node=nics_per_node,
         tree=tree,
         nvlink_domain=nvlink_domain,
-        traffic=traffic(spec, tp=tp, pp=pp, batch=batch),
+        traffic=traffic(spec, tp=tp, pp=pp, batch=batch, cp=cp),
     )
 
 
@@ -196,7 +219,8 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
     what `launcher plan` predicts on presets. ConfigError (one line, the numbers) when the layout or
     the batch cannot split `world_size`. `numel`: the parameters of a model the config does not
     describe (a `_target_` model, counted on its module)."""
-    dp, tp, pp = layout_degrees(cfg, world_size)
+    degrees = trial_degrees(cfg, world_size)
+    dp, tp, pp = degrees.dp, degrees.tp, degrees.pp
     cfg = pipeline_batch(cfg, dp)  # a fixed global batch's pipeline micro-batches, at this size
     par, device = cfg.parallel, planned_device(cfg)
     spec = LayoutSpec(
@@ -222,4 +246,6 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         nics_per_node=cfg.cluster.nics_per_node or 1,
         tree=device == "cuda",
         nvlink_domain=nvlink_domain(cfg.cluster),
+        cp=degrees.cp,
+        shard=degrees.shard if traits(par.layout).replicate != Degree.none else 0,
     )

@@ -63,6 +63,10 @@ class Shape:
     """Pipeline degree."""
     ep: int = 1
     """Expert-parallel degree: consecutive dp ranks (borrowed from dp: not a factor of world_size)."""
+    cp: int = 1
+    """Context-parallel degree (ranks splitting each sequence, between pp and tp in the layout)."""
+    shard: int = 0
+    """hsdp: dp ranks in one FSDP shard group (dp ÷ shard replicas all-reduce across); 0: all of dp."""
     global_batch: int
     """Samples per optimizer step over the whole job."""
     accum: int = 1
@@ -89,10 +93,15 @@ class Shape:
         for name in ("world_size", "ranks_per_node", "dp", "tp", "pp", "global_batch", "accum", "nics_per_node"):
             if getattr(self, name) < 1:
                 raise ValueError(f"shape: {name} must be ≥ 1, got {getattr(self, name)}")
-        if self.dp * self.tp * self.pp != self.world_size:
+        if self.dp * self.cp * self.tp * self.pp != self.world_size:
+            cp = f"cp({self.cp}) × " if self.cp > 1 else ""
             raise ValueError(
-                f"shape: dp({self.dp}) × tp({self.tp}) × pp({self.pp}) = {self.dp * self.tp * self.pp} "
-                f"≠ world_size {self.world_size}"
+                f"shape: dp({self.dp}) × {cp}tp({self.tp}) × pp({self.pp}) = "
+                f"{self.dp * self.cp * self.tp * self.pp} ≠ world_size {self.world_size}"
+            )
+        if self.cp < 1 or self.shard < 0 or (self.shard and self.dp % self.shard):
+            raise ValueError(
+                f"shape: cp must be ≥ 1 and shard divide dp({self.dp}), got cp {self.cp}, shard {self.shard}"
             )
         if not 0.0 <= self.bubble < 1.0:
             raise ValueError(f"shape: bubble must be in [0, 1), got {self.bubble}")
@@ -117,12 +126,16 @@ class Shape:
 
     @property
     def groups(self) -> Groups:
-        """Ranks laid out dp × pp × tp, tp innermost (train/engines/base.py)."""
-        rpn = self.ranks_per_node
+        """Ranks laid out dp × pp × cp × tp, tp innermost (train/engines/base.py). FSDP's group
+        (`dp`) is dp × cp (the cp ranks hold the same parameters), inside one replica under hsdp."""
+        rpn, inner = self.ranks_per_node, self.cp * self.tp * self.pp
+        shard = self.shard or self.dp
         return Groups(
-            dp=group(self.dp, self.tp * self.pp, rpn),
+            dp=group(shard * self.cp, self.tp * self.pp, rpn),
             tp=group(self.tp, 1, rpn),
-            pp=group(self.pp, self.tp, rpn),
+            pp=group(self.pp, self.cp * self.tp, rpn),
+            cp=group(self.cp, self.tp, rpn),
+            replicate=group(self.dp // shard, shard * inner, rpn),
             ep=group(self.ep, self.tp * self.pp, rpn) if self.ep > 1 else None,
         )
 
@@ -219,6 +232,8 @@ class Prediction:
     """comm_s's pipeline sends."""
     ep_comm_s: float = 0.0
     """comm_s's expert-parallel all-to-alls (exposed in full)."""
+    cp_comm_s: float = 0.0
+    """comm_s's context-parallel ring (keys and values passed around the cp group)."""
     overhead_s: float
     """Fixed per-step overhead o."""
     rel_half_width: float
@@ -346,6 +361,7 @@ class PerfModel:
             tp_comm_s=terms.tp_exposed_s + u * (terms.tp_total_s - terms.tp_exposed_s),
             pp_comm_s=terms.pp_exposed_s,
             ep_comm_s=terms.ep_total_s,
+            cp_comm_s=terms.cp_exposed_s,
             overhead_s=self.overhead_s,
             rel_half_width=h,
         )

@@ -8,14 +8,14 @@ import pandas as pd
 from launcher.compute.flops import inactive_params, param_counts
 from launcher.config.derived import ranks_per_node
 from launcher.config.schema import LauncherConfig
-from launcher.layouts import LAYOUTS, DataParallel, traits
+from launcher.layouts import LAYOUTS, DataParallel, Degree, traits
 from launcher.perf.step import Prediction
 
 DOMINANT = {"comm_share": 0.50, "bubble_share": 0.30, "recompute_share": 0.25}
 """A term dominates a step above this share of it: exposed communication, the pipeline bubble,
 activation recompute."""
 NAMES = {"comm_share": "communication", "bubble_share": "the pipeline bubble", "recompute_share": "recompute"}
-COMM_PARTS = ("dp_comm_share", "tp_comm_share", "pp_comm_share", "ep_comm_share")
+COMM_PARTS = ("dp_comm_share", "tp_comm_share", "pp_comm_share", "cp_comm_share", "ep_comm_share")
 
 
 def term_shares(p: Prediction) -> dict[str, float]:
@@ -29,6 +29,8 @@ def term_shares(p: Prediction) -> dict[str, float]:
         "pp_comm_share": p.pp_comm_s / step,
         # Expert parallel's all-to-alls: a column only where a layout has them.
         **({"ep_comm_share": p.ep_comm_s / step} if p.ep_comm_s else {}),
+        # Only where a ring runs, so that the tables of the other layouts keep their columns.
+        **({"cp_comm_share": p.cp_comm_s / step} if p.cp_comm_s else {}),
     }
 
 
@@ -39,6 +41,8 @@ def _comm_remedy(row: pd.Series, layout: str, reshard: bool) -> str:
         return "tensor-parallel collectives: a smaller parallel.tp, kept inside a node"
     if part == "ep_comm_share":
         return "expert-parallel all-to-alls: a smaller parallel.ep, its group kept inside a node"
+    if part == "cp_comm_share":
+        return "the context-parallel ring: a smaller parallel.cp, its ranks kept inside a node"
     if part == "pp_comm_share":
         return "pipeline sends: fewer stages (parallel.pp) or larger micro-batches"
     if traits_ and traits_.data_parallel == DataParallel.fsdp and traits_.splits("pp") and reshard:
@@ -110,3 +114,24 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
         "dense block's as wide as a token's experts together (no router or dispatch buffers); attention as "
         "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled)"
     )
+
+
+def layout_lines(cfg: LauncherConfig) -> list[str]:
+    """The footer's assumptions of the hsdp and context-parallel terms (perf/overlap.py, ring.py)."""
+    row, par, lines = traits(cfg.parallel.layout), cfg.parallel, []
+    if row.replicate != Degree.none:
+        shard = f"{par.shard}" if par.shard else f"the {ranks_per_node(cfg.cluster)} GPUs of a node (parallel.shard=0)"
+        lines.append(
+            f"hsdp: FSDP inside shard groups of {shard}, their all-gathers and reduce-scatters on the links the "
+            "group spans; each gradient shard then all-reduced across the dp ÷ shard replicas (the inter-node "
+            "link once they sit on other nodes), hidden under backward as the reduce-scatters are; parameters, "
+            "gradients and optimizer state ÷ shard"
+        )
+    if row.splits("cp"):
+        lines.append(
+            f"cp: each sequence split over parallel.cp={par.cp} GPUs: activations ÷ {par.cp}; torch's ring "
+            "attention sends this rank's keys and values per layer (cp − 1 exchanges forward, 2·cp − 1 with their "
+            "gradients backward), each overlapped with one ring step's attention and exposed where it outlasts it; "
+            "no collective of its own for gradients: FSDP shards and reduces over dp × cp"
+        )
+    return lines

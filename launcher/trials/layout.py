@@ -5,12 +5,15 @@ launcher/config/validate_layout.py). Pure; no torch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from launcher.compute.flops import ffn_width
 from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ParallelConfig
 from launcher.config.validate_layout import check_byo_layout, set_degrees
 from launcher.layouts import Degree, traits
+from launcher.trials.cp_hsdp import check_cp, hsdp_shard
 
 
 def virtual_stages(par: ParallelConfig) -> int:
@@ -28,25 +31,57 @@ def pipeline_bubble(pp: int, microbatches: int, virtual: int = 1) -> float:
     return (pp - 1) / (virtual * microbatches + pp - 1)
 
 
+@dataclass(kw_only=True, frozen=True)
+class Degrees:
+    """A trial's degrees: world size = dp × cp × tp × pp."""
+
+    dp: int
+    """Data-parallel degree (replicas of the batch split)."""
+    tp: int
+    """Tensor-parallel degree."""
+    pp: int
+    """Pipeline degree."""
+    cp: int = 1
+    """Context-parallel degree (ranks splitting each sequence)."""
+    shard: int
+    """FSDP shard group size: dp, or under hsdp parallel.shard (replicate = dp ÷ shard)."""
+
+    @property
+    def replicate(self) -> int:
+        """HSDP replicas, all-reducing the shard across them: dp ÷ shard."""
+        return self.dp // self.shard
+
+
 def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]:
-    """(dp, tp, pp) of `cfg.parallel.layout` at `world_size`, with every impossibility as one
+    """(dp, tp, pp) of `cfg.parallel.layout` at `world_size` (trial_degrees has cp and shard too),
+    with every impossibility as one ConfigError line carrying the numbers."""
+    d = trial_degrees(cfg, world_size)
+    return d.dp, d.tp, d.pp
+
+
+def trial_degrees(cfg: LauncherConfig, world_size: int) -> Degrees:
+    """The degrees of `cfg.parallel.layout` at `world_size`, with every impossibility as one
     ConfigError line carrying the numbers."""
     par = cfg.parallel
     layout, row = par.layout, traits(par.layout)
-    beyond = [d for d in ("cp", "replicate") if getattr(row, d) != Degree.none]  # ep: expert_degree
-    if beyond:  # the table has room for them; a trial has no degree of them yet
-        raise ConfigError(f"parallel.layout={layout} splits {', '.join(beyond)}, which trials do not run yet")
     tp, pp = set_degrees(par)
-    if world_size % (tp * pp):
+    cp = par.cp if row.cp == Degree.set else 1
+    if world_size % (tp * pp * cp):
         raise ConfigError(
-            f"world size {world_size} is not a multiple of {_product(par, tp, pp)}; dp × tp × pp must "
-            f"equal the world size: pick sizes that are multiples of {tp * pp}"
+            f"world size {world_size} is not a multiple of {_product(par, tp, pp, cp)}; dp × "
+            f"{'cp × ' if row.splits('cp') else ''}tp × pp must equal the world size: pick sizes that are "
+            f"multiples of {tp * pp * cp}"
         )
     # One dimension (dp, or under no data parallelism tp or pp) takes what the set degrees leave.
-    degree = {"dp": 1, "tp": tp, "pp": pp} | {row.follows_world: world_size // (tp * pp)}
+    degree = {"dp": 1, "tp": tp, "pp": pp} | {row.follows_world: world_size // (tp * pp * cp)}
     dp, tp, pp = degree["dp"], degree["tp"], degree["pp"]
     if cfg.model._target_ is not None:
         check_byo_layout(cfg.model._target_, par)
+        if row.byo_engine is None and not row.splits("cp"):  # cp's own message says why (check_cp)
+            raise ConfigError(
+                f"parallel.layout={layout} runs built-in models only; model._target_={cfg.model._target_!r} "
+                "runs under parallel=fsdp or ddp"
+            )
         if row.splits("pp"):
             _check_stage_count(par, world_size, pp)
     elif par.pp_split:
@@ -58,7 +93,9 @@ def layout_degrees(cfg: LauncherConfig, world_size: int) -> tuple[int, int, int]
         _check_pipeline(pipeline_batch(cfg, dp), pp, _microbatches_source(cfg, dp))
     if (tp > 1 or row.splits("tp")) and cfg.model._target_ is None:
         _check_tp(cfg, tp)
-    return dp, tp, pp
+    if row.splits("cp"):
+        check_cp(cfg, cp, tp)
+    return Degrees(dp=dp, tp=tp, pp=pp, cp=cp, shard=hsdp_shard(cfg, dp) if row.replicate != Degree.none else dp)
 
 
 def _check_stage_count(par: ParallelConfig, world_size: int, pp: int) -> None:
@@ -78,12 +115,13 @@ def _check_stage_count(par: ParallelConfig, world_size: int, pp: int) -> None:
     )
 
 
-def _product(par: ParallelConfig, tp: int, pp: int) -> str:
+def _product(par: ParallelConfig, tp: int, pp: int, cp: int = 1) -> str:
     """The degrees a world size must be a multiple of, as the user set them."""
-    dims, value = traits(par.layout).set_dims, {"tp": tp, "pp": pp}
+    dims, value = traits(par.layout).set_dims, {"tp": tp, "pp": pp, "cp": cp}
     if len(dims) == 1:
         return f"parallel.{dims[0]}={value[dims[0]]}"
-    return f"{' × '.join(f'parallel.{d}' for d in dims)} = {' × '.join(str(value[d]) for d in dims)} = {tp * pp}"
+    product = " × ".join(str(value[d]) for d in dims)
+    return f"{' × '.join(f'parallel.{d}' for d in dims)} = {product} = {tp * pp * cp}"
 
 
 def _microbatches_source(cfg: LauncherConfig, dp: int) -> str:

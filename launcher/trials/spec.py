@@ -16,7 +16,7 @@ from launcher.config.schema import LauncherConfig, SweepConfig
 from launcher.config.validate import AUTO_FIRST_REPEATS, parse_repeats
 from launcher.config.validate_precision import check_fp8_layout, check_precision_device
 from launcher.layouts import traits
-from launcher.trials.layout import expert_degree, layout_degrees
+from launcher.trials.layout import expert_degree, trial_degrees
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -39,6 +39,11 @@ class Trial:
     """Pipeline-parallel degree."""
     ep: int = 1
     """Expert-parallel degree (fsdp_ep: parallel.ep, borrowed from dp; 1 elsewhere)."""
+    cp: int = 1
+    """Context-parallel degree (ranks splitting each sequence); world size = dp × cp × tp × pp."""
+    shard: int = 0
+    """FSDP shard group size: dp, or under hsdp parallel.shard (replicate = dp ÷ shard); 0 in a
+    document written before it existed, read as dp."""
     micro: int
     """Samples per rank per micro-step."""
     accum: int
@@ -66,6 +71,15 @@ class Trial:
     checkpoint_every: int = 0
     """Save a checkpoint every this many steps (0: only on USR1)."""
 
+    def __post_init__(self) -> None:
+        if not self.shard:
+            object.__setattr__(self, "shard", self.dp)
+
+    @property
+    def replicate(self) -> int:
+        """HSDP replicas (dp ÷ shard); 1 without HSDP."""
+        return self.dp // self.shard
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -82,7 +96,8 @@ def make_trial(
     variant: str = "",
 ) -> Trial:
     """One trial at `world_size`; ConfigError if this size cannot run this config."""
-    dp, tp, pp = layout_degrees(cfg, world_size)
+    degrees = trial_degrees(cfg, world_size)
+    dp, tp, pp = degrees.dp, degrees.tp, degrees.pp
     run = pipeline_batch(cfg, dp)
     math_ = batch_math(run.batch, dp)
     name = f"{index:03d}-{variant}-ws{world_size}" if variant else f"{index:03d}-ws{world_size}"
@@ -95,7 +110,9 @@ def make_trial(
         dp=dp,
         tp=tp,
         pp=pp,
-        ep=expert_degree(cfg, dp),
+        ep=expert_degree(cfg, degrees.dp),
+        cp=degrees.cp,
+        shard=degrees.shard,
         micro=math_.micro,
         accum=math_.accum,
         microbatches=run.parallel.microbatches if traits(cfg.parallel.layout).splits("pp") else 1,

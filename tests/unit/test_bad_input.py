@@ -78,7 +78,7 @@ CASES = [
     (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16, fp8; set e.g. precision=auto"),
     (
         ["model=nope"],
-        "model=nope is not a recipe in {recipes}/model; available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, target, tiny_gpt, tiny_llama, tiny_moe",
+        "model=nope is not a recipe in {recipes}/model; available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, target, tiny_gpt, tiny_llama, tiny_moe",
     ),
     (
         ["batch.micro=["],
@@ -149,7 +149,7 @@ CASES = [
     ),
     (
         ["parallel.layout=zero9"],
-        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep; set e.g. parallel.layout=ddp",
+        "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep, hsdp, fsdp_cp, fsdp_tp_cp, fsdp_tp_pp_cp; set e.g. parallel.layout=ddp",
     ),
     (["cluster.device_name=[1]"], "cluster.device_name=[1] must be a string; e.g. cluster.device_name=cpu"),
     (
@@ -176,7 +176,7 @@ CASES = [
     (["batch=[1]"], "batch=[1]: a config group takes one option name, e.g. batch=default; options: default"),
     (
         ["parallel={a:1}"],
-        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp",
+        "parallel={{a:1}}: a config group takes one option name, e.g. parallel=ddp; options: ddp, ddp_ep, dp_pp, fsdp, fsdp_cp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_cp, fsdp_tp_pp, fsdp_tp_pp_cp, hsdp, pipeline, tp",
     ),
     (
         ["batch.global_batch=24"],

@@ -37,7 +37,10 @@ def test_cfg_with_bad_input_is_one_line_exit_2(capsys):
 def test_info_lists_groups_options_and_defaults(argv, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "  parallel: ddp*, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp" in out
+    assert (
+        "  parallel: ddp*, ddp_ep, dp_pp, fsdp, fsdp_cp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_cp, fsdp_tp_pp, "
+        "fsdp_tp_pp_cp, hsdp, pipeline, tp" in out
+    )
     assert "Defaults: model=tiny_gpt parallel=ddp" in out
 
 

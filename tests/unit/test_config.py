@@ -96,7 +96,7 @@ def test_strings_in_a_document_are_text_never_interpolations(value):
         (
             {"parallel": {"layout": "zero9"}},
             "parallel.layout='zero9' is not one of ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, "
-            "fsdp_ep, ddp_ep; set "
+            "fsdp_ep, ddp_ep, hsdp, fsdp_cp, fsdp_tp_cp, fsdp_tp_pp_cp; set "
             "e.g. parallel.layout=ddp",
         ),
         ({"batch": {"micro": "abc"}}, "batch.micro='abc' must be an integer; e.g. batch.micro=8"),
@@ -171,9 +171,10 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
     monkeypatch.delenv("LAUNCHER_RECIPES", raising=False)
     assert groups_text() == (
         f"Config groups in {PACKAGED_RECIPES} (choose with group=option; * marks the default):\n"
-        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
         "target, tiny_gpt*, tiny_llama, tiny_moe\n"
-        "  parallel: ddp*, ddp_ep, dp_pp, fsdp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_pp, pipeline, tp\n"
+        "  parallel: ddp*, ddp_ep, dp_pp, fsdp, fsdp_cp, fsdp_ep, fsdp_pp, fsdp_tp, fsdp_tp_cp, fsdp_tp_pp, "
+        "fsdp_tp_pp_cp, hsdp, pipeline, tp\n"
         "  batch:    default*\n"
         "  optim:    adamw*, sgd\n"
         "  data:     dataset, file, synthetic*\n"
@@ -196,7 +197,7 @@ def test_groups_text_marks_the_users_options_beside_the_bundled_ones(tmp_path):
         "(choose with group=option; * marks the default):\n"
     )
     assert (
-        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
         "my_gpt+, target, tiny_gpt*, tiny_llama, tiny_moe\n" in text
     )
     assert "  batch:    default*+\n" in text and "  parallel: ddp*, ddp_ep, dp_pp, fsdp," in text

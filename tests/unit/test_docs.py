@@ -318,6 +318,21 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
             "--output",
         ),
     ),
+    "launcher plan model=llama3_70b cluster=example_gpu_site parallel=hsdp parallel.shard=64 "
+    "model.activation_checkpointing=full batch.micro=1": Ran(
+        tests=("test_layouts_hsdp_cp.py::test_plan_of_hsdp_predicts_and_states_its_assumptions",),
+        args=("model=llama3_70b", "cluster=example_gpu_site", "parallel=hsdp", "parallel.shard=64"),
+    ),
+    "launcher plan model=llama3_70b cluster=example_gpu_site parallel=fsdp_tp_cp parallel.cp=2 parallel.tp=8 "
+    "model.activation_checkpointing=full batch.micro=1": Ran(
+        tests=("test_layouts_hsdp_cp.py::test_plan_of_context_parallel_predicts_and_states_its_assumptions",),
+        args=("model=llama3_70b", "parallel=fsdp_tp_cp", "parallel.cp=2", "parallel.tp=8"),
+    ),
+    "launcher plan model=llama3_405b cluster=example_gpu_site parallel=fsdp_tp_pp_cp parallel.tp=8 parallel.pp=14 "
+    "parallel.cp=2 parallel.microbatches=14 model.activation_checkpointing=full batch.micro=14": Ran(
+        tests=("test_layouts_hsdp_cp.py::test_plan_of_llama_405b_in_its_four_d_layout",),
+        args=("model=llama3_405b", "parallel=fsdp_tp_pp_cp", "parallel.pp=14", "parallel.microbatches=14"),
+    ),
     "launcher plan model=gpt_1_3b parallel=fsdp,fsdp_tp parallel.tp=2 cluster=example_gpu_site --gpus 8..1024": Ran(
         tests=("test_plan_search.py::test_comma_values_plan_each_combination_in_one_table",),
         args=("parallel=fsdp,fsdp_tp", "parallel.tp=2", "8..1024"),

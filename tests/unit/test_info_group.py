@@ -21,7 +21,10 @@ def test_info_parallel_prints_every_field_its_type_default_and_doc(capsys):
         assert docs[f.name], f.name  # schema.py documents every field
         assert "\n".join(f"      {line}" for line in docs[f.name].splitlines()) in out, f.name
     lines = out.splitlines()
-    layouts = "ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep"
+    layouts = (
+        "ddp, fsdp, pipeline, tp, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, fsdp_ep, ddp_ep, hsdp, fsdp_cp, fsdp_tp_cp, "
+        "fsdp_tp_pp_cp"
+    )
     assert f"  parallel.layout: Layout ({layouts}) = ddp" in lines
     assert "  parallel.tp: int | None = null" in lines
     assert "  parallel.reshard_after_forward: bool = true" in lines

@@ -66,7 +66,8 @@ def test_the_search_tries_ep_for_a_moe_model_only_and_no_layout_that_cannot_run_
     moe = compose_config(["model=tiny_moe", "cluster=example_gpu_site"])
     found = {(c.layout, c.ep) for c in candidates(moe, 8)}
     assert {("fsdp_ep", 2), ("fsdp_ep", 4), ("ddp_ep", 2), ("ddp", 1), ("fsdp", 1)} <= found
-    assert not {layout for layout, _ in found} - {"ddp", "fsdp", "fsdp_ep", "ddp_ep"}
+    # hsdp: the fsdp engine on a 2-D mesh, whole blocks as under fsdp
+    assert not {layout for layout, _ in found} - {"ddp", "fsdp", "hsdp", "fsdp_ep", "ddp_ep"}
     dense = compose_config(["model=tiny_llama", "cluster=example_gpu_site"])
     assert not {"fsdp_ep", "ddp_ep"} & {c.layout for c in candidates(dense, 8)}
 

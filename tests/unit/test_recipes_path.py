@@ -81,7 +81,7 @@ def test_info_marks_the_users_options(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"in {mine} (marked +) and the bundled {PACKAGED_RECIPES} " in out
     assert (
-        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "  model:    deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
         "my_gpt+, target, tiny_gpt*, tiny_llama, tiny_moe\n" in out
     )
 
@@ -90,7 +90,7 @@ def test_an_unknown_option_lists_both_folders(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=nope"], capsys) == (
         f"model=nope is not a recipe in {mine / 'model'} or {PACKAGED_RECIPES / 'model'}; "
-        "available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
         "my_gpt, target, tiny_gpt, tiny_llama, tiny_moe"
     )
 
@@ -133,6 +133,6 @@ def test_a_group_given_a_list_is_one_line(tmp_path, capsys):
     mine = recipe_folder(tmp_path, {"model/my_gpt.yaml": MY_GPT})
     assert refused(["sweep", "--recipes", str(mine), "model=[my_gpt]"], capsys) == (
         "model=[my_gpt]: a config group takes one option name, e.g. model=tiny_gpt; "
-        "options: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
+        "options: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, "
         "my_gpt, target, tiny_gpt, tiny_llama, tiny_moe"
     )

@@ -2,7 +2,7 @@
 
 The loop is layout-agnostic: it feeds each optimizer step's micro-batches to an Engine, steps
 the optimizer on the Engine's parameters, and asks the Engine for full parameters (parity) and
-layout metrics (bubble, collective time). Ranks are laid out dp × pp × tp, tp innermost.
+layout metrics (bubble, collective time). Ranks are laid out dp × pp × cp × tp, tp innermost.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from launcher.config.schema import LauncherConfig
+from launcher.layouts import Degree, traits
 from launcher.train.dist import mesh_group_options
 from launcher.trials.spec import Trial
 
@@ -33,15 +34,27 @@ class Topology:
     rank: int
     """Global rank."""
     mesh: Any
-    """DeviceMesh of shape (dp, pp, tp), dims named "dp", "pp", "tp"."""
+    """DeviceMesh of shape (dp, pp, tp), dims named "dp", "pp", "tp"; (dp, pp, cp, tp) with a "cp"
+    dim where cp > 1."""
+    cp: int = 1
+    """Context-parallel degree (ranks splitting each sequence; they read the same samples)."""
+    shard: int = 0
+    """FSDP shard group size under hsdp (replicate = dp ÷ shard); 0: the whole dp dimension."""
+    fsdp_mesh: Any = None
+    """The mesh FSDP shards over: the "dp" dim; "dp" and "cp" flattened ("dp_cp") where cp > 1
+    (a cp rank holds its own piece of the sequence, not of the model); (replicate, shard) under hsdp."""
 
     @property
     def dp_rank(self) -> int:
-        return self.rank // (self.pp * self.tp)
+        return self.rank // (self.pp * self.cp * self.tp)
 
     @property
     def pp_rank(self) -> int:
-        return (self.rank // self.tp) % self.pp
+        return (self.rank // (self.cp * self.tp)) % self.pp
+
+    @property
+    def cp_rank(self) -> int:
+        return (self.rank // self.tp) % self.cp
 
     @property
     def tp_rank(self) -> int:
@@ -51,10 +64,21 @@ class Topology:
     def build(cls, trial: Trial, rank: int, device: torch.device, *, timeout_s: float) -> Topology:
         """The (dp, pp, tp) mesh over the initialised world; every group it creates waits at most
         `timeout_s` (cluster.pg_timeout_s) in a collective, as the world group does."""
-        shape = (trial.dp, trial.pp, trial.tp)
-        override = mesh_group_options(shape, ("dp", "pp", "tp"), timeout_s)
-        mesh = init_device_mesh(device.type, shape, mesh_dim_names=("dp", "pp", "tp"), backend_override=override)
-        return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh)
+        cp, shard = getattr(trial, "cp", 1), getattr(trial, "shard", 0) or trial.dp
+        names = ("dp", "pp", "cp", "tp") if cp > 1 else ("dp", "pp", "tp")  # no cp groups where none split
+        shape = (trial.dp, trial.pp, cp, trial.tp) if cp > 1 else (trial.dp, trial.pp, trial.tp)
+        override = mesh_group_options(shape, names, timeout_s)
+        mesh = init_device_mesh(device.type, shape, mesh_dim_names=names, backend_override=override)
+        if cp > 1:
+            flat = mesh_group_options((trial.dp * cp,), ("dp_cp",), timeout_s).get("dp_cp")
+            fsdp_mesh = mesh["dp", "cp"]._flatten("dp_cp", backend_override=flat)
+        elif traits(getattr(trial, "layout", "ddp")).replicate != Degree.none:
+            hsdp = (trial.dp // shard, shard)
+            options = mesh_group_options(hsdp, ("replicate", "shard"), timeout_s)
+            fsdp_mesh = mesh["dp"]._unflatten(0, hsdp, ("replicate", "shard"), backend_override=options)
+        else:
+            fsdp_mesh = mesh["dp"]
+        return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh, cp=cp, shard=shard, fsdp_mesh=fsdp_mesh)
 
 
 def autocast(cfg: LauncherConfig, device: torch.device):

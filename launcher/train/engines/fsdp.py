@@ -1,6 +1,8 @@
 """Fully sharded data parallel (FSDP2 `fully_shard`), alone (layout fsdp) or over tensor
 parallel (layout fsdp_tp: TP on the "tp" mesh dim first, then FSDP over the "dp" dim — the 2-D
-pattern of torchtitan).
+pattern of torchtitan); as HSDP (layout hsdp: a (replicate, shard) mesh, FSDP2 shards inside a
+shard group and all-reduces across replicas); with context parallelism (fsdp_cp, fsdp_tp_cp: each
+sequence split over the "cp" dim, engines/context_parallel.py, and FSDP over dp × cp).
 
 Each block is one FSDP unit and the root holds the rest (embeddings, final norm, head). Its
 parameters are all-gathered before its forward (and again before its backward when
@@ -63,8 +65,11 @@ class FSDPEngine(Engine):
         self.tensor_parallel = traits(cfg.parallel.layout).splits("tp")  # fsdp_tp
         self.reshard = bool(cfg.parallel.reshard_after_forward)
         self.sync_each = bool(cfg.parallel.fsdp_sync_each_microstep)
-        self.dp_mesh = topo.mesh["dp"]
-        self.group = self.dp_mesh.get_group()
+        self.dp_mesh = topo.fsdp_mesh if topo.fsdp_mesh is not None else topo.mesh["dp"]
+        self.hsdp = self.dp_mesh.ndim == 2  # (replicate, shard)
+        # The group FSDP's all-gathers and reduce-scatters run on: the shard group under hsdp.
+        self.group = self.dp_mesh["shard"].get_group() if self.hsdp else self.dp_mesh.get_group()
+        self.cp_mesh = topo.mesh["cp"] if topo.cp > 1 else None
         self.param_dtype = PARAM_DTYPES[cfg.precision]
         if self.tensor_parallel:
             apply_tensor_parallel(model, topo.mesh["tp"])
@@ -108,12 +113,29 @@ class FSDPEngine(Engine):
             loss.backward()
             return loss.detach()
         x, y = batch[:, :-1], batch[:, 1:]
+        if self.cp_mesh is not None:
+            return self._cp_micro_step(x, y, accum)
         logits = self.model(x)  # MixedPrecisionPolicy casts parameters; no autocast needed
         with loss_parallel() if self.tensor_parallel else nullcontext():
             ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
             loss = (ce + aux_loss(self.model)) / accum  # aux: a MoE model's load-balancing loss, else 0
             loss.backward()
         return local_scalar(loss)
+
+    def _cp_micro_step(self, x: torch.Tensor, y: torch.Tensor, accum: int) -> torch.Tensor:
+        """Forward and backward on this cp rank's equal piece of every sequence. The mean over the
+        whole sequence is the mean of the cp pieces' means, so FSDP's average over dp × cp is the
+        reference's gradient; the loss shown is that mean (a sum over the cp group ÷ cp)."""
+        from launcher.train.engines.context_parallel import sequence_shards  # lazy: torch's CP only where cp runs
+
+        with sequence_shards(self.cp_mesh, x, y) as (x, y):
+            logits = self.model(x)
+            with loss_parallel() if self.tensor_parallel else nullcontext():
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)) / accum
+                loss.backward()
+        loss = local_scalar(loss).clone()
+        dist.all_reduce(loss, group=self.cp_mesh.get_group())
+        return loss / self.cp_mesh.size()
 
     def forward_backward(self, micro_batches):
         accum = len(micro_batches)
@@ -157,6 +179,10 @@ class FSDPEngine(Engine):
             tp_s, count = tp_collective_seconds(self)
             out |= {"tp": self.topo.tp, "tp_collective_time_s": tp_s, "tp_collectives_per_step": count}
             fsdp_s += tp_s
+        if self.hsdp:
+            out |= {"shard": self.dp_mesh["shard"].size(), "replicate": self.dp_mesh["replicate"].size()}
+        if self.cp_mesh is not None:
+            out["cp"] = self.cp_mesh.size()
         out["collective_time_s"] = fsdp_s
         return out
 
@@ -181,7 +207,15 @@ class FSDPEngine(Engine):
                 2 if self.reshard and not is_root else 1
             )
             ops[("_reduce_scatter_base_", numel, torch.float32)] += self._accum if self.sync_each else 1
-        return replay_seconds(ops, self.group, self.device)
+        seconds = replay_seconds(ops, self.group, self.device)
+        if self.hsdp and self.dp_mesh["replicate"].size() > 1:
+            # HSDP: after each reduce-scatter, the gradient shard is all-reduced across the replicas.
+            shards = [math.ceil(numel / self.group.size()) for numel in self.unit_numels]
+            replicas = self.dp_mesh["replicate"].get_group()
+            grad = torch.zeros(sum(shards), dtype=torch.float32, device=self.device)
+            per_sync = time_collective(replicas, self.device, lambda: dist.all_reduce(grad, group=replicas))
+            seconds += per_sync * (self._accum if self.sync_each else 1)
+        return seconds
 
 
 def time_collective(group, device: torch.device, collective) -> float:

@@ -32,6 +32,7 @@ happens only in the last schedule step of an optimizer step. The stage subclass 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -188,7 +189,7 @@ class PipelineEngine(Engine):
             apply_tensor_parallel(mod, self.topo.mesh["tp"])
         self._stage_numel += sum(local_numel(p) for p in mod.parameters())
         if self.fsdp:
-            mesh, reshard = self.topo.mesh["dp"], self.cfg.parallel.reshard_after_forward
+            mesh, reshard = self.topo.fsdp_mesh, self.cfg.parallel.reshard_after_forward  # dp × cp under cp
             # As plain fsdp (fsdp.py): parameters gathered and computed in the run's precision
             # (bf16 all-gathers move half the bytes of fp32), gradients reduced in fp32.
             mp = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[self.cfg.precision], reduce_dtype=torch.float32)
@@ -231,22 +232,39 @@ class PipelineEngine(Engine):
         total = torch.zeros((), device=self.device)
         for k, batch in enumerate(micro_batches):
             batch = batch.to(self.device, non_blocking=True)
-            x, y = batch[:, :-1], batch[:, 1:]
-            if not self._activation_numel:
-                # Under TP each send carries this rank's sequence shard (module docstring).
-                self._activation_numel = (x.shape[0] // self.m) * x.shape[1] * self.cfg.model.d_model // self.topo.tp
             self._state.sync_grads = k == accum - 1
             losses: list[torch.Tensor] = []
-            args = (x,) if self.has_first else ()
-            kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.has_last else {}
             # The last stage's loss and its backward run inside step(): the vocabulary-parallel
             # cross-entropy needs loss_parallel around both.
-            with loss_parallel() if self.tensor_parallel else nullcontext():
+            with loss_parallel() if self.tensor_parallel else nullcontext(), self._pieces(batch) as (x, y):
+                if not self._activation_numel:
+                    # Under TP each send carries this rank's sequence shard (module docstring).
+                    self._activation_numel = (
+                        (x.shape[0] // self.m) * x.shape[1] * self.cfg.model.d_model // self.topo.tp
+                    )
+                args = (x,) if self.has_first else ()
+                kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.has_last else {}
                 self.schedule.step(*args, return_outputs=False, **kwargs)
             if self.has_last:
                 total += torch.stack([local_scalar(loss) for loss in losses]).sum()
         self._state.sync_grads = True
+        if self.has_last and self.topo.cp > 1:  # the mean over the cp ranks' equal pieces of each sequence
+            dist.all_reduce(total, group=self.topo.mesh["cp"].get_group())
+            total /= self.topo.cp
         return total if self.has_last else None
+
+    @contextmanager
+    def _pieces(self, batch: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Inputs and labels of `batch`; under context parallel (fsdp_tp_pp_cp) this cp rank's pieces of
+        every sequence, SDPA running as ring attention for the schedule step (engines/context_parallel.py)."""
+        x, y = batch[:, :-1], batch[:, 1:]
+        if self.topo.cp == 1:
+            yield x, y
+            return
+        from launcher.train.engines.context_parallel import sequence_shards  # lazy: torch's CP only where cp runs
+
+        with sequence_shards(self.topo.mesh["cp"], x, y) as pieces:
+            yield pieces
 
     def measure_bubble(self, steps: int = BUBBLE_STEPS) -> None:
         """The instrumented pass: `steps` more optimizer steps' forward and backward on the last

@@ -9,7 +9,7 @@ from torch import nn
 from launcher.compute.flops import expert_width, ffn_width, kv_heads
 from launcher.config.schema import ModelConfig
 from launcher.train.models.byo import build_target, is_byo, reference_values
-from launcher.train.models.common import CausalSelfAttention, PreNormBlock
+from launcher.train.models.common import CausalSelfAttention, PreNormBlock, positions
 from launcher.train.models.gpt import Block, FeedForward, MLPBlock
 from launcher.train.models.init import initial_value, materialise, param_seed
 from launcher.train.models.llama import LlamaBlock, RMSNorm, SwiGLU
@@ -85,7 +85,7 @@ def embed(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     x = model.tok_emb(idx)
     if model.pos_emb is None:
         return x
-    return x + model.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+    return x + model.pos_emb(positions(idx.shape[1], idx.device))
 
 
 def build_model(cfg: ModelConfig, *, seed: int | None = None) -> nn.Module:

@@ -4,10 +4,22 @@ values), the pre-norm residual block, and activation checkpointing."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+SEQUENCE_POSITIONS: ContextVar[torch.Tensor | None] = ContextVar("sequence_positions", default=None)
+"""The global positions of the tokens this rank holds, where they are not 0..t−1: under context
+parallelism each rank holds a piece of every sequence (engines/context_parallel.py sets it)."""
+
+
+def positions(t: int, device: torch.device) -> torch.Tensor:
+    """Positions of a sequence of `t` tokens: SEQUENCE_POSITIONS where set, else 0..t−1."""
+    held = SEQUENCE_POSITIONS.get()
+    return torch.arange(t, device=device) if held is None else held.to(device)
 
 
 def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
@@ -18,7 +30,7 @@ def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
     (a meta-built model materialises parameters only)."""
     t, head_dim = x.shape[-2], x.shape[-1]
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(t, device=x.device, dtype=torch.float32), inv_freq).repeat(1, 2)
+    angles = torch.outer(positions(t, x.device).float(), inv_freq).repeat(1, 2)
     cos, sin = angles.cos(), angles.sin()
     half = head_dim // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
