@@ -169,3 +169,18 @@ def test_the_plan_footer_states_the_fp8_split_and_the_nvlink_domain():
         "layers) at the GB200 dense fp8 peak 5e+15, the rest (attention core, head, norms) at its bf16 peak 2.5e+15)"
     ) in source
     assert "4 devices per node, NVLink domains of 72 GPUs;" in source
+
+
+def test_a_context_parallel_ring_inside_an_nvlink_domain_sends_on_nvlink():
+    from launcher.perf.comm import Traffic
+    from launcher.perf.ring import ring_s
+
+    t = Traffic(cp_bytes=10**9, cp_layers=1, attention_share=0.5)
+    g = group(8, 1, 4)  # cp 8 over 2 nodes of 4
+    nvlink, ib = LINKS["nvlink5"], LINKS["ib_xdr"]
+    inside = ring_s(t, g, Topology(ranks_per_node=4, nics_per_node=4, nvlink_domain=72), nvlink, ib, pass_s=0.0)
+    alone = ring_s(t, g, Topology(ranks_per_node=4, nics_per_node=4), nvlink, ib, pass_s=0.0)
+    # No compute to hide behind: (n−1) + (2n−1) = 22 sends of 1 GB, on NVLink 5 (740 GB/s, 3 µs) in the domain,
+    # across nodes at one NIC's share (90 GB/s × 4/4, 5 µs) without it.
+    assert inside[0] == pytest.approx(22 * (1e9 / 740e9 + 3e-6), rel=1e-12)
+    assert alone[0] == pytest.approx(22 * (1e9 / 90e9 + 5e-6), rel=1e-12)
