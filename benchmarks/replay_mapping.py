@@ -7,6 +7,10 @@ data parallel with its distributed optimizer and DeepSpeed's ZeRO-1 reduce-scatt
 all-gather parameters once, one all-reduce's bytes, which is FSDP without resharding after
 forward (`parallel.reshard_after_forward=false`, ≈ ZeRO-2), so their tp/pp rows become
 fsdp_tp / fsdp_tp_pp that way; plain data parallel stays ddp, and with pp only it is dp_pp.
+Issue 24's layouts: HSDP rows are `parallel=hsdp` sharded within a node (`parallel.shard`); a row with
+context parallel (cp > 1) takes the `_cp` layout of the one it maps to (fsdp_cp, fsdp_tp_cp,
+fsdp_tp_pp_cp; Megatron's plain data parallel with cp is fsdp_cp without resharding); expert-parallel
+rows are fsdp_ep with `parallel.ep` and the MoE model fields; fp8 rows are `precision=fp8`.
 
 What a source's trainer keeps in memory unlike the built-in one (config/schema_trainer.py) is set
 where its configuration says so (TRAINERS, FUSED_RMSNORM, TORCHTITAN_SELECTIVE, DEVICE_MEMORY), so
@@ -31,13 +35,20 @@ LAYOUTS: dict[str, tuple[str, bool | None, str]] = {
     "zero1_tp_pp": ("fsdp_tp_pp", False, "DeepSpeed ZeRO-1 × TP × PP: one all-reduce's bytes"),
     "fsdp_tp": ("fsdp_tp", True, "FSDP × TP"),
     "fsdp_tp_pp": ("fsdp_tp_pp", True, "FSDP × TP × PP"),
+    "fsdp_ep": ("fsdp_ep", True, "FSDP × expert parallel (`parallel.ep` of the dp ranks)"),
 }
 SYNC_EACH_MICROSTEP = {"fsdp", "zero2", "fsdp_tp"}
 """Source layouts whose FSDP reduce-scatters after every accumulation micro-step: Composer (llm-foundry)
 wraps no FSDP model in `no_sync` (composer/trainer/dist_strategy.py ddp_sync_context returns early for
 anything but DDP), and torchtitan's FSDP2 keeps gradient sync on. Megatron's rows keep a whole
 gradient buffer however they reduce, which the launcher's default (sync at the last micro-step) models."""
-NOT_EXPRESSIBLE = {"hsdp": "HSDP (shard in node, replicate across nodes) has no launcher layout"}
+HSDP = {"hsdp": ("hsdp", True, "HSDP (HYBRID_SHARD): FSDP within a shard group of one node's GPUs, replicated across")}
+"""Source layouts sharded within a group and replicated across: `parallel=hsdp parallel.shard=<GPUs per node>`."""
+WITH_CP = {"fsdp": "fsdp_cp", "fsdp_tp": "fsdp_tp_cp", "fsdp_tp_pp": "fsdp_tp_pp_cp"}
+"""The launcher layout a row with context parallel (cp > 1) takes, by the layout its source layout maps to
+(Megatron's data parallel with cp averages gradients over dp × cp, as FSDP over dp × cp does: ddp → fsdp_cp)."""
+CP_OF_DP = {"ddp": ("fsdp", False)}
+"""Plain data parallel rows with cp: Megatron's distributed optimizer over dp × cp, one all-reduce's bytes."""
 # (pattern in the row's interconnect text, inter_link, NICs per node or None: one per GPU, note)
 INTERCONNECTS = (
     (r"400 Gb/s per GPU", "ib400", None, ""),
@@ -70,6 +81,7 @@ FUSED_RMSNORM = {
 TORCHTITAN_SELECTIVE = {
     "torchtitan_a100_2024": "the row's own words ('selective op' / 'selective layer')",
     "torchtitan_h100_2024": "train_configs/llama3_8b.toml @9dec370 (the tested commit): selective_ac_option='op'",
+    "torchtitan_asynctp_2025": "the table's own words ('per op SAC')",
 }
 """torchtitan's `selective` is per-op (model.activation_checkpointing=op) unless the row says 'selective layer'."""
 DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
@@ -77,6 +89,10 @@ DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
 cluster.device_memory_gb reads it)."""
 DEFAULT_NETWORK = {"H100": ("ib400", 8, "DGX H100"), "A100": ("ib200", 8, "DGX A100")}
 """Network of a row that does not state one: the vendor reference node of its GPU."""
+
+
+MOE_FIELDS = ("n_experts", "experts_per_token", "shared_experts", "expert_ffn_hidden", "dense_layers")
+"""Corpus columns of a mixture-of-experts row, passed as the model fields of the same name."""
 
 
 class Unexpressible(Exception):
@@ -155,17 +171,31 @@ def _network(row: dict) -> tuple[str, int, str]:
     return link, nics, f"network not stated: {ref}'s {nics} × {link}"
 
 
-def _degrees(row: dict) -> tuple[int, int, int]:
+def _degrees(row: dict) -> tuple[int, int, int, int]:
+    """(dp, tp, pp, cp): world = dp × cp × tp × pp."""
     tp, pp, cp = num(row.get("tp")), num(row.get("pp")), num(row.get("cp")) or 1
     if tp is None or pp is None:
         raise Unexpressible("tp/pp not published")
-    if cp > 1:
-        raise Unexpressible(f"context parallel (cp={cp:g}) has no launcher layout")
     gpus = int(row["gpus"])
-    dp = num(row.get("dp")) or gpus / (tp * pp)
-    if dp * tp * pp != gpus:
-        raise Unexpressible(f"dp({dp:g}) × tp({tp:g}) × pp({pp:g}) ≠ gpus({gpus})")
-    return int(dp), int(tp), int(pp)
+    dp = num(row.get("dp")) or gpus / (tp * pp * cp)
+    if dp * tp * pp * cp != gpus:
+        raise Unexpressible(f"dp({dp:g}) × cp({cp:g}) × tp({tp:g}) × pp({pp:g}) ≠ gpus({gpus})")
+    return int(dp), int(tp), int(pp), int(cp)
+
+
+def _layout(source_layout: str, cp: int) -> tuple[str, bool | None]:
+    """The launcher layout and reshard_after_forward of a source layout at context-parallel degree cp."""
+    if source_layout in HSDP:
+        return HSDP[source_layout][:2]
+    if source_layout not in LAYOUTS:
+        raise Unexpressible(f"layout {source_layout!r} is not mapped")
+    layout, reshard, _ = LAYOUTS[source_layout]
+    if cp > 1:
+        layout, reshard = CP_OF_DP.get(source_layout, (layout, reshard))
+        if layout not in WITH_CP:
+            raise Unexpressible(f"layout {source_layout!r} with context parallel (cp={cp}) is not mapped")
+        layout = WITH_CP[layout]
+    return layout, reshard
 
 
 def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
@@ -173,8 +203,8 @@ def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
     if precision in ("", "nan"):
         precision = "bf16"
         assumed.append("precision not published: bf16 (fp16 has the same A100/H100 peak)")
-    elif precision not in ("bf16", "fp16"):
-        raise Unexpressible(f"precision {precision} has no launcher equivalent (bf16, fp16, fp32)")
+    elif precision not in ("bf16", "fp16", "fp8"):
+        raise Unexpressible(f"precision {precision} has no launcher equivalent (bf16, fp16, fp8, fp32)")
     ckpt = str(row.get("activation_checkpointing") or "unknown")
     if ckpt == "selective" and row["source"] in TORCHTITAN_SELECTIVE:
         if "selective layer" in str(row.get("notes")):
@@ -190,11 +220,20 @@ def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
     return [f"precision={precision}", f"model.activation_checkpointing={ckpt}"]
 
 
-def _model(row: dict) -> list[str]:
+def _model(row: dict, pp: int, assumed: list[str]) -> list[str]:
     arch = str(row["arch"])
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(row["model"])).strip("_")
     out = [f"model={'llama3_8b' if arch == 'llama' else 'gpt_1_3b'}", f"model.name={slug}", f"model.arch={arch}"]
-    out += [f"model.{k}={int(num(row[k]))}" for k in ("n_layers", "d_model", "n_heads", "ffn_hidden", "seq_len")]
+    layers = int(num(row["n_layers"]))
+    if layers % pp:
+        # Llama 3 gives its first and last stage one layer fewer (126 over 16 stages, arXiv 2407.21783 §3.3.2);
+        # Megatron-DeepSpeed counts the embeddings as stage layers (BLOOM's 70 over 12): equal stages here.
+        layers = -(-layers // pp) * pp
+        assumed.append(f"{int(num(row['n_layers']))} layers over pp={pp} stages planned as {layers} (equal stages)")
+    out.append(f"model.n_layers={layers}")
+    out += [f"model.{k}={int(num(row[k]))}" for k in ("d_model", "n_heads", "ffn_hidden", "seq_len")]
+    # Mixture of experts (columns absent or 0: dense): the model fields of issue 24's MoE model.
+    out += [f"model.{k}={int(num(row[k]))}" for k in MOE_FIELDS if num(row.get(k))]
     if num(row.get("vocab_size")) is None:
         raise Unexpressible("vocabulary not published")
     out.append(f"model.vocab_size={int(num(row['vocab_size']))}")
@@ -220,16 +259,15 @@ def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
 def map_row(row: dict) -> Mapped:
     """The row as plan overrides; Unexpressible when the tool has no way to say it."""
     source_layout = str(row["layout"])
-    if source_layout in NOT_EXPRESSIBLE:
-        raise Unexpressible(NOT_EXPRESSIBLE[source_layout])
-    if source_layout not in LAYOUTS:
-        raise Unexpressible(f"layout {source_layout!r} is not mapped")
-    layout, reshard, _ = LAYOUTS[source_layout]
-    dp, tp, pp = _degrees(row)
+    dp, tp, pp, cp = _degrees(row)
+    layout, reshard = _layout(source_layout, cp)
     assumed: list[str] = []
-    precision = _precision_and_checkpointing(row, assumed)  # fp8 says more than a missing vocabulary
-    out = _model(row) + precision
-    out += [f"parallel={layout}", *(f"parallel.{k}={v}" for k, v in (("tp", tp), ("pp", pp)) if f"_{k}" in layout)]
+    precision = _precision_and_checkpointing(row, assumed)
+    out = _model(row, pp, assumed) + precision
+    degrees = (("tp", tp), ("pp", pp), ("cp", cp), ("ep", int(num(row.get("ep")) or 1)))
+    out += [f"parallel={layout}", *(f"parallel.{k}={v}" for k, v in degrees if f"_{k}" in layout)]
+    if layout == "hsdp":  # shard within a node, replicate across nodes
+        out.append(f"parallel.shard={int(num(row['gpus_per_node']))}")
     if reshard is not None:
         out.append(f"parallel.reshard_after_forward={str(reshard).lower()}")
     if source_layout in SYNC_EACH_MICROSTEP and pp == 1:

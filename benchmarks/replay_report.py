@@ -10,7 +10,8 @@ import math
 from pathlib import Path
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_EFF_SHARE, GOAL_THR, GOAL_THR_SHARE, QUANTILE, Case
-from benchmarks.replay_mapping import DEFAULT_NETWORK, INTERCONNECTS, LAYOUTS, NOT_EXPRESSIBLE, ONE_EXPERIMENT
+from benchmarks.replay_features import feature_lines
+from benchmarks.replay_mapping import CP_OF_DP, DEFAULT_NETWORK, HSDP, INTERCONNECTS, LAYOUTS, ONE_EXPERIMENT, WITH_CP
 from launcher.io import atomic_write_json, atomic_write_text
 
 COLUMNS = (
@@ -171,7 +172,16 @@ def source_lines(cases: list[Case]) -> list[str]:
 def mapping_lines() -> list[str]:
     out = ["| source layout | launcher layout | reshard_after_forward | why |", "|---|---|---|---|"]
     out += [f"| {s} | {lay} | {'—' if r is None else str(r).lower()} | {why} |" for s, (lay, r, why) in LAYOUTS.items()]
-    out += [f"| {s} | skipped | — | {why} |" for s, why in NOT_EXPRESSIBLE.items()]
+    out += [
+        f"| {s} | {lay} | {str(r).lower()} | {why} (parallel.shard = GPUs per node) |"
+        for s, (lay, r, why) in HSDP.items()
+    ]
+    out += [
+        f"| {s} with cp > 1 | {WITH_CP[CP_OF_DP.get(s, LAYOUTS[s][:2])[0]]} | "
+        f"{str(CP_OF_DP.get(s, LAYOUTS[s][:2])[1]).lower()} | the same with `parallel.cp` |"
+        for s in LAYOUTS
+        if CP_OF_DP.get(s, LAYOUTS[s][:2])[0] in WITH_CP
+    ]
     out += ["", "| interconnect text (pattern) | cluster.inter_link | NICs per node | note |", "|---|---|---|---|"]
     out += [f"| `{pat}` | {link} | {nics or 'one per GPU'} | {note} |" for pat, link, nics, note in INTERCONNECTS]
     out += [
@@ -336,6 +346,10 @@ def write_results(
         "## Per source",
         "",
         *source_lines(cases),
+        "",
+        "## What issue 24 added (hsdp, cp, fp8, MoE, NVLink domains), row by row of the corpus that uses it",
+        "",
+        *feature_lines(cases),
         "",
         "## Layout mapping",
         "",

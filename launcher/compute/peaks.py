@@ -4,7 +4,9 @@ Every figure is the vendor's dense (no 2:4 structured sparsity) tensor-core peak
 datasheet prints only the sparse figure (marked "with sparsity"), the dense one is half of it.
 `bf16` covers fp16 too (the same tensor-core rate on every device here); `tf32` is what fp32
 matmuls run at on CUDA with TF32 enabled (the payload enables it for fp32 runs); `fp32` is the
-plain (non-tensor) rate. An unknown device has no peak: MFU is then null, never a guess.
+plain (non-tensor) rate; `fp8` the dense fp8 (e4m3) tensor-core rate, None on a device without
+fp8 tensor cores (A100): precision=fp8 runs its linear layers' matmuls there and the rest at bf16
+(compute/fp8.py blends the two). An unknown device has no peak: MFU is then null, never a guess.
 
 A device is picked by its name as `torch.cuda.get_device_name()` reports it ("NVIDIA
 A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X") or as a recipe writes it
@@ -46,14 +48,22 @@ class DevicePeak:
     the default of `cluster.device_memory_gb`; None where the row spans parts of several sizes."""
     memory_source: str = ""
     """The document `memory_gb` comes from."""
+    fp8: float | None = None
+    """Dense fp8 tensor-core FLOP/s, from `source`; None: the device has no fp8 tensor cores."""
 
-    def flops(self, math_dtype: str) -> float:
-        return {"bf16": self.bf16, "fp16": self.bf16, "tf32": self.tf32, "fp32": self.fp32}[math_dtype]
+    def flops(self, math_dtype: str) -> float | None:
+        return {"bf16": self.bf16, "fp16": self.bf16, "tf32": self.tf32, "fp32": self.fp32, "fp8": self.fp8}[math_dtype]
 
 
-_NV_A100 = "NVIDIA A100 Tensor Core GPU Datasheet (dense figures)"
-_NV_H100 = "NVIDIA H100 Tensor Core GPU Datasheet (sparse figures halved)"
-_NV_H200 = "NVIDIA H200 Tensor Core GPU Datasheet (sparse figures halved)"
+_NV_A100 = "NVIDIA A100 Tensor Core GPU Datasheet, https://www.nvidia.com/en-us/data-center/a100/ (dense figures)"
+_NV_H100 = (
+    "NVIDIA H100 Tensor Core GPU Datasheet, https://www.nvidia.com/en-us/data-center/h100/ (sparse figures halved)"
+)
+_NV_H200 = (
+    "NVIDIA H200 Tensor Core GPU Datasheet, https://www.nvidia.com/en-us/data-center/h200/ (sparse figures halved)"
+)
+_NV_HGX = "NVIDIA HGX Platform specifications, https://www.nvidia.com/en-us/data-center/hgx/"
+_NV_GB200 = "NVIDIA GB200 NVL72 specifications, https://www.nvidia.com/en-us/data-center/gb200-nvl72/"
 _NV_A100_MEM = "NVIDIA A100 Tensor Core GPU Datasheet (40 GB HBM2 or 80 GB HBM2e by part)"
 _NV_H100_MEM = "NVIDIA H100 Tensor Core GPU Datasheet (SXM and PCIe 80 GB, NVL 94 GB)"
 _NV_H200_MEM = "NVIDIA H200 Tensor Core GPU Datasheet (141 GB HBM3e, SXM and NVL)"
@@ -100,6 +110,7 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_H100,
         memory_gb=80,
         memory_source=_NV_H100_MEM,
+        fp8=1513e12,
     ),
     DevicePeak(
         device="H100 NVL",
@@ -110,6 +121,7 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_H100,
         memory_gb=94,
         memory_source=_NV_H100_MEM,
+        fp8=1670.5e12,
     ),
     # torch reports the SXM5 part as "NVIDIA H100 80GB HBM3"; a bare "H100" could be a PCIe card: unknown.
     DevicePeak(
@@ -118,9 +130,10 @@ PEAKS: tuple[DevicePeak, ...] = (
         bf16=989.4e12,
         tf32=494.7e12,
         fp32=66.9e12,
-        source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column)",
+        source="NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5 column); fp8: " + _NV_H100,
         memory_gb=80,
         memory_source=_NV_H100_MEM,
+        fp8=1979e12,
     ),
     DevicePeak(
         device="H200 NVL",
@@ -131,6 +144,7 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_H200,
         memory_gb=141,
         memory_source=_NV_H200_MEM,
+        fp8=1670.5e12,
     ),
     # H200 ships as SXM or NVL only; torch reports the SXM part as "NVIDIA H200".
     DevicePeak(
@@ -142,6 +156,7 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_H200,
         memory_gb=141,
         memory_source=_NV_H200_MEM,
+        fp8=1979e12,
     ),
     # HGX B200 (1,000 W). A GB200 superchip's B200 runs at 1,200 W with higher peaks: not matched ("GB200").
     DevicePeak(
@@ -150,9 +165,34 @@ PEAKS: tuple[DevicePeak, ...] = (
         bf16=2.25e15,
         tf32=1.1e15,
         fp32=75e12,
-        source="NVIDIA HGX B200 specifications, NVIDIA Blackwell datasheet (sparse figures halved)",
+        source=f"HGX B200 column of {_NV_HGX} (8 GPUs' sparse figures ÷ 8, halved)",
         memory_gb=180,
         memory_source="NVIDIA HGX B200 specifications (1,440 GB of HBM3e over 8 GPUs)",
+        fp8=4.5e15,
+    ),
+    # The GB200 superchip's B200 (1,200 W): NVL72's rack figures ÷ 72. torch reports it as "NVIDIA GB200".
+    DevicePeak(
+        device="GB200",
+        pattern=r"GB200",
+        bf16=2.5e15,
+        tf32=1.25e15,
+        fp32=80e12,
+        source=f"{_NV_GB200} (72 GPUs' sparse figures ÷ 72, halved; FP32 5,760 TF ÷ 72)",
+        memory_gb=186,
+        memory_source=f"{_NV_GB200} (up to 13.4 TB HBM3e over 72 GPUs)",
+        fp8=5e15,
+    ),
+    # HGX B300 (Blackwell Ultra, 1,100 W); the GB300 superchip's part is not matched ("GB300").
+    DevicePeak(
+        device="B300 (HGX)",
+        pattern=r"(?<![A-Z0-9])B300",
+        bf16=2.25e15,
+        tf32=1.125e15,
+        fp32=75e12,
+        source=f"HGX B300 column of {_NV_HGX} (8 GPUs' sparse figures ÷ 8, halved)",
+        memory_gb=288,
+        memory_source=f"HGX B300 column of {_NV_HGX} (up to 2.3 TB HBM3e over 8 GPUs)",
+        fp8=4.5e15,
     ),
     DevicePeak(
         device="L40S",
@@ -160,9 +200,10 @@ PEAKS: tuple[DevicePeak, ...] = (
         bf16=362.05e12,
         tf32=183e12,
         fp32=91.6e12,
-        source="NVIDIA L40S GPU Datasheet (dense figures)",
+        source="NVIDIA L40S GPU Datasheet, https://www.nvidia.com/en-us/data-center/l40s/ (fp8: sparse halved)",
         memory_gb=48,
         memory_source="NVIDIA L40S GPU Datasheet (48 GB GDDR6 with ECC)",
+        fp8=733e12,
     ),
     DevicePeak(
         device="MI300X",
@@ -170,9 +211,11 @@ PEAKS: tuple[DevicePeak, ...] = (
         bf16=1307.4e12,
         tf32=653.7e12,
         fp32=163.4e12,
-        source="AMD Instinct MI300X Accelerator Data Sheet (dense figures)",
+        source="AMD Instinct MI300X Accelerator Data Sheet, "
+        "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (dense figures)",
         memory_gb=192,
         memory_source="AMD Instinct MI300X Accelerator Data Sheet (192 GB HBM3)",
+        fp8=2614.9e12,
     ),
 )
 
@@ -216,8 +259,9 @@ def device_memory_gb(name: str | None) -> float | None:
 
 
 def math_dtype(precision: str, *, tf32: bool) -> str:
-    """The precision matmuls run at: bf16/fp16 autocast, else tf32 where TF32 is enabled, else fp32."""
-    if precision in ("bf16", "fp16"):
+    """The precision matmuls run at: bf16/fp16 autocast (fp8: its linear layers, compute/fp8.py), else
+    tf32 where TF32 is enabled, else fp32."""
+    if precision in ("bf16", "fp16", "fp8"):
         return precision
     return "tf32" if tf32 else "fp32"
 
@@ -251,7 +295,7 @@ def choose_peak(
             source="cluster.peak_flops_per_device",
             device=row.device if row is not None else None,
             mismatch=mismatch(row, dtype, explicit) if row is not None else None,
-            fits_device=row is None or _close(row.flops(dtype), explicit),
+            fits_device=row is None or _close(row.flops(dtype) or 0.0, explicit),
         )
     if row is None:
         return PeakChoice(flops=None, source=None, device=None, mismatch=None)
@@ -296,6 +340,9 @@ def mismatch(row: DevicePeak, dtype: str, explicit: float) -> str | None:
     another precision that differs from this one's: 9.89e14 on an H100 running fp32 (TF32,
     494.7 TF) is the bf16 peak, so MFU would read half of what it is."""
     expected = row.flops(dtype)
+    if expected is None:  # fp8 on a device without fp8 tensor cores: no figure of its own to compare with
+        said = f"cluster.peak_flops_per_device={explicit:.3g}"
+        return f"peak/precision mismatch: {row.device} has no {dtype} peak, so {said} is unchecked"
     ratio = explicit / expected
     other = next(
         (d for d in MATH_DTYPES if not _close(row.flops(d), expected) and _close(row.flops(d), explicit)), None

@@ -91,6 +91,20 @@ def ranks_per_node(cluster: ClusterConfig) -> int:
     return cluster.tasks_per_node or cluster.gpus_per_node or 1
 
 
+def nvlink_domain(cluster: ClusterConfig) -> int:
+    """Ranks sharing one NVLink domain: cluster.nvlink_domain, else one node's; ConfigError (one line) for
+    a domain that does not hold whole nodes."""
+    rpn = ranks_per_node(cluster)
+    domain = cluster.nvlink_domain or rpn
+    if domain < rpn or domain % rpn:
+        raise ConfigError(
+            f"cluster.nvlink_domain={cluster.nvlink_domain} must be a multiple of the {rpn} ranks per node "
+            f"(an NVLink domain holds whole nodes); set e.g. cluster.nvlink_domain={rpn * max(1, domain // rpn)} "
+            "or null (one node's)"
+        )
+    return domain
+
+
 def scaled_lr(optim: OptimConfig, global_batch: int) -> float:
     """lr at `global_batch` under the configured scaling rule relative to base_global_batch."""
     ratio = global_batch / optim.base_global_batch

@@ -184,4 +184,6 @@ class LauncherConfig:
     precision: Precision = Precision.auto
     """Training precision: fp32, or autocast (FSDP: MixedPrecisionPolicy) to bf16/fp16. `auto`:
     bf16 on CUDA, fp32 on CPU (no native bf16 there: ~10× slower), resolved by the payload per
-    device and recorded as `metrics.precision`. fp32 on CUDA runs matmuls and convolutions in TF32."""
+    device and recorded as `metrics.precision`. fp32 on CUDA runs matmuls and convolutions in TF32.
+    `fp8`: bf16 with the blocks' linear layers in float8 (torchao, `pip install launcher[fp8]`; FSDP
+    all-gathers their weights in fp8), on a GPU of compute capability ≥ 8.9 (H100, L40S, B200) only."""

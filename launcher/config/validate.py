@@ -24,6 +24,7 @@ from launcher.config.validate_byo import check_byo
 from launcher.config.validate_job import check_job
 from launcher.config.validate_layout import check_byo_layout, set_degrees
 from launcher.config.validate_moe import check_moe
+from launcher.config.validate_precision import check_fp8_model
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
 
@@ -42,6 +43,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     within values that a schema cannot state."""
     _check_model(cfg.model)
     check_byo(cfg.model, cfg.data)
+    check_fp8_model(cfg.model, str(cfg.precision))
     _check_names(cfg)
     _check_batch(cfg.batch)
     _check_parallel(cfg)
@@ -182,17 +184,6 @@ def _check_data(d: DataConfig, m: ModelConfig) -> None:
         raise ConfigError(
             f"data.path={d.path!r} holds {tokens} tokens, fewer than model.seq_len+1={m.seq_len + 1}; "
             "use a larger file or a shorter model.seq_len"
-        )
-
-
-def check_precision_device(precision: str, device_type: str) -> None:
-    """fp16 on CUDA is refused: its gradients underflow without loss scaling (a GradScaler, which
-    the built-in loop and its FSDP/pipeline layouts do not run). bf16 has fp32's range and the
-    same tensor-core peak on A100/H100. On CPU fp16 autocast stays allowed (no GPU peak to chase)."""
-    if precision == "fp16" and device_type == "cuda":
-        raise ConfigError(
-            "precision=fp16 on CUDA needs loss scaling (a gradient scaler), which the built-in loop "
-            "does not run; use precision=bf16 (same peak on A100/H100) or precision=fp32"
         )
 
 

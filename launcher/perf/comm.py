@@ -5,8 +5,9 @@ much of a step's traffic the compute hides. Pure: no I/O, no torch.
 Ranks are laid out dp × pp × tp with tp innermost (train/engines/base.py), node by node, so a tp
 group is consecutive ranks, a pp group strides tp ranks and a dp group tp·pp ranks.
 
-A collective over a group that stays in one node runs on the in-node link. One that spans N nodes
-with g members each runs as NCCL runs it: a ring crosses each node boundary once per channel and
+A collective over a group that stays in one node runs on the in-node link, and so does one whose
+group stays within one NVLink domain of several nodes (cluster.nvlink_domain: GB200 NVL72's 72 GPUs).
+One that spans N nodes with g members each runs as NCCL runs it: a ring crosses each node boundary once per channel and
 NCCL opens one channel per NIC, so the node's k NICs carry the ring; every rank of the node talks
 in its own group at the same time (rpn / g groups per node), so a group gets g·k/rpn NICs' worth:
 
@@ -27,7 +28,7 @@ See `exposed` for what each layout hides behind compute.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launcher.layouts import DataParallel
 from launcher.perf.links import Link
@@ -68,6 +69,9 @@ class Group:
     """Ranks in the group (n)."""
     per_node: int
     """Members on one node (g): size when the group stays in one node."""
+    stride: int = field(default=1, compare=False)
+    """Ranks between two consecutive members: the group lies within size × stride consecutive ranks
+    (where an NVLink domain holds it; not part of what makes two groups alike)."""
 
     @property
     def nodes(self) -> int:
@@ -83,7 +87,7 @@ def group(size: int, stride: int, ranks_per_node: int) -> Group:
     `ranks_per_node` ranks."""
     if size < 1 or stride < 1 or ranks_per_node < 1:
         raise ValueError(f"a group needs size, stride, ranks_per_node ≥ 1, got {size}, {stride}, {ranks_per_node}")
-    return Group(size=size, per_node=max(1, min(size, ranks_per_node // stride)))
+    return Group(size=size, per_node=max(1, min(size, ranks_per_node // stride)), stride=stride)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -96,6 +100,9 @@ class Topology:
     """Network interfaces (rails) per node, each at the inter-node link's bandwidth (k)."""
     tree: bool = False
     """Whether collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
+    nvlink_domain: int = 0
+    """Ranks sharing one NVLink domain, a multiple of ranks_per_node (GB200 NVL72: 72, over 18 nodes of 4);
+    0: each node is its own domain."""
 
     def __post_init__(self) -> None:
         if self.ranks_per_node < 1 or self.nics_per_node < 1:
@@ -103,6 +110,16 @@ class Topology:
                 f"topology: ranks_per_node and nics_per_node must be ≥ 1, got "
                 f"{self.ranks_per_node}, {self.nics_per_node}"
             )
+        if self.nvlink_domain < 0 or self.nvlink_domain % self.ranks_per_node:
+            raise ValueError(
+                f"topology: nvlink_domain={self.nvlink_domain} must be 0 or a multiple of "
+                f"ranks_per_node={self.ranks_per_node}"
+            )
+
+    def on_nvlink(self, g: Group) -> bool:
+        """The group's collectives stay on the in-node link (NVLink): it lies within one node, or within
+        one NVLink domain (its size × stride consecutive ranks fit in one, as domains hold whole nodes)."""
+        return not g.spans_nodes or (self.nvlink_domain > 0 and g.size * g.stride <= self.nvlink_domain)
 
     def share(self, g: Group) -> float:
         """Inter-node links' worth a spanning group's ring gets: g·k/rpn (see the module docstring)."""
@@ -111,20 +128,21 @@ class Topology:
 
 def bandwidth(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
     """B_eff in bytes/s for a ring over `g`."""
-    if not g.spans_nodes:
+    if topo.on_nvlink(g):
         return intra.bandwidth_gbps * 1e9
     return min(intra.bandwidth_gbps, inter.bandwidth_gbps * topo.share(g)) * 1e9
 
 
-def latency(g: Group, intra: Link, inter: Link) -> float:
-    """α of the slowest link the group's ring uses."""
-    return inter.latency_s if g.spans_nodes else intra.latency_s
+def latency(g: Group, intra: Link, inter: Link, topo: Topology | None = None) -> float:
+    """α of the slowest link the group's ring uses (`topo`: whether an NVLink domain holds it)."""
+    on_nvlink = topo.on_nvlink(g) if topo is not None else not g.spans_nodes
+    return intra.latency_s if on_nvlink else inter.latency_s
 
 
 def allreduce_hops(g: Group, topo: Topology) -> float:
     """Latency terms of one all-reduce: the ring's 2(n−1), or NCCL's tree across nodes when shorter."""
     ring = 2.0 * (g.size - 1)
-    if not (topo.tree and g.spans_nodes):
+    if not topo.tree or topo.on_nvlink(g):
         return ring
     return min(ring, 2.0 * (math.ceil(math.log2(g.nodes)) + g.per_node - 1))
 
@@ -135,7 +153,7 @@ def allreduce_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Lin
         return 0.0
     n = g.size
     bw = 2.0 * (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter)
-    return bw + messages * allreduce_hops(g, topo) * latency(g, intra, inter)
+    return bw + messages * allreduce_hops(g, topo) * latency(g, intra, inter, topo)
 
 
 def gather_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
@@ -145,7 +163,8 @@ def gather_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, 
     if g.size == 1:
         return 0.0
     n = g.size
-    return (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter) + messages * (n - 1) * latency(g, intra, inter)
+    alpha = latency(g, intra, inter, topo)
+    return (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter) + messages * (n - 1) * alpha
 
 
 def p2p_s(nbytes: float, crosses_nodes: bool, intra: Link, inter: Link, nics_share: float) -> float:
@@ -182,6 +201,9 @@ class Traffic:
     root_share: float = 0.0
     """FSDP: share of grad/param bytes in the root unit (embeddings, final norm, head), gathered
     once per pass and never resharded after forward; the rest is split evenly over `blocks`."""
+    param_root_share: float | None = None
+    """FSDP: the root's share of param_bytes where it differs from root_share (fp8 gathers the blocks'
+    weights in fp8, the root's in bf16); None: root_share."""
     blocks: int = 1
     """FSDP units besides the root: the blocks of this rank's stages."""
     reshard: bool = True
@@ -245,5 +267,6 @@ class Traffic:
             raise ValueError(f"traffic: norm_groups must name dp, tp or pp, got {self.norm_groups}")
         if not 1 <= self.syncs <= self.passes:
             raise ValueError(f"traffic: syncs must be in [1, passes={self.passes}], got {self.syncs}")
-        if not 0.0 <= self.root_share <= 1.0:
-            raise ValueError(f"traffic: root_share must be in [0, 1], got {self.root_share}")
+        for name in ("root_share", "param_root_share"):
+            if not 0.0 <= (getattr(self, name) or 0.0) <= 1.0:
+                raise ValueError(f"traffic: {name} must be in [0, 1], got {getattr(self, name)}")

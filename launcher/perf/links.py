@@ -1,5 +1,7 @@
 """Interconnects as the model sees them: a bus bandwidth and a per-hop latency per link, the
-nominal presets a cluster names, and the ring all-reduce time over one link. Pure: no I/O."""
+nominal presets a cluster names (the NVLink 3/4/5, InfiniBand NDR/XDR and RoCE ones with their
+per-direction link rate and the NCCL bus bandwidth it yields apart, each with its source), and the
+ring all-reduce time over one link. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -17,6 +19,12 @@ class Link:
     """Per-hop latency α of the ring, seconds; a ring all-reduce pays 2(n−1) of them."""
     name: str = ""
     """Preset or origin name, for reports."""
+    link_rate_gbps: float | None = None
+    """The vendor's per-direction rate of one GPU's link (NVLink: all its links together; a NIC: its
+    port), GB/s: what the hardware signals, of which NCCL's protocols deliver `bandwidth_gbps` as bus
+    bandwidth. None for the older presets, which set `bandwidth_gbps` to a nominal rate."""
+    source: str = ""
+    """Where the rate and the bus bandwidth come from."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
@@ -26,6 +34,23 @@ class Link:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "bandwidth_gbps": self.bandwidth_gbps, "latency_s": self.latency_s}
+
+
+NCCL_NVLINK_SHARE = 370 / 450
+"""NCCL's ring bus bandwidth over NVLink ÷ its line rate: "450GB/s is the line rate. With the protocol
+overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (H100, S. Jeaugey of NCCL,
+https://github.com/NVIDIA/nccl-tests/issues/212); NVLink SHARP all-reduces reach more (≈ 480 on 8 H100s),
+which the ring model here does not count."""
+NCCL_NIC_SHARE = 0.9
+"""…over one InfiniBand/RoCE NIC: 45 of 50 GB/s (the 40–50 GB/s all-reduce bus bandwidth of NDR nodes
+without NVLink, "Validating Multi-Node GPU Clusters with NCCL Tests",
+https://saturncloud.io/blog/crusoe-nccl-cluster-validation); taken for XDR and RoCE too (not measured here)."""
+
+
+def _preset(name: str, rate: float, share: float, latency_s: float, source: str) -> Link:
+    return Link(
+        name=name, link_rate_gbps=rate, bandwidth_gbps=round(rate * share, 1), latency_s=latency_s, source=source
+    )
 
 
 # Bandwidths are nominal per-GPU link rates; real NCCL bus bandwidth is usually lower, which is why
@@ -45,6 +70,56 @@ LINKS: dict[str, Link] = {
     "eth100": Link(bandwidth_gbps=12.5, latency_s=30e-6, name="eth100"),
     # 10 GbE = 1.25 GB/s.
     "eth10": Link(bandwidth_gbps=1.25, latency_s=50e-6, name="eth10"),
+    # Per-direction link rate (vendor) and NCCL ring bus bandwidth (that rate × the share above) apart:
+    "nvlink3": _preset(
+        "nvlink3",
+        300.0,
+        NCCL_NVLINK_SHARE,
+        3e-6,
+        "A100: 12 NVLink 3 links × 25 GB/s per direction (600 GB/s "
+        "both ways), NVIDIA A100 datasheet https://www.nvidia.com/en-us/data-center/a100/; 8×A100 measure 230–250 "
+        "GB/s busbw (https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests)",
+    ),
+    "nvlink4": _preset(
+        "nvlink4",
+        450.0,
+        NCCL_NVLINK_SHARE,
+        3e-6,
+        "H100/H200: 18 NVLink 4 links × 25 GB/s per direction "
+        "(900 GB/s both ways), https://www.nvidia.com/en-us/data-center/h100/; busbw 370 per nccl-tests#212",
+    ),
+    "nvlink5": _preset(
+        "nvlink5",
+        900.0,
+        NCCL_NVLINK_SHARE,
+        3e-6,
+        "B200/GB200: 18 NVLink 5 links × 50 GB/s per direction "
+        "(1.8 TB/s both ways), https://www.nvidia.com/en-us/data-center/gb200-nvl72/; across an NVL72 domain too; "
+        "busbw: H100's 370/450 assumed (not measured here)",
+    ),
+    "ib_ndr": _preset(
+        "ib_ndr",
+        50.0,
+        NCCL_NIC_SHARE,
+        5e-6,
+        "InfiniBand NDR, 400 Gb/s per port (ConnectX-7), https://www.nvidia.com/en-us/networking/quantum2/",
+    ),
+    "ib_xdr": _preset(
+        "ib_xdr",
+        100.0,
+        NCCL_NIC_SHARE,
+        5e-6,
+        "InfiniBand XDR, 800 Gb/s per port (ConnectX-8, Quantum-X800), "
+        "https://www.nvidia.com/en-us/networking/products/infiniband/quantum-x800/",
+    ),
+    "roce400": _preset(
+        "roce400",
+        50.0,
+        NCCL_NIC_SHARE,
+        5e-6,
+        "RoCE over 400 GbE per NIC (Spectrum-X, ConnectX-7; Llama 3's "
+        "fabric, arXiv 2407.21783 §3.3.1), https://www.nvidia.com/en-us/networking/spectrumx/",
+    ),
 }
 
 

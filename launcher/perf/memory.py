@@ -138,8 +138,9 @@ def rank_params(parts: ModelParts, m: ModelConfig, trial: Trial, pp_rank: int) -
 
 
 def mixed_precision(cfg: LauncherConfig, device: str) -> bool:
-    """16-bit compute: precision bf16/fp16, or `auto` on a GPU (bf16 there, fp32 on CPU)."""
-    return cfg.precision in ("bf16", "fp16") or (cfg.precision == "auto" and device == "cuda")
+    """16-bit compute: precision bf16/fp16 (fp8: bf16 around its float8 matmuls), or `auto` on a GPU (bf16
+    there, fp32 on CPU)."""
+    return cfg.precision in ("bf16", "fp16", "fp8") or (cfg.precision == "auto" and device == "cuda")
 
 
 def in_flight(cfg: LauncherConfig, trial: Trial, pp_rank: int) -> tuple[float, float]:

@@ -138,7 +138,7 @@ def comm_terms(
         tp_total = t.passes * gather_s(nbytes, groups.tp, topo, intra, inter, messages=t.tp_collectives)
     pp_total = 0.0
     if t.pp_sends and groups.pp.size > 1:
-        crosses = groups.pp.spans_nodes
+        crosses = not topo.on_nvlink(groups.pp)
         pp_total = t.pp_sends * p2p_s(t.pp_bytes, crosses, intra, inter, topo.nics_per_node / topo.ranks_per_node)
     ep_total = 0.0
     if t.ep_all_to_alls and groups.ep is not None:
@@ -184,7 +184,8 @@ def _fsdp(
     def across(nbytes: float) -> float:  # hsdp: the gradient shard's all-reduce over the replicas
         return allreduce_s(nbytes / g.size, rep, *links) if nbytes > 0 else 0.0
 
-    ag_b, ag_r = gather(t.param_bytes * blocks / L), gather(t.param_bytes * t.root_share)
+    p_root = t.root_share if t.param_root_share is None else t.param_root_share  # fp8: the root gathers bf16
+    ag_b, ag_r = gather(t.param_bytes * (1.0 - p_root) / L), gather(t.param_bytes * p_root)
     rs_b = gather(t.grad_bytes * blocks / L) + across(t.grad_bytes * blocks / L)
     rs_r = gather(t.grad_bytes * t.root_share) + across(t.grad_bytes * t.root_share)
     f_l, b_l = forward / L, backward / L

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from launcher.compute.flops import flops_per_token, hardware_flops_per_token, param_counts
-from launcher.compute.peaks import PeakChoice, choose_peak, math_dtype, resolve_precision
+from launcher.compute.fp8 import precision_peak
+from launcher.compute.peaks import PeakChoice, math_dtype, resolve_precision
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
@@ -94,7 +95,8 @@ def work_of(cfg: LauncherConfig) -> Work:
     _, non_emb = param_counts(cfg.model)
     device = planned_device(cfg)
     dtype = math_dtype(resolve_precision(cfg.precision, device), tf32=device == "cuda")
-    peak = choose_peak(device_name=cfg.cluster.device_name, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device)
+    c = cfg.cluster
+    peak = precision_peak(device_name=c.device_name, dtype=dtype, explicit=c.peak_flops_per_device, model=cfg.model)
     if cfg.model._target_ is not None:
         return _target_work(cfg, peak, dtype)
     return Work(
@@ -268,13 +270,21 @@ def from_presets_forecast(
     source = (
         f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token{' counted' if work.numel else ''}, "
         f"{work.hardware_flops:.3g} with recompute), "
-        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}) × MFU {mfu:.2f} ({said}); {c.intra_link} "
-        f"in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node; "
+        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}{_fp8_split(work)}) × MFU {mfu:.2f} ({said}); "
+        f"{c.intra_link} in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node"
+        f"{f', NVLink domains of {c.nvlink_domain} GPUs' if (c.nvlink_domain or 0) > rpn else ''}; "
         f"interval ×/÷ {math.exp(fit.interval_log):.2f}: the "
         f"{fit.quantile:.0%} quantile of the published-runs replay's leave-one-source-out errors ({fit.rows} runs, "
         f"{fit.sources} sources), not a constant"
     )
     return _finish(rows, cfg, source, work)
+
+
+def _fp8_split(work: Work) -> str:
+    """fp8: which FLOPs run at the fp8 peak and which at bf16 (compute/fp8.py's source line)."""
+    if work.dtype != "fp8" or not work.peak.source or work.peak.source == "cluster.peak_flops_per_device":
+        return ""
+    return f": {work.peak.source.split(':')[0]}"
 
 
 def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:

@@ -28,7 +28,7 @@ def ring_s(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, *, pa
     n = g.size
     if n == 1 or not t.cp_bytes or not t.cp_layers:
         return 0.0, 0.0
-    s = p2p_s(t.cp_bytes, g.spans_nodes, intra, inter, topo.nics_per_node / topo.ranks_per_node)
+    s = p2p_s(t.cp_bytes, not topo.on_nvlink(g), intra, inter, topo.nics_per_node / topo.ranks_per_node)
     f = pass_s * t.attention_share / ATTENTION_PASSES / t.cp_layers / n
     forwards = 2 if t.cp_recompute else 1
     total = forwards * (n - 1) * s + (2 * n - 1) * s

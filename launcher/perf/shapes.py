@@ -20,7 +20,7 @@ from launcher.compute.flops import (
     stage_params,
 )
 from launcher.compute.peaks import resolve_precision
-from launcher.config.derived import BatchMath, batch_math, pipeline_batch, ranks_per_node
+from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.comm import Traffic, ddp_buckets
@@ -29,8 +29,12 @@ from launcher.trials.layout import expert_degree, pipeline_bubble, trial_degrees
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
 
-WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per element of activations (autocast) and FSDP's gathered parameters, per precision."""
+BLOCK_GATHER_BYTES = WIRE_BYTES | {"fp8": 1}
+"""…of FSDP's all-gathered block parameters: fp8 gathers its float8 linear layers' weights in fp8
+(train/float8.py, enable_fsdp_float8_all_gather), half a bf16 gather's bytes; the root unit (embeddings,
+head, final norm) stays bf16, and so do the blocks' norms, counted as fp8 here (≤ 0.1% of a block)."""
 REDUCE_BYTES = 4
 """Gradients cross the dp group in fp32: DDP's parameters stay fp32 under autocast (so are their
 gradients), FSDP reduces at reduce_dtype=float32 (engines/fsdp.py)."""
@@ -52,7 +56,7 @@ class LayoutSpec:
     model: ModelConfig
     """The model trained."""
     precision: str
-    """Resolved precision (fp32, bf16, fp16): what activations and FSDP's gathers move."""
+    """Resolved precision (fp32, bf16, fp16, fp8): what activations and FSDP's gathers move."""
     reshard_after_forward: bool = True
     """parallel.reshard_after_forward (FSDP)."""
     sync_each_microstep: bool = False
@@ -98,11 +102,13 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
     activation = batch.micro // mb * m.seq_len // cp * m.d_model * wire
     blocks = m.n_layers // pp
     row = traits(spec.layout)
-    dp_kind, params = row.data_parallel, 0
+    dp_kind, params, param_root = row.data_parallel, 0, None
     if dp_kind == DataParallel.fsdp:
         # Every FSDP layout, pipeline stages included, gathers parameters in the run's precision
         # (MixedPrecisionPolicy, engines/fsdp.py and pipeline.py).
-        params = round(numel) * wire
+        params = round((numel - root) * BLOCK_GATHER_BYTES[spec.precision] + root * wire)
+        if BLOCK_GATHER_BYTES[spec.precision] != wire:
+            param_root = root * wire / params
     tp_count = 0
     if tp > 1:
         # Full checkpointing replays each block's forward, its collectives (half the block's) with it;
@@ -115,6 +121,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
         grad_bytes=round(numel) * REDUCE_BYTES if dp_kind != DataParallel.none else 0,
         param_bytes=params,
         root_share=root / numel,
+        param_root_share=param_root,
         blocks=max(1, blocks),
         reshard=spec.reshard_after_forward,
         gathered_once=dp_kind == DataParallel.fsdp and pp > 1 and not spec.reshard_after_forward,
@@ -170,6 +177,7 @@ def layout_shape(
     nics_per_node: int = 1,
     tree: bool = False,
     contention: float = 1.0,
+    nvlink_domain: int = 0,
     cp: int = 1,
     shard: int = 0,
 ) -> Shape:
@@ -196,6 +204,7 @@ def layout_shape(
         recompute=recompute_ratio(spec.model),
         nics_per_node=nics_per_node,
         tree=tree,
+        nvlink_domain=nvlink_domain,
         traffic=traffic(spec, tp=tp, pp=pp, batch=batch, cp=cp),
     )
 
@@ -236,6 +245,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         bubble=pipeline_bubble(pp, par.microbatches, virtual_stages(par)) if pp > 1 else 0.0,
         nics_per_node=cfg.cluster.nics_per_node or 1,
         tree=device == "cuda",
+        nvlink_domain=nvlink_domain(cfg.cluster),
         cp=degrees.cp,
         shard=degrees.shard if traits(par.layout).replicate != Degree.none else 0,
     )

@@ -84,6 +84,8 @@ class Shape:
     """Network interfaces per node (rails), each at the inter-node link's bandwidth."""
     tree: bool = False
     """Collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
+    nvlink_domain: int = 0
+    """Ranks sharing one NVLink domain, a multiple of ranks_per_node; 0: one node's (comm.Topology)."""
     traffic: Traffic = Traffic()
     """What one rank communicates per step (see `comm.Traffic`)."""
 
@@ -139,7 +141,12 @@ class Shape:
 
     @property
     def topology(self) -> Topology:
-        return Topology(ranks_per_node=self.ranks_per_node, nics_per_node=self.nics_per_node, tree=self.tree)
+        return Topology(
+            ranks_per_node=self.ranks_per_node,
+            nics_per_node=self.nics_per_node,
+            tree=self.tree,
+            nvlink_domain=self.nvlink_domain,
+        )
 
     def compute_work(self, gamma: float = 1.0) -> float:
         """compute_s ÷ c: w · contention^γ."""

@@ -19,9 +19,9 @@ import torch.distributed as dist
 
 from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
-from launcher.config.validate import check_precision_device
+from launcher.config.validate_precision import check_fp8_capability, check_precision_device
 from launcher.train import checkpoint as ckpt
-from launcher.train import clipping, faults, measure, nvml, profile
+from launcher.train import clipping, faults, float8, measure, nvml, profile
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -143,6 +143,8 @@ def with_precision(cfg: LauncherConfig, device: torch.device) -> LauncherConfig:
     strict fp32 would leave the tensor cores idle and measure a slower machine than anyone runs."""
     precision = resolve_precision(cfg.precision, device.type)
     check_precision_device(precision, device.type)  # cluster.device=auto that found a GPU
+    if device.type == "cuda" and precision == "fp8":  # fp8 tensor cores: compute capability ≥ 8.9
+        check_fp8_capability(precision, torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
     if device.type == "cuda" and precision == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -164,6 +166,8 @@ def build(
     with torch.device("meta"):  # nothing allocated: the engine materialises only this rank's part
         model = build_model(cfg.model)
     params = param_counts(model)
+    if cfg.precision == "fp8":  # before compile and the layout wrap it, as torchtitan converts
+        float8.convert(model, cfg)
     units = compile_model(model, cfg) if cfg.train.compile else 0  # in place, before the layout wraps it
     engine = build_engine(model, topo, cfg, device)
     optimizer = build_optimizer(cfg.optim, engine.parameters(), trial.lr, foreach=engine.foreach_optimizer)

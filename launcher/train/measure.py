@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from launcher.cgroup import own_cpu_quota
 from launcher.compute.flops import flops_per_token, hardware_flops_per_token
-from launcher.compute.peaks import PeakChoice, choose_peak, math_dtype
+from launcher.compute.fp8 import precision_peak
+from launcher.compute.peaks import PeakChoice, math_dtype
 from launcher.config.schema import LauncherConfig
 from launcher.train import metrics, nvml
 from launcher.train.allreduce_probe import comm_metrics, time_comm
@@ -250,10 +251,11 @@ def peak_of(cfg: LauncherConfig, device: torch.device) -> PeakChoice:
     matmuls ran in, unless cluster.device_name (same peaks) or cluster.peak_flops_per_device says
     otherwise (compute/peaks.py: choose_peak); on CPU no table row applies (MFU null unless set)."""
     cuda = device.type == "cuda"
-    return choose_peak(
+    return precision_peak(  # fp8: the blend of its fp8 and bf16 peaks (compute/fp8.py)
         device_name=cfg.cluster.device_name if cuda else None,
         dtype=matmul_dtype(cfg, device),
         explicit=cfg.cluster.peak_flops_per_device,
+        model=cfg.model,
         detected=torch.cuda.get_device_name(device) if cuda else None,
     )
 

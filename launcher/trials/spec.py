@@ -13,7 +13,8 @@ from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import batch_math, pipeline_batch, ranks_per_node, scaled_lr, scaling_mode
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, SweepConfig
-from launcher.config.validate import AUTO_FIRST_REPEATS, check_precision_device, parse_repeats
+from launcher.config.validate import AUTO_FIRST_REPEATS, parse_repeats
+from launcher.config.validate_precision import check_fp8_layout, check_precision_device
 from launcher.layouts import traits
 from launcher.trials.layout import expert_degree, trial_degrees
 
@@ -172,8 +173,10 @@ def sweep_trials(
     Strict by default: the first impossible trial raises, naming its size, before anything has
     run. With `skipped` (a sweep over several combinations), an impossible size is appended
     there with its reason instead, and the others are kept."""
-    if cfg.cluster.device == "cuda":  # `auto`: the payload checks the device it got (train/loop.py)
-        check_precision_device(str(cfg.precision), "cuda")  # training only: a plan may model fp16
+    # Training only (a plan may model fp16 and fp8); `auto`: the local executor or the payload checks the device it got.
+    if cfg.cluster.device != "auto":
+        check_precision_device(str(cfg.precision), str(cfg.cluster.device))
+    check_fp8_layout(str(cfg.precision), cfg.parallel.layout)
     sizes: list[tuple[int, int]] = []
     for nodes, world_size in sweep_sizes(cfg):
         try:

@@ -75,7 +75,7 @@ CASES = [
         ],
         "model.loss=cross_entropy compares the output with model.target, which is not set; set e.g. model.target={{shape:[],dtype:int64,high:1000}}",
     ),
-    (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16; set e.g. precision=auto"),
+    (["precision=16"], "precision='16' is not one of auto, fp32, bf16, fp16, fp8; set e.g. precision=auto"),
     (
         ["model=nope"],
         "model=nope is not a recipe in {recipes}/model; available: deepseek_v3, gpt_125m, gpt_1_3b, gpt_350m, llama3_405b, llama3_70b, llama3_8b, mixtral_8x7b, mlp, target, tiny_gpt, tiny_llama, tiny_moe",
@@ -235,7 +235,7 @@ CASES = [
     (["cluster.spot_discount=1"], "cluster.spot_discount=1.0 must be in [0, 1); set e.g. cluster.spot_discount=0.6"),
     (
         ["cluster.inter_link=carrier_pigeon"],
-        "cluster.inter_link='carrier_pigeon' is not one of nvlink, pcie, ib400, ib200, eth100, eth10; set e.g. cluster.inter_link=nvlink",
+        "cluster.inter_link='carrier_pigeon' is not one of nvlink, pcie, ib400, ib200, eth100, eth10, nvlink3, nvlink4, nvlink5, ib_ndr, ib_xdr, roce400; set e.g. cluster.inter_link=nvlink",
     ),
     (
         ["cluster=devcluster", "sweep.search=adaptive", "sweep.pack=true"],

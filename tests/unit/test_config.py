@@ -178,7 +178,7 @@ def test_groups_text_lists_groups_options_and_defaults(monkeypatch):
         "  batch:    default*\n"
         "  optim:    adamw*, sgd\n"
         "  data:     dataset, file, synthetic*\n"
-        "  cluster:  devcluster, example_gpu_site, local*, slurm\n"
+        "  cluster:  devcluster, example_gpu_site, gb200_nvl72, local*, slurm\n"
         "  sweep:    default*\n"
         "  job:      builtin*, command\n"
         "Defaults: model=tiny_gpt parallel=ddp batch=default optim=adamw data=synthetic cluster=local sweep=default "

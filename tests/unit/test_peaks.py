@@ -64,14 +64,14 @@ def test_names_as_torch_reports_them_find_their_row(name, row):
         None,
         "H100",
         "NVIDIA L40",
-        "NVIDIA GB200",
+        "NVIDIA GB300",
         "NVIDIA GH200 480GB",
         "AMD Instinct MI300A",
         "Tesla V100-SXM2-16GB",
     ],
 )
 def test_a_device_the_table_does_not_know_has_no_peak_and_no_mfu(name):
-    """A bare "H100" could be SXM (989 TF) or PCIe (756 TF); GB200's B200 runs hotter than HGX's: no guess."""
+    """A bare "H100" could be SXM (989 TF) or PCIe (756 TF); GB300's B300 runs hotter than HGX's: no guess."""
     choice = peaks.choose_peak(device_name=name, dtype="bf16", explicit=None)
     assert (choice.flops, choice.source, choice.mismatch) == (None, None, None)
     assert metrics.mfu(tokens_per_s=1e5, flops_per_token=6e8, peak_flops_per_device=choice.flops, devices=1) is None

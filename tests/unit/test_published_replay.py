@@ -82,7 +82,13 @@ MEGATRON_39B = MPT_30B | {
     "mfu": "",
     "hfu": "0.44",
 }
-BLOG_HSDP = MPT_30B | {"source": "pytorch_fsdp_blog_2024", "layout": "hsdp", "gpus": "128", "dp": "128"}
+BLOG_HSDP = MPT_30B | {
+    "source": "pytorch_fsdp_blog_2024",
+    "layout": "hsdp",
+    "gpus": "128",
+    "dp": "128",
+    "global_batch": "256",
+}
 
 
 def test_an_fsdp_row_is_the_recipe_it_ran():
@@ -145,9 +151,11 @@ def test_a_megatron_3d_row_is_fsdp_tp_pp_without_resharding_in_pipeline_microbat
 @pytest.mark.parametrize(
     "change, why",
     [
-        ({"layout": "hsdp"}, "HSDP (shard in node, replicate across nodes) has no launcher layout"),
-        ({"precision": "fp8"}, "precision fp8 has no launcher equivalent (bf16, fp16, fp32)"),
-        ({"cp": "2", "dp": "4"}, "context parallel (cp=2) has no launcher layout"),
+        ({"precision": "int4"}, "precision int4 has no launcher equivalent (bf16, fp16, fp8, fp32)"),
+        (
+            {"layout": "ddp_pp", "pp": "2", "cp": "2", "dp": "2"},
+            "layout 'ddp_pp' with context parallel (cp=2) is not mapped",
+        ),
         ({"tp": "", "pp": ""}, "tp/pp not published"),
         ({"global_batch": "500"}, "global batch 500 is not divisible by dp=8"),
     ],
@@ -155,6 +163,45 @@ def test_a_megatron_3d_row_is_fsdp_tp_pp_without_resharding_in_pipeline_microbat
 def test_what_the_tool_cannot_say_is_skipped_with_the_reason(change, why):
     with pytest.raises(rm.Unexpressible, match=f"^{why.replace('(', '.').replace(')', '.')}$"):
         rm.map_row(MPT_30B | change)
+
+
+def test_hsdp_cp_and_fp8_rows_map_to_the_layouts_that_say_them():
+    hsdp = rm.map_row(BLOG_HSDP)
+    assert hsdp.layout == "hsdp" and {"parallel=hsdp", "parallel.shard=8"} <= set(hsdp.overrides)
+    cp = rm.map_row(MPT_30B | {"cp": "2", "dp": "4", "precision": "fp8"})
+    assert cp.layout == "fsdp_cp" and {"parallel=fsdp_cp", "parallel.cp=2", "precision=fp8"} <= set(cp.overrides)
+    megatron = rm.map_row(MEGATRON_39B | {"cp": "2", "gpus": "32", "dp": "1"})  # dp 1 × cp 2 × tp 8 × pp 2
+    assert megatron.layout == "fsdp_tp_pp_cp"
+    assert megatron.overrides[megatron.overrides.index("parallel=fsdp_tp_pp_cp") :][:5] == [
+        "parallel=fsdp_tp_pp_cp",
+        "parallel.tp=8",
+        "parallel.pp=2",
+        "parallel.cp=2",
+        "parallel.reshard_after_forward=false",
+    ]
+    plain = rm.map_row(MEGATRON_39B | {"layout": "ddp", "tp": "1", "pp": "1", "cp": "2", "gpus": "16", "dp": "8"})
+    assert plain.layout == "fsdp_cp" and "parallel.reshard_after_forward=false" in plain.overrides
+
+
+def test_a_moe_row_passes_its_expert_fields_and_ep():
+    moe = MPT_30B | {
+        "layout": "fsdp_ep",
+        "ep": "8",
+        "n_experts": "8",
+        "experts_per_token": "2",
+        "expert_ffn_hidden": "0",
+    }
+    m = rm.map_row(moe)
+    assert m.layout == "fsdp_ep"
+    assert {"model.n_experts=8", "model.experts_per_token=2", "parallel=fsdp_ep", "parallel.ep=8"} <= set(m.overrides)
+    assert not any(o.startswith("model.expert_ffn_hidden") for o in m.overrides)  # 0: the dense width, unsaid
+    assert not any(o.startswith(("model.n_experts", "parallel.ep")) for o in rm.map_row(MPT_30B).overrides)
+
+
+def test_layers_that_do_not_split_into_equal_stages_are_planned_as_the_next_multiple():
+    m = rm.map_row(MEGATRON_39B | {"n_layers": "47"})  # pp = 2
+    assert "model.n_layers=48" in m.overrides
+    assert "47 layers over pp=2 stages planned as 48 (equal stages)" in m.assumed
 
 
 def test_unknown_checkpointing_and_precision_are_assumed_and_said():
@@ -187,12 +234,12 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(MPT_30B))
         w.writeheader()
         # The 16-GPU row at the 8-GPU row's micro batch, so the two are one recipe's series.
-        w.writerows([MPT_30B, MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]}, MEGATRON_39B, BLOG_HSDP])
+        w.writerows([MPT_30B, MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]}, MEGATRON_39B, MPT_30B | {"tp": ""}])
     fit_out = tmp_path / "fit.json"
     assert pr.main(["--corpus", str(corpus), "--out", str(tmp_path), "--fit-out", str(fit_out), "--no-figure"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "published_replay.csv", newline="")))
     assert [r["status"] for r in rows] == ["replayed", "replayed", "replayed", "skipped"]
-    assert rows[3]["reason"] == "HSDP (shard in node, replicate across nodes) has no launcher layout"
+    assert rows[3]["reason"] == "tp/pp not published"
     base, big, megatron = rows[0], rows[1], rows[2]
     assert (float(base["published_per_gpu"]), float(big["published_per_gpu"])) == (2002.0, 2263.0)
     for r in (base, big):
@@ -215,8 +262,26 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     # Held out, MPT's device is unseen: the constant fitted on the other source's rows (every device) applies.
     assert float(base["mfu_assumed_loso"]) == float(megatron["mfu_assumed_in"])
     md = (tmp_path / "published_replay.md").read_text()
-    assert (
-        "| 3 | pytorch_fsdp_blog_2024 | MPT-30b | 128 | HSDP (shard in node, replicate across nodes) has no launcher "
-        "layout |" in md
-    )
+    assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
     assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md
+
+
+def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
+    from benchmarks.replay_case import Case
+    from benchmarks.replay_features import feature_lines
+
+    def case(i, row, predicted=None, skip=None):
+        c = Case(index=i, row=MPT_30B | row, skip=skip, published=100.0)
+        c.out = {} if skip else {"predicted_loso": predicted}
+        return c
+
+    cases = [
+        case(0, {"precision": "fp8"}, 110.0),  # +10%: within 25%
+        case(1, {"precision": "fp8"}, 140.0),  # +40%
+        case(2, {}, 130.0),  # the same source at bf16: +30%
+        case(3, {"layout": "hsdp"}, skip="parallel=hsdp is not a recipe in /x/recipes/parallel; available: ddp"),
+    ]
+    lines = feature_lines(cases)
+    assert "| **fp8** | 2 | 2 | 1/2 = 50% (goal ≥ 80%: **NOT met**) | +25% | no pairs | +30% (1) |" in lines
+    assert "| **hsdp** | 1 | 0 (1: parallel=hsdp is not a recipe) | — | — | — | +30% (3) |" in lines
+    assert any(line.startswith("| **mixture of experts** | 0 |") for line in lines)

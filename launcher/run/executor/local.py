@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from launcher.config.errors import ConfigError
+from launcher.config.validate_precision import check_fp8_device
 from launcher.run.executor.base import Executor, NothingToCancel
-from launcher.run.local import check_gpu_count, rank_env, run_trial_dir
+from launcher.run.local import check_gpu_count, cuda_devices, rank_env, run_trial_dir
 from launcher.run.local_command import command_processes, run_command_trial
 from launcher.trials.folder import trial_dir
 from launcher.trials.payload import payload_for
@@ -27,6 +28,9 @@ class LocalExecutor(Executor):
         # One rank per GPU: run_local alone would stop only after the smaller sizes ran (as seen on an H100).
         if trials:
             check_gpu_count(self.cfg.cluster.device, max(t.world_size for t in trials))
+        # cluster.device=auto: the device is known here, before any trial (fp8 needs a GPU).
+        found = "cpu" if cuda_devices(self.cfg.cluster.device) is None else "cuda"
+        check_fp8_device(str(self.cfg.precision), found)
 
     def check_scripts(self, planned_dir: Path, trials: Sequence[Trial]) -> None:
         return None  # no file of a local trial depends on more than its config, checked already

@@ -82,10 +82,10 @@ class Topology:
 
 
 def autocast(cfg: LauncherConfig, device: torch.device):
-    """Autocast for precision=bf16/fp16; a no-op context for fp32."""
+    """Autocast for precision=bf16/fp16 (fp8: bf16 around its float8 linear layers); a no-op context for fp32."""
     if cfg.precision == "fp32":
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    dtype = torch.float16 if cfg.precision == "fp16" else torch.bfloat16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 

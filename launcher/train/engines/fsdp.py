@@ -50,7 +50,8 @@ from launcher.train.models.byo import checkpoint_modules, loss_fn, step_loss, to
 from launcher.train.models.moe import aux_loss
 
 COMM_WARMUP, COMM_ITERS = 1, 3
-PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# fp8: the float8 linear layers (train/float8.py) cast to fp8 themselves; everything else computes in bf16.
+PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
 
 def local_numel(p: torch.Tensor) -> int:
