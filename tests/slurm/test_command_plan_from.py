@@ -1,0 +1,64 @@
+"""`launcher plan --from` a 1,2-node `job=command` sweep predicts the 4-node row, then measured, on the
+dev cluster (issue 22): examples/ddp_meter (its recipe describes its model: job.model_describes_program),
+compute calibrated from the program's measured tokens/s, the links from the link probe's three all-reduces,
+the gradient from the model's parameters, and the ranks' sharing of the machine's cores from the probe.
+
+Tolerance: 10%, the goal the built-in payload meets on this bed for the same question,
+benchmarks/results/model_accuracy.md ("extrapolate": fit nodes {1,2,3}, predict 4 nodes; MAPE 5.9% and
+6.7%, worst shape 7.0%; goal ≤ 10%). On the bed as it stood when this test was written (no link shaping, no
+CPU quota, other work on the machine), the built-in trainer with the same model, micro-batch and steps,
+planned from its 1,2-node trials, missed its measured 4-node tokens/s by +6.2%; this command by −5.4%.
+
+Noise as the benchmark tames it: the sizes run in interleaved rounds (sweep.repeats: 1,2,4,1,2,4,…), the
+plan calibrates on every 1,2-node trial, and the 4-node measurement is the median of its repeats. The plan
+reads a copy of the sweep holding only its 1- and 2-node trials, so the 4-node trials cannot inform it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from launcher.cli import main
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = str(REPO / "examples" / "ddp_meter" / "recipes")
+TOLERANCE = 0.10
+ROUNDS = 3
+RECIPE = ["job=ddp_meter", "cluster=devcluster", "model=tiny_gpt", "batch.micro=8"]
+
+
+def _small_sizes_only(sweep: Path, into: Path) -> Path:
+    """A copy of `sweep` without its 4-node trials: what a 1,2-node sweep would have left."""
+    shutil.copytree(sweep, into)
+    for tdir in (into / "trials").iterdir():
+        if tdir.name.split("-")[1] == "ws4":
+            shutil.rmtree(tdir)
+    return into
+
+
+def test_plan_from_1_and_2_nodes_predicts_the_measured_4_node_row(devcluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # the recipe's argv names examples/ddp_meter/train.py from the repository root
+    name = f"cmdplan-{os.getpid()}-{int(time.time())}"
+    run = ["sweep.nodes=[1,2,4]", f"sweep.repeats={ROUNDS}", "sweep.steps=60", "sweep.warmup_steps=10"]
+    where = [f"sweep.results_dir={tmp_path}", f"sweep.name={name}", "--quiet"]
+    assert main(["sweep", "--recipes", RECIPES, *RECIPE, *run, *where]) == 0
+    rows = pd.read_csv(tmp_path / name / "results.csv")
+    assert (rows["status"] == "completed").all(), rows[["trial_id", "status", "reason"]].to_string()
+    assert sorted(rows["nodes"].tolist()) == [1] * ROUNDS + [2] * ROUNDS + [4] * ROUNDS
+    small = _small_sizes_only(tmp_path / name, tmp_path / "small")
+    out = tmp_path / "plan.csv"
+    assert main(["plan", "--recipes", RECIPES, "--from", str(small), "--gpus", "1,2,4", "--output", str(out)]) == 0
+    plan = pd.read_csv(out).set_index("gpus")
+    predicted = float(plan.loc[4, "tokens_per_s"])
+    measured = float(rows.loc[rows["nodes"] == 4, "tokens_per_s"].median())
+    err = predicted / measured - 1
+    print(f"4 nodes: predicted {predicted:,.0f} tokens/s, measured {measured:,.0f} (median of {ROUNDS}): {err:+.1%}")
+    print(rows[["trial_id", "nodes", "tokens_per_s", "step_time_median_s", "busbw_gbps"]].to_string())
+    assert abs(err) <= TOLERANCE
