@@ -3,11 +3,21 @@ dev cluster (issue 22): examples/ddp_meter (its recipe describes its model: job.
 compute calibrated from the program's measured tokens/s, the links from the link probe's three all-reduces,
 the gradient from the model's parameters, and the ranks' sharing of the machine's cores from the probe.
 
-Tolerance: 10%, the goal the built-in payload meets on this bed for the same question,
+Tolerance: 10%, the goal the built-in payload meets on the bed for the same question,
 benchmarks/results/model_accuracy.md ("extrapolate": fit nodes {1,2,3}, predict 4 nodes; MAPE 5.9% and
-6.7%, worst shape 7.0%; goal ≤ 10%). On the bed as it stood when this test was written (no link shaping, no
-CPU quota, other work on the machine), the built-in trainer with the same model, micro-batch and steps,
-planned from its 1,2-node trials, missed its measured 4-node tokens/s by +6.2%; this command by −5.4%.
+6.7%, worst shape 7.0%; goal ≤ 10%), measured with the bed's limits applied (0.45 CPU per node, 200 Mbit/s).
+The shared dev cluster usually runs without them, its nodes' ranks sharing this machine's 2 cores with other
+work, and then the built-in trainer itself misses by more: with this test's model, micro-batch, steps and
+rounds (model=tiny_gpt batch.micro=8 sweep.steps=60 sweep.warmup_steps=10 sweep.repeats=3, 1,2 → 4 nodes)
+it predicted +24.6% over its measured 4-node median on 2026-11-25 (load average ~6), +6.2% in a single
+20-step round earlier. This test, at writing: +7.4% (passed); with 20 steps a trial measured under a second
+and a busy minute moved the 1-node trials from 11k to 26k tokens/s (+72%), hence 60 steps. A miss well
+beyond 10% with 1-node trials far apart is the bed's load, not the model: rerun on a quiet or limited bed.
+
+What is compared: the plan's 4-node tokens/s with the 4-node trials' global batch × tokens per sample ÷
+median step, which is how the built-in trainer's row counts tokens/s and what the model is calibrated on; a
+command's row holds its program's whole-job rate (total tokens ÷ total time), which a busy bed pulls below
+that (on 2026-11-25, load ~8: 1-node trials at 6.6k whole-job vs 10.1k by their median step). Both print.
 
 Noise as the benchmark tames it: the sizes run in interleaved rounds (sweep.repeats: 1,2,4,1,2,4,…), the
 plan calibrates on every 1,2-node trial, and the 4-node measurement is the median of its repeats. The plan
@@ -57,8 +67,18 @@ def test_plan_from_1_and_2_nodes_predicts_the_measured_4_node_row(devcluster, tm
     assert main(["plan", "--recipes", RECIPES, "--from", str(small), "--gpus", "1,2,4", "--output", str(out)]) == 0
     plan = pd.read_csv(out).set_index("gpus")
     predicted = float(plan.loc[4, "tokens_per_s"])
-    measured = float(rows.loc[rows["nodes"] == 4, "tokens_per_s"].median())
+    four = rows[rows["nodes"] == 4]
+    # The plan predicts the built-in trainer's tokens/s, global batch × tokens per sample ÷ the median step (the
+    # model is calibrated on median steps); a command's row is its program's whole-job rate, total tokens ÷ total
+    # time, which a few slow steps pull down. Both measured, the first compared.
+    tokens_per_sample = four["tokens_per_s"] / four["samples_per_s"]  # the record's: model.seq_len, described
+    assert tokens_per_sample.round().tolist() == [64] * ROUNDS
+    by_median = four["global_batch"] * tokens_per_sample.round() / four["step_time_median_s"]
+    measured, whole_job = float(by_median.median()), float(four["tokens_per_s"].median())
     err = predicted / measured - 1
-    print(f"4 nodes: predicted {predicted:,.0f} tokens/s, measured {measured:,.0f} (median of {ROUNDS}): {err:+.1%}")
+    print(
+        f"4 nodes: predicted {predicted:,.0f} tokens/s, measured {measured:,.0f} from the median step "
+        f"({whole_job:,.0f} whole-job), medians of {ROUNDS}: {err:+.1%} ({predicted / whole_job - 1:+.1%})"
+    )
     print(rows[["trial_id", "nodes", "tokens_per_s", "step_time_median_s", "busbw_gbps"]].to_string())
     assert abs(err) <= TOLERANCE
