@@ -10,9 +10,13 @@ The shared dev cluster usually runs without them, its nodes' ranks sharing this 
 work, and then the built-in trainer itself misses by more: with this test's model, micro-batch, steps and
 rounds (model=tiny_gpt batch.micro=8 sweep.steps=60 sweep.warmup_steps=10 sweep.repeats=3, 1,2 → 4 nodes)
 it predicted +24.6% over its measured 4-node median on 2026-11-25 (load average ~6), +6.2% in a single
-20-step round earlier. This test, at writing: +7.4% (passed); with 20 steps a trial measured under a second
-and a busy minute moved the 1-node trials from 11k to 26k tokens/s (+72%), hence 60 steps. A miss well
-beyond 10% with 1-node trials far apart is the bed's load, not the model: rerun on a quiet or limited bed.
+20-step round earlier. This test, at writing (load average 5–10 from other work): +7.4% (passed), −22.2%,
++60.3%; with 20 steps a trial measured under a second and the 1-node trials spread 11k–26k tokens/s (+72%),
+hence 60 steps. Where it misses, 1 → 2 nodes cost the step 2.8× (1.6× on a quieter bed), far more than the
+gradient's all-reduce the probe times (5–7 ms for its 1.9 MB): ranks that must meet in gloo's collectives on
+oversubscribed cores wait for the scheduler, which the model's contention term (ranks ÷ the machine's cores,
+measure.cpu_contention) does not see, for the built-in trainer as for this command. Rerun on a quiet bed,
+or on one with its limits applied (benchmarks.model_accuracy applies them, under flock /tmp/bed.lock).
 
 What is compared: the plan's 4-node tokens/s with the 4-node trials' global batch × tokens per sample ÷
 median step, which is how the built-in trainer's row counts tokens/s and what the model is calibrated on; a
@@ -81,4 +85,8 @@ def test_plan_from_1_and_2_nodes_predicts_the_measured_4_node_row(devcluster, tm
         f"({whole_job:,.0f} whole-job), medians of {ROUNDS}: {err:+.1%} ({predicted / whole_job - 1:+.1%})"
     )
     print(rows[["trial_id", "nodes", "tokens_per_s", "step_time_median_s", "busbw_gbps"]].to_string())
-    assert abs(err) <= TOLERANCE
+    ones = rows.loc[rows["nodes"] == 1, "step_time_median_s"]
+    assert abs(err) <= TOLERANCE, (
+        f"{err:+.1%} beyond ±{TOLERANCE:.0%}; 1-node median steps {ones.min():.4f}–{ones.max():.4f} s, this "
+        f"machine's load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (see the module docstring)"
+    )
