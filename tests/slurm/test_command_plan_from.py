@@ -11,12 +11,13 @@ work, and then the built-in trainer itself misses by more: with this test's mode
 rounds (model=tiny_gpt batch.micro=8 sweep.steps=60 sweep.warmup_steps=10 sweep.repeats=3, 1,2 → 4 nodes)
 it predicted +24.6% over its measured 4-node median on 2026-11-25 (load average ~6), +6.2% in a single
 20-step round earlier. This test, at writing (load average 5–10 from other work): +7.4% (passed), −22.2%,
-+60.3%; with 20 steps a trial measured under a second and the 1-node trials spread 11k–26k tokens/s (+72%),
-hence 60 steps. Where it misses, 1 → 2 nodes cost the step 2.8× (1.6× on a quieter bed), far more than the
-gradient's all-reduce the probe times (5–7 ms for its 1.9 MB): ranks that must meet in gloo's collectives on
-oversubscribed cores wait for the scheduler, which the model's contention term (ranks ÷ the machine's cores,
-measure.cpu_contention) does not see, for the built-in trainer as for this command. Rerun on a quiet bed,
-or on one with its limits applied (benchmarks.model_accuracy applies them, under flock /tmp/bed.lock).
++60.3%, +18.8% (load 10.8); with 20 steps a trial measured under a second and the 1-node trials spread
+11k–26k tokens/s (+72%), hence 60 steps. Where it misses, 1 → 2 nodes cost the step 2.8× (1.6× on a
+quieter bed), far more than the gradient's all-reduce the probe times (5–7 ms for its 1.9 MB): ranks that
+must meet in gloo's collectives on oversubscribed cores wait for the scheduler, which the model's contention
+term (ranks ÷ the machine's cores, measure.cpu_contention) does not see, for the built-in trainer as for
+this command. Rerun on a quiet bed, or on one with its limits applied (benchmarks.model_accuracy applies
+them, under flock /tmp/bed.lock).
 
 What is compared: the plan's 4-node tokens/s with the 4-node trials' global batch × tokens per sample ÷
 median step, which is how the built-in trainer's row counts tokens/s and what the model is calibrated on; a
