@@ -33,26 +33,32 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=5, help="leading steps left out of the printed rate")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn-mult", type=int, default=4, help="feed-forward width ÷ model width")
     return p.parse_args(argv)
 
 
 class TinyGPT(nn.Module):
-    """Token and position embeddings, pre-norm causal self-attention blocks, a language-model head."""
+    """Token and position embeddings, pre-norm causal self-attention blocks, a final norm, a bias-free
+    language-model head: launcher's `arch: gpt` shape, so its recipe can say `model_describes_program`."""
 
-    def __init__(self, *, vocab: int, width: int, layers: int, seq_len: int) -> None:
+    def __init__(self, *, vocab: int, width: int, layers: int, seq_len: int, heads: int, ffn_mult: int) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, width)
         self.positions = nn.Embedding(seq_len, width)
-        block = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=4 * width, batch_first=True, norm_first=True)
+        block = nn.TransformerEncoderLayer(
+            width, nhead=heads, dim_feedforward=ffn_mult * width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(width, vocab)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq_len), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(ids) + self.positions.weight[: ids.shape[1]]
-        return self.head(self.blocks(x, mask=self.mask, is_causal=True))
+        return self.head(self.norm(self.blocks(x, mask=self.mask, is_causal=True)))
 
 
 def setup() -> tuple[int, int, torch.device]:
@@ -69,7 +75,14 @@ def setup() -> tuple[int, int, torch.device]:
 
 def build(args: argparse.Namespace, device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)  # the same weights on every rank
-    model = TinyGPT(vocab=args.vocab, width=args.width, layers=args.layers, seq_len=args.seq_len).to(device)
+    model = TinyGPT(
+        vocab=args.vocab,
+        width=args.width,
+        layers=args.layers,
+        seq_len=args.seq_len,
+        heads=args.heads,
+        ffn_mult=args.ffn_mult,
+    ).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     return ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3)
 

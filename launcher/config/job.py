@@ -100,6 +100,11 @@ class JobConfig:
     flops_per_token: float | None = None
     """command: model FLOPs per token trained (≈ 6N + 12·L·H·Q·T); with a known device peak it gives the row's MFU.
     Null: MFU is null."""
+    model_describes_program: bool = False
+    """command: true when the recipe's model group (model=…, or model.* overrides) describes the program's own model:
+    its FLOPs per token give MFU (where flops_per_token is null), its seq_len the tokens per sample (where
+    tokens_per_sample is null), and its parameter count the gradient `launcher plan --from` all-reduces. False: the
+    model group is the built-in trainer's only, and says nothing of the program."""
     env: dict[str, str] = field(default_factory=dict)
     """command: NAME → value for every rank (after cluster.env), `${trial.KEY}` resolved per trial; quoted data in a
     job script. LAUNCHER_METER_FILE is set by the launcher (the trial's meter.jsonl)."""

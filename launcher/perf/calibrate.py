@@ -17,6 +17,7 @@ import pandas as pd
 
 from launcher.config.cluster_traits import recorded_traits
 from launcher.config.derived import BatchMath
+from launcher.config.errors import ConfigError
 from launcher.config.schema import ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.fit import fit
@@ -67,6 +68,18 @@ class Measured:
     @property
     def ranks_per_node(self) -> int:
         return -(-self.trial["world_size"] // max(1, self.trial["nodes"]))
+
+
+def check_model_known(m: Measured, sweep_dir: Path) -> None:
+    """ConfigError when trial `m` ran a command whose model the recipe does not describe: its gradient
+    (what the links carry per step) and FLOPs are then unknown, and the model group's would be a guess."""
+    job = m.config.get("job") or {}
+    if job.get("kind") == "command" and not job.get("model_describes_program"):
+        raise ConfigError(
+            f"--from {str(sweep_dir)!r} ran job=command without job.model_describes_program, so its program's "
+            "gradient size is unknown; sweep it with the program's model described (model=… or model.* overrides "
+            "matching it, job.model_describes_program=true)"
+        )
 
 
 def load_measured(sweep_dir: Path, unreadable: list[str] | None = None) -> list[Measured]:

@@ -27,7 +27,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text
 from launcher.layouts import layout_names, traits
 from launcher.perf import preset_fit
-from launcher.perf.calibrate import fit_layouts, load_measured, shape_at
+from launcher.perf.calibrate import check_model_known, fit_layouts, load_measured, shape_at
 from launcher.perf.links import LINKS
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
@@ -298,6 +298,7 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
     variant = sorted({m.variant for m in measured})[0]
     mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
     template = mine[-1]
+    check_model_known(template, sweep_dir)
     models = fit_layouts(
         [m for m in measured if m.layout == template.layout], cfg.cluster.intra_link, cfg.cluster.inter_link
     )

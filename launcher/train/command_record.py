@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import __version__
+from launcher.compute.flops import flops_per_token
 from launcher.compute.peaks import choose_peak, math_dtype, resolve_precision
 from launcher.config.schema import LauncherConfig
 from launcher.harvest import NoThroughput, Reported, read_reported
@@ -70,7 +71,8 @@ def command_end(exit_code: int, logs: dict[int, Path]) -> tuple[str, str]:
 
 def speed_metrics(reported: Reported, *, trial: Trial, cfg: LauncherConfig, device: str | None) -> dict[str, Any]:
     """The record's throughput fields from what the program reported; MFU with job.flops_per_token
-    and a known peak (cluster.peak_flops_per_device, or the table's row for the GPU the probe saw)."""
+    (or the model group's count, where it describes the program) and a known peak
+    (cluster.peak_flops_per_device, or the table's row for the GPU the probe saw)."""
     tokens_s = reported.tokens_per_s
     steps = list(reported.step_s)
     stats = (
@@ -78,14 +80,14 @@ def speed_metrics(reported: Reported, *, trial: Trial, cfg: LauncherConfig, devi
         if steps
         else dict.fromkeys(("step_time_median_s", "step_time_p10_s", "step_time_p90_s"))
     )
-    tps = cfg.job.tokens_per_sample
+    tps = tokens_per_sample(cfg)
     cuda = device == "cuda"
     precision = resolve_precision(str(cfg.precision), device or "cpu")  # what the recipe says the program runs in
     dtype = math_dtype(precision, tf32=cuda)
     peak = choose_peak(
         device_name=cfg.cluster.device_name if cuda else None, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device
     )
-    fpt = cfg.job.flops_per_token
+    fpt = cfg.job.flops_per_token or (flops_per_token(cfg.model) if cfg.job.model_describes_program else None)
     mfu = None
     if fpt:
         mfu = metrics.mfu(
@@ -110,6 +112,12 @@ def speed_metrics(reported: Reported, *, trial: Trial, cfg: LauncherConfig, devi
     }
 
 
+def tokens_per_sample(cfg: LauncherConfig) -> int | None:
+    """job.tokens_per_sample, or the model's seq_len where the model group describes the program."""
+    tps = cfg.job.tokens_per_sample
+    return tps or (cfg.model.seq_len if cfg.job.model_describes_program else None)
+
+
 def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: float | None = None) -> dict[str, Any]:
     """Write (and return) the record of the command trial in `tdir` whose command exited with `exit_code`."""
     doc = read_document(tdir / "trial.json").doc
@@ -129,7 +137,7 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
                 rank0_text=_text(logs.get(0)),
                 warmup_steps=trial.warmup_steps,
                 world_size=trial.world_size,
-                tokens_per_sample=cfg.job.tokens_per_sample,
+                tokens_per_sample=tokens_per_sample(cfg),
                 pattern=cfg.job.pattern,
             )
         except NoThroughput as exc:
@@ -159,7 +167,19 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
     return record
 
 
-_PROBE_METRICS = ("allreduce_bytes", "allreduce_time_s", "algbw_gbps", "busbw_gbps", "allreduce_probe", "allreduce_of")
+_PROBE_METRICS = (
+    "allreduce_bytes",
+    "allreduce_time_s",
+    "algbw_gbps",
+    "busbw_gbps",
+    "allreduce_probe",
+    "allreduce_of",
+    "cpu_contention",
+    "machines",
+    "cpus_per_machine",
+    "threads_per_rank",
+    "cpu_quota_per_rank",
+)
 
 
 def _probe(tdir: Path) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 link probe. Before the user's program, on the same ranks (same nodes, launched the same way), an
 all-reduce of job.probe_bytes is timed as the built-in trainer times its gradient's
 (allreduce_probe.time_allreduce), with two smaller sizes for the latency; rank 0 writes the
-record's allreduce fields, the hosts and the device into `--out` (command_record.py merges them).
+record's allreduce fields, the hosts, the device and how the ranks share their machines' cores
+(measure.machine_metrics) into `--out` (command_record.py merges them).
 """
 
 from __future__ import annotations
@@ -12,15 +13,31 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from launcher.cgroup import own_cpu_quota
 from launcher.io import atomic_write_json
 from launcher.train import dist as tdist
 from launcher.train.allreduce_probe import Comm, comm_metrics, time_allreduce
 from launcher.train.env import process_env
+from launcher.train.measure import machine_id, machine_metrics
 from launcher.trials.folder import from_document, read_document
+
+
+def _rank_facts() -> dict[str, Any]:
+    """This rank's host and the CPU it may use, as measure.gather_ranks records them."""
+    quota = own_cpu_quota()
+    return {
+        "host": socket.gethostname(),
+        "machine": machine_id(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "threads": torch.get_num_threads(),
+        "cpu_quota": quota.cpus,
+        "cpu_group": quota.group,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     group = dist.group.WORLD
     seconds = time_allreduce(numel, group, device)
     points = [(n, time_allreduce(n, group, device)) for n in (numel // 64, numel // 8) if n]
-    hosts: list[str] = [""] * renv.world_size
-    dist.all_gather_object(hosts, socket.gethostname())
+    everyone: list[dict] = [{}] * renv.world_size
+    dist.all_gather_object(everyone, _rank_facts())
+    hosts = [r["host"] for r in everyone]
     if renv.rank == 0:
         comm = Comm(numel=numel, seconds=seconds, probe=points, ranks=renv.world_size)
         atomic_write_json(
@@ -50,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             {
                 **comm_metrics(comm),
                 "allreduce_of": "link_probe",  # job.probe_bytes, not the program's gradient (perf/calibrate.py)
+                # How many ranks share a machine's cores, as the built-in trainer records it: plan --from's
+                # compute at another size on a bed whose nodes share one machine (perf/calibrate.py _contention).
+                **machine_metrics(everyone, device),
                 "hosts": hosts,
                 "device": device.type,
                 "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

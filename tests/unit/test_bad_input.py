@@ -312,6 +312,10 @@ CASES = [
         "job.probe_bytes=2 must be at least 4; set e.g. job.probe_bytes=67108864",
     ),
     (["job=command", "job.probe=maybe"], "job.probe=maybe must be true or false; e.g. job.probe=true"),
+    (
+        ["job=command", "job.model_describes_program=maybe"],
+        "job.model_describes_program=maybe must be true or false; e.g. job.model_describes_program=false",
+    ),
 ]
 
 # Other commands: (argv, message); each exits 2 with the one line and writes nothing.
