@@ -143,7 +143,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         args=("--recipes", "job=my_train", "[1,2]"),
     ),
     "launcher plan --from results/<sweep-id> --recipes my_recipes --gpus 4": Ran(
-        tests=("test_command_plan_from.py::test_plan_from_1_and_2_nodes_predicts_the_measured_4_node_row",),
+        tests=("test_command_plan_from.py::test_plan_from_1_and_2_nodes_predicts_the_4_node_row",),
         args=("--from", "--recipes", "--gpus"),
     ),
     # README.md: usage
