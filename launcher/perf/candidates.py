@@ -16,7 +16,8 @@ The space, per size N:
   accumulation steps;
 - context parallel cp ∈ CP_DEGREES dividing model.seq_len where the row sets it (its ranks
   beside tp inside a node: cp × tp ≤ the GPUs per node); hsdp with the recipe's parallel.shard
-  (0: a node's GPUs);
+  (0: a node's GPUs), only where it makes a replicate × shard mesh (1 < shard < dp: otherwise
+  it is fsdp, or a DDP that shards nothing, which their own rows already try);
 - activation checkpointing none / selective / full (selective only where the model has
   attention), and torchtitan's per-op `op` where the recipe describes a trainer other than the
   built-in one (config/builtin_support.py: the built-in models have no per-op policy);
@@ -33,8 +34,10 @@ from dataclasses import dataclass
 
 from launcher.config.builtin_support import builtin_lacks
 from launcher.config.derived import derives_microbatches, ranks_per_node
+from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
+from launcher.trials.cp_hsdp import hsdp_shard
 from launcher.trials.layout import virtual_stages
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -221,6 +224,17 @@ def expert_degrees(row: LayoutTraits, m: ModelConfig, dp: int) -> list[int]:
     return [e for e in EXPERT_DEGREES if m.n_experts and dp % e == 0 and m.n_experts % e == 0]
 
 
+def distinct_mesh(row: LayoutTraits, cfg: LauncherConfig, dp: int) -> bool:
+    """Whether `row` at `dp` is a layout of its own: hsdp only with 1 < shard < dp (a sweep refuses a
+    shard not dividing dp); every other row always."""
+    if row.replicate == Degree.none:
+        return True
+    try:
+        return 1 < hsdp_shard(cfg, dp) < dp
+    except ConfigError:
+        return False
+
+
 def samples_per_rank(cfg: LauncherConfig, dp: int) -> int | None:
     """S: samples one data-parallel rank takes per optimizer step (None: the global batch does not split)."""
     g = cfg.batch.global_batch
@@ -254,7 +268,7 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
         reshards = [True, False] if row.data_parallel == DataParallel.fsdp else [None]
         for dp, tp, pp, cp in degrees(row, n, tps, pps, cps=context_degrees(row, cfg)):
             s = samples_per_rank(cfg, dp)
-            if s is None:
+            if s is None or not distinct_mesh(row, cfg, dp):
                 continue
             for ep, v in (
                 (e, v) for e in expert_degrees(row, m, dp) for v in (vs if row.virtual_stages and pp > 1 else [1])

@@ -183,7 +183,7 @@ def test_plan_on_presets_counts_a_target_models_flops_and_parameters(user_code, 
     assert main(["plan", "model=byo_net", *tp, "cluster=example_gpu_site", "--gpus", "8"]) == 2
     assert capsys.readouterr().err == (
         "launcher: error: launcher plan on presets models a `_target_` model under ddp or "
-        "fsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n"
+        "fsdp or hsdp only, not parallel.layout=tp; measure it with a sweep and plan --from that\n"
     )
 
 

@@ -197,5 +197,5 @@ def test_plan_on_presets_refuses_a_pipeline_split_in_one_line(user_code, capsys)
     assert main(argv) == 2
     assert capsys.readouterr().err == (
         "launcher: error: launcher plan on presets models a `_target_` model under ddp or "
-        "fsdp only, not parallel.layout=pipeline; measure it with a sweep and plan --from that\n"
+        "fsdp or hsdp only, not parallel.layout=pipeline; measure it with a sweep and plan --from that\n"
     )
