@@ -70,6 +70,16 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
         ("trainer.distributed_optimizer=true",),
         "Megatron-LM README: --overlap-param-gather, which runs only with --use-distributed-optimizer; bf16",
     ),
+    "nemo_perf_2407": (
+        ("trainer.distributed_optimizer=true",),
+        "NeMo-Framework-Launcher launcher_scripts/conf/training: llama/llama2_7b.yaml @064e6769, "
+        "gpt3/5b.yaml @00af8f26: optim.name distributed_fused_adam, Megatron's distributed optimizer",
+    ),
+    "nemo_long_seq_2505": (
+        ("trainer.distributed_optimizer=true",),
+        "NeMo 2.0 recipes: nemo/collections/llm/recipes/optim/adam.py, distributed_fused_adam_with_cosine_annealing "
+        "(the pretraining recipes' optimizer) sets use_distributed_optimizer=True",
+    ),
 }
 """What a source's trainer keeps in memory other than the built-in trainer (config/schema_trainer.py)."""
 FUSED_RMSNORM = {

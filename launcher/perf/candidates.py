@@ -190,10 +190,16 @@ def traits_pipelined(layout: str) -> bool:
 
 
 def degrees(
-    row: LayoutTraits, n: int, tps: list[int], pps: list[int], cps: tuple[int, ...] | list[int] = (1,)
+    row: LayoutTraits,
+    n: int,
+    tps: list[int],
+    pps: list[int],
+    cps: tuple[int, ...] | list[int] = (1,),
+    recipe: tuple[int, int] = (1, 1),
 ) -> Iterator[tuple[int, int, int, int]]:
     """(dp, tp, pp, cp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps` / `cps`; cp × tp
-    stay inside a node (both ≤ max(tps), the GPUs per node)."""
+    stay inside a node (both ≤ max(tps), the GPUs per node), but for the recipe's own (tp, cp), which
+    is always tried: published long-sequence runs ring cp across nodes (torchtitan's tp 8 × cp 8)."""
     if row.data_parallel == DataParallel.none:
         if row.tp == Degree.world and n in tps:
             yield 1, n, 1, 1
@@ -202,7 +208,7 @@ def degrees(
         return
     for tp in [t for t in tps if t > 1] if row.tp == Degree.set else [1]:
         for pp in [p for p in pps if p > 1] if row.pp == Degree.set else [1]:
-            for cp in [c for c in cps if c * tp <= max(tps)]:
+            for cp in [c for c in cps if c * tp <= max(tps) or (tp, c) == recipe]:
                 if n % (tp * pp * cp) == 0:
                     yield n // (tp * pp * cp), tp, pp, cp
 
@@ -266,7 +272,8 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
         if cfg.train.compile and not row.compile:
             continue
         reshards = [True, False] if row.data_parallel == DataParallel.fsdp else [None]
-        for dp, tp, pp, cp in degrees(row, n, tps, pps, cps=context_degrees(row, cfg)):
+        recipe = (cfg.parallel.tp or 1, cfg.parallel.cp or 1)
+        for dp, tp, pp, cp in degrees(row, n, tps, pps, cps=context_degrees(row, cfg), recipe=recipe):
             s = samples_per_rank(cfg, dp)
             if s is None or not distinct_mesh(row, cfg, dp):
                 continue

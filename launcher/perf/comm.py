@@ -240,7 +240,7 @@ class Traffic:
     cp_recompute: bool = False
     """Full activation checkpointing replays each block's forward, its ring with it."""
     attention_share: float = 0.0
-    """Share of a pass's compute in the attention cores (scores and weighted values, forward and
+    """Share of a pass's executed compute in the attention cores (scores and weighted values, forward and
     backward): what torch's ring overlaps its exchanges with."""
     norm_groups: tuple[str, ...] = ()
     """Groups (of "dp", "tp", "pp") over which gradient clipping completes the global norm: one

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from launcher.compute.flops import flops_per_token, hardware_flops_per_token, param_counts
+from launcher.compute.flops import executed_flops_per_token, flops_per_token, hardware_flops_per_token, param_counts
 from launcher.compute.fp8 import precision_peak
 from launcher.compute.peaks import PeakChoice, math_dtype, resolve_precision
 from launcher.config.derived import ranks_per_node
@@ -79,7 +79,10 @@ class Work:
     model_flops: float
     """Training FLOPs per token (6N + attention): what MFU counts."""
     hardware_flops: float
-    """The same plus what activation checkpointing recomputes: what the device executes (HFU)."""
+    """The same plus what activation checkpointing recomputes: what HFU counts."""
+    executed_flops: float
+    """The hardware FLOPs with the causal attention core at what its kernel runs: what the step
+    time is priced at (compute/flops.py's executed_flops_per_token)."""
     peak: PeakChoice
     """Peak FLOP/s of one device at the recipe's math precision (explicit, else the peak table)."""
     dtype: str
@@ -102,6 +105,7 @@ def work_of(cfg: LauncherConfig) -> Work:
     return Work(
         model_flops=flops_per_token(cfg.model, non_emb),
         hardware_flops=hardware_flops_per_token(cfg.model, non_emb),
+        executed_flops=executed_flops_per_token(cfg.model, non_emb),
         peak=peak,
         dtype=dtype,
         tokens_per_sample=cfg.model.seq_len,
@@ -123,6 +127,7 @@ def _target_work(cfg: LauncherConfig, peak: PeakChoice, dtype: str) -> Work:
     return Work(
         model_flops=flops,
         hardware_flops=flops,
+        executed_flops=flops,  # torch's counter does not say whether the model masks: the whole count runs
         peak=peak,
         dtype=dtype,
         tokens_per_sample=tokens_per_sample(cfg.model),
@@ -218,10 +223,10 @@ def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, giv
 
 
 def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.PresetFit) -> PerfModel:
-    """The step-time model nothing was measured for: compute from the hardware FLOPs per sample at
+    """The step-time model nothing was measured for: compute from the executed FLOPs per sample at
     `mfu` of the peak, the config's links, the replay's interval."""
     c = cfg.cluster
-    per_sample = work.hardware_flops * work.tokens_per_sample
+    per_sample = work.executed_flops * work.tokens_per_sample
     return from_presets(
         compute_s_per_sample=per_sample / (work.peak.flops * mfu),
         intra=LINKS[c.intra_link],
@@ -233,7 +238,7 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
 def from_presets_forecast(
     cfg: LauncherConfig, sizes: Sequence[int], *, assume_mfu: float | None, check_memory: bool = True
 ) -> Forecast:
-    """Every size predicted by the model built from presets: hardware FLOPs ÷ (peak × MFU), the
+    """Every size predicted by the model built from presets: executed FLOPs ÷ (peak × MFU), the
     MFU fitted on published runs unless `assume_mfu` says otherwise, nominal links. A size whose
     memory estimate exceeds the device is `oom (predicted)`, unless `check_memory` is False (a
     replay of runs that did run: their throughput is what is compared)."""
@@ -269,7 +274,7 @@ def from_presets_forecast(
             rows.append(_row(n, None, None, None, work.tokens_per_sample, str(exc)))
     source = (
         f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token{' counted' if work.numel else ''}, "
-        f"{work.hardware_flops:.3g} with recompute), "
+        f"{work.hardware_flops:.3g} with recompute, {work.executed_flops:.3g} executed: causal attention halved), "
         f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}{_fp8_split(work)}) × MFU {mfu:.2f} ({said}); "
         f"{c.intra_link} in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node"
         f"{f', NVLink domains of {c.nvlink_domain} GPUs' if (c.nvlink_domain or 0) > rpn else ''}; "

@@ -78,7 +78,7 @@ class Search:
 
 
 def _models(cfg: LauncherConfig, mfu: float, fit: preset_fit.PresetFit) -> dict[str, PerfModel]:
-    """The preset model per checkpointing mode (recompute changes the hardware FLOPs per token)."""
+    """The preset model per checkpointing mode (recompute changes the executed FLOPs per token)."""
     out = {}
     for ckpt in checkpointing_choices(cfg):
         c = _with_checkpointing(cfg, ckpt)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.compute.flops import (
+    CAUSAL_EXECUTED_SHARE,
     ModelParts,
     attention_forward_flops_per_token,
+    executed_flops_per_token,
     flops_per_token,
-    hardware_flops_per_token,
     kv_heads,
     model_parts,
     moe_layers,
@@ -148,7 +149,8 @@ def ring_traffic(m: ModelConfig, activation: int, *, tp: int, blocks: int) -> di
     """Traffic's context-parallel fields: one exchange holds keys and values of this rank's
     sequence piece (`activation` bytes at d_model width) at their kv width, split over tp."""
     kv = activation * kv_heads(m) // m.n_heads
-    share = 3 * attention_forward_flops_per_token(m) / hardware_flops_per_token(m)
+    # Shares of the executed FLOPs, as the compute time the ring hides behind is priced (causal halves).
+    share = 3 * attention_forward_flops_per_token(m) * CAUSAL_EXECUTED_SHARE / executed_flops_per_token(m)
     return {
         "cp_bytes": 2 * kv // tp,
         "cp_layers": blocks,
