@@ -4,11 +4,13 @@ compute calibrated from the program's measured step times, the links from the li
 all-reduces, the gradient from the model's parameters, the ranks' sharing of the cores from the probe.
 
     .venv/bin/python -m benchmarks.command_plan_from [--rounds 3] [--steps 60]
+    flock /tmp/bed.lock .venv/bin/python -m benchmarks.command_plan_from --cpus-per-node 0.45 --link-rate 200mbit
 
 Goal: |predicted ÷ measured − 1| ≤ 10% at 4 nodes, the goal the built-in payload meets for the same
 question (benchmarks/results/model_accuracy.md, "extrapolate": fit nodes {1,2,3}, predict 4), which it
-meets on the bed with its limits applied (0.45 CPU per node, 200 Mbit/s); this benchmark runs on the dev
-cluster as it is, so the load of the machine is recorded beside the figure.
+meets on the bed with its limits applied (0.45 CPU per node, 200 Mbit/s: --cpus-per-node, --link-rate,
+applied in place as benchmarks.model_accuracy applies them); without them it runs on the dev cluster as
+it is. The machine's load is recorded beside the figure.
 
 Truth is measured, never modelled: the sizes run in interleaved rounds (sweep.repeats: 1,2,4,1,2,4,…);
 the plan reads a copy of the sweep holding only its 1- and 2-node trials, so the 4-node trials cannot
@@ -28,6 +30,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -85,8 +89,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--cpus-per-node", help="the bed's CPU limit per node (e.g. 0.45); default: none")
+    ap.add_argument("--link-rate", help="the bed's inter-node rate (e.g. 200mbit); default: none")
     args = ap.parse_args()
     os.environ.update(devcluster.up(log=lambda line: None).env())
+    bed = [f"--{k}={v}" for k, v in (("cpus-per-node", args.cpus_per_node), ("link-rate", args.link_rate)) if v]
+    if bed:  # as benchmarks.model_accuracy's bed, applied in place
+        subprocess.run([sys.executable, "-m", "launcher", "cluster", "up", *bed], check=True)
     os.chdir(REPO)  # the recipe's argv names examples/ddp_meter/train.py from the repository root
     start, load_before = time.time(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir="/var/tmp") as work:
@@ -95,19 +104,24 @@ def main() -> None:
     res |= {
         "benchmark": "command_plan_from",
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": f".venv/bin/python -m benchmarks.command_plan_from --rounds {args.rounds} --steps {args.steps}",
+        "command": " ".join(
+            [".venv/bin/python -m benchmarks.command_plan_from", f"--rounds {args.rounds} --steps {args.steps}", *bed]
+        ),
+        "bed": bed or "none: the dev cluster as it is",
         "error": err,
         "goal": f"|error| <= {TOLERANCE}",
         "met": abs(err) <= TOLERANCE,
         "load_average": [load_before, os.getloadavg()[0]],
         "wall_s": time.time() - start,
     }
-    atomic_write_json(HERE / "results" / "command_plan_from.json", res)
+    stem = "command_plan_from_bed" if bed else "command_plan_from"  # both kept: with and without the limits
+    atomic_write_json(HERE / "results" / f"{stem}.json", res)
     verdict = "met" if res["met"] else "**NOT met**"
     lines = [
         "# plan --from a 1,2-node command sweep vs the measured 4-node row",
         "",
-        f"`{res['command']}`, {res['measured_at']}, {res['wall_s']:.0f} s on the dev cluster without bed limits; "
+        f"`{res['command']}`, {res['measured_at']}, {res['wall_s']:.0f} s on the dev cluster, bed limits: "
+        f"{' '.join(bed) or 'none'}; "
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores). "
         "What is compared and why: the module docstring of benchmarks/command_plan_from.py.",
         "",
@@ -118,7 +132,7 @@ def main() -> None:
         f"- 1-node median steps spread {res['one_node_median_step_s'][0]:.4f}–{res['one_node_median_step_s'][1]:.4f} s "
         "across rounds (the machine's noise)",
     ]
-    atomic_write_text(HERE / "results" / "command_plan_from.md", "\n".join(lines) + "\n")
+    atomic_write_text(HERE / "results" / f"{stem}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
