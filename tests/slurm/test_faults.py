@@ -153,7 +153,10 @@ KINDS = {
     "nodefail": (LONG, 1),
     "ok2": ([], 2),
     "killrank": (LONG, 2),
-    "requeue": (["sweep.steps=150"], 2),  # checkpoints; its array is requeue-able, the one-node array is not
+    # Checkpoints every 20 steps; its array is requeue-able, the one-node array is not. Long enough to be
+    # still running when the loop below requeues it: on an unlimited CPU 150 steps took a few seconds, and a
+    # job requeued after it COMPLETED runs its whole script again (a second record, no resume to check).
+    "requeue": (["sweep.steps=300"], 2),
 }
 
 
@@ -226,7 +229,12 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
         try:
             deadline = time.monotonic() + 400
             while todo and time.monotonic() < deadline:
-                if "requeue" in todo and checkpoint_step(tdir["requeue"]) >= 20:  # requeued after a checkpoint
+                if (
+                    "requeue" in todo
+                    and checkpoint_step(tdir["requeue"]) >= 20  # requeued after a checkpoint, while it trains
+                    and job_field(env, key["requeue"], "JobState") == "RUNNING"
+                    and not (tdir["requeue"] / "record.json").exists()
+                ):
                     scontrol(env, "requeue", key["requeue"])
                     todo.remove("requeue")
                 elif "restart" in todo and "requeue" not in todo and job_field(env, key["requeue"], "Restarts") == "1":
@@ -273,6 +281,7 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
 
     rows = result.table.set_index("variant")
     status = rows["status"].to_dict()
+    reason = rows["reason"].to_dict()
     assert status == {
         "ok": "completed",
         "nan": "nan",
@@ -283,8 +292,7 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
         "timeout": "timeout",
         "ok2": "completed",
         "killrank": "failed",
-    }
-    reason = rows["reason"].to_dict()
+    }, reason
     assert reason["nan"].startswith("loss became NaN/inf at step ")
     assert reason["oom"].startswith("out of memory (infeasible at this size and layout): rank 0 raised RuntimeError")
     assert reason["requeue"].startswith("requeued 1×, then completed (resumed from step ")
