@@ -10,10 +10,10 @@ One constant per device family and precision is fitted: the share of peak FLOP/s
 achieves (`--assume-mfu`), minimising Σ w·ln²(predicted/published) per-GPU throughput with each
 source weighted alike (w = 1 / its rows), so llm-foundry's 79 rows weigh as much as BLOOM's one.
 It is fitted on every row (in-sample) and, for each source, on the other sources only
-(leave-one-source-out, LOSO: the figures the goals are judged on). A family no other source has
-falls back to the constant fitted on every device. The LOSO errors' 90% quantile of
-|ln(predicted/published)| (source-weighted) is the preset interval. The in-sample constants and
-that interval are written to launcher/perf/preset_fit.json, which `launcher plan` reads.
+(leave-one-source-out, LOSO: the figures the goals are judged on). A family and precision fewer than
+two sources have (MIN_SOURCES) falls back to the constant fitted on every device, in-sample too. The
+LOSO errors' 90% quantile of |ln(predicted/published)| (source-weighted) is the preset interval. The
+in-sample constants and that interval are written to launcher/perf/preset_fit.json, which `launcher plan` reads.
 
 Truth is the published figure, never the model: tokens/s per GPU as published, else the
 published MFU (or HFU) × the source's peak (A100 312, H100 989 TFLOP/s) ÷ the row's FLOPs per
@@ -111,9 +111,18 @@ def fit_mfu(cases: list[Case], curves: dict[int, np.ndarray]) -> float:
     return float(FINE[int(np.argmin(loss))])
 
 
+MIN_SOURCES = 2
+"""Sources a fit key needs for a constant of its own; with fewer it takes the one fitted on every device. One
+source's stack is not its device's: the only B200 rows (a Qwen3 MoE run at 15% of peak) would otherwise set
+every B200 plan's constant, as a LOSO fold would never test."""
+
+
 def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict[str, float], float]:
-    """Per fit key, and over every device."""
-    keys = sorted({c.key for c in cases})
+    """Per fit key backed by MIN_SOURCES sources, and over every device."""
+    sources: dict[str, set[str]] = {}
+    for c in cases:
+        sources.setdefault(c.key, set()).add(c.source)
+    keys = sorted(k for k, s in sources.items() if len(s) >= MIN_SOURCES)
     return {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys}, fit_mfu(cases, curves)
 
 

@@ -100,6 +100,30 @@ cluster.device_memory_gb reads it)."""
 DEFAULT_NETWORK = {"H100": ("ib400", 8, "DGX H100"), "A100": ("ib200", 8, "DGX A100")}
 """Network of a row that does not state one: the vendor reference node of its GPU."""
 
+# Issue 24's corpus, second pass (MoE and HSDP sources): GPUs past A100/H100, whose node the vendor's
+# reference system describes (in-node link, NICs), as DEFAULT_NETWORK does for A100 and H100.
+NODE_OF_GPU = {
+    "B200": (
+        "nvlink5",
+        # An 8 × B200-SXM-180GB node as MLPerf describes one: "18x 5th Gen NVLink", "8x ConnectX-7 IB NDR 400Gb/s"
+        # (mlcommons/inference_results_v6.0 closed/Nebius/systems/nebius_b200_n1.json).
+        ("ib400", 8, "an 8 × B200 node's 8 × ConnectX-7 NDR 400 Gb/s (MLPerf's nebius_b200_n1 system description)"),
+    ),
+}
+"""GPU family → (in-node link preset, network of a row that does not state one)."""
+
+
+def _family(row: dict) -> str:
+    """The row's GPU family among those the mapping knows a node of (A100 where none matches)."""
+    hardware = str(row["hardware"])
+    return next((f for f in (*NODE_OF_GPU, "H100") if f in hardware), "A100")
+
+
+def _intra_link(row: dict) -> str:
+    """The in-node link preset: the GPU's own NVLink generation where NODE_OF_GPU names it, else `nvlink`
+    (the preset every A100 and H100 row has been replayed on)."""
+    return NODE_OF_GPU[family][0] if (family := _family(row)) in NODE_OF_GPU else "nvlink"
+
 
 MOE_FIELDS = ("n_experts", "experts_per_token", "shared_experts", "expert_ffn_hidden", "dense_layers")
 """Corpus columns of a mixture-of-experts row, passed as the model fields of the same name."""
@@ -176,8 +200,8 @@ def _network(row: dict) -> tuple[str, int, str]:
     for pattern, link, nics, note in INTERCONNECTS:
         if text and re.search(pattern, text):
             return link, int(num(row.get("nics_per_node")) or nics or num(row["gpus_per_node"])), note
-    family = "H100" if "H100" in str(row["hardware"]) else "A100"
-    link, nics, ref = DEFAULT_NETWORK[family]
+    family = _family(row)
+    link, nics, ref = NODE_OF_GPU[family][1] if family in NODE_OF_GPU else DEFAULT_NETWORK[family]
     return link, nics, f"network not stated: {ref}'s {nics} × {link}"
 
 
@@ -292,7 +316,7 @@ def map_row(row: dict) -> Mapped:
         f"cluster.device_name={row['hardware']}",
         "cluster.peak_flops_per_device=null",
         f"cluster.gpus_per_node={int(num(row['gpus_per_node']))}",
-        "cluster.intra_link=nvlink",
+        f"cluster.intra_link={_intra_link(row)}",
         f"cluster.inter_link={link}",
         f"cluster.nics_per_node={nics}",
     ]

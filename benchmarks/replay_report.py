@@ -134,6 +134,8 @@ def constant_lines(constants: dict, folds: dict) -> list[str]:
     for key, value in sorted(constants["per_key"].items()):
         loso = [f["per_key"][key] for f in folds.values() if key in f["per_key"]]
         out.append(f"| {key} | {constants['rows_by_key'][key]} | {value:.3f} | {min(loso):.3f}–{max(loso):.3f} |")
+    for key in sorted(set(constants["rows_by_key"]) - set(constants["per_key"])):
+        out.append(f"| {key} | {constants['rows_by_key'][key]} | every device's (one source only) | — |")
     pooled = [f["pooled"] for f in folds.values()]
     out.append(
         f"| every device | {sum(constants['rows_by_key'].values())} | {constants['pooled']:.3f} | "

@@ -4,6 +4,7 @@ is skipped with the reason), and the replay writes predicted beside published fi
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -198,6 +199,29 @@ def test_a_moe_row_passes_its_expert_fields_and_ep():
     assert not any(o.startswith(("model.n_experts", "parallel.ep")) for o in rm.map_row(MPT_30B).overrides)
 
 
+def test_a_b200_row_is_planned_on_its_own_node_links():
+    b200 = rm.map_row(MPT_30B | {"hardware": "B200"})
+    assert {"cluster.intra_link=nvlink5", "cluster.inter_link=ib400", "cluster.nics_per_node=8"} <= set(b200.overrides)
+    assert any("8 × ConnectX-7 NDR 400 Gb/s" in a for a in b200.assumed)
+    # A100 and H100 rows keep the link every corpus row was replayed on.
+    assert "cluster.intra_link=nvlink" in rm.map_row(MPT_30B).overrides
+    assert "cluster.inter_link=ib200" in rm.map_row(MPT_30B | {"hardware": "A100-80GB"}).overrides
+
+
+def test_the_corpus_moe_rows_are_one_series_planned_with_their_experts():
+    rows = [r for r in pr.read_corpus(pr.CORPUS) if (rm.num(r.get("n_experts")) or 0) > 0]
+    assert len({rm.series_key(r) for r in rows}) == 1 and sorted(int(r["gpus"]) for r in rows) == [8, 16, 32, 64, 128]
+    m = rm.map_row(rows[0])
+    assert m.layout == "fsdp_ep"
+    assert {
+        "model.n_experts=128",
+        "model.experts_per_token=8",
+        "model.expert_ffn_hidden=768",
+        "parallel.ep=8",
+        "batch.micro=8",
+    } <= set(m.overrides)
+
+
 def test_layers_that_do_not_split_into_equal_stages_are_planned_as_the_next_multiple():
     m = rm.map_row(MEGATRON_39B | {"n_layers": "47"})  # pp = 2
     assert "model.n_layers=48" in m.overrides
@@ -234,11 +258,20 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(MPT_30B))
         w.writeheader()
         # The 16-GPU row at the 8-GPU row's micro batch, so the two are one recipe's series.
-        w.writerows([MPT_30B, MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]}, MEGATRON_39B, MPT_30B | {"tp": ""}])
+        # A second source on H100 (the FSDP blog's id): a device's own constant needs two sources.
+        w.writerows(
+            [
+                MPT_30B,
+                MPT_30B_16 | {"micro_batch": MPT_30B["micro_batch"]},
+                MEGATRON_39B,
+                MPT_30B | {"tp": ""},
+                MPT_30B | {"source": "pytorch_fsdp_blog_2024"},
+            ]
+        )
     fit_out = tmp_path / "fit.json"
     assert pr.main(["--corpus", str(corpus), "--out", str(tmp_path), "--fit-out", str(fit_out), "--no-figure"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "published_replay.csv", newline="")))
-    assert [r["status"] for r in rows] == ["replayed", "replayed", "replayed", "skipped"]
+    assert [r["status"] for r in rows] == ["replayed", "replayed", "replayed", "skipped", "replayed"]
     assert rows[3]["reason"] == "tp/pp not published"
     base, big, megatron = rows[0], rows[1], rows[2]
     assert (float(base["published_per_gpu"]), float(big["published_per_gpu"])) == (2002.0, 2263.0)
@@ -255,12 +288,13 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     work = pr.work_of(pr.compose_config(rm.map_row(MEGATRON_39B).overrides))
     assert float(megatron["published_per_gpu"]) == pytest.approx(0.44 * 312e12 / work.hardware_flops)
     fit = preset_fit.load(fit_out)
-    assert (fit.rows, fit.sources, sorted(fit.mfu)) == (3, 2, ["A100/bf16", "H100/bf16"])
-    assert fit.mfu["H100/bf16"] == float(base["mfu_assumed_in"]) and fit.mfu["A100/bf16"] == float(
-        megatron["mfu_assumed_in"]
-    )
-    # Held out, MPT's device is unseen: the constant fitted on the other source's rows (every device) applies.
-    assert float(base["mfu_assumed_loso"]) == float(megatron["mfu_assumed_in"])
+    # A100 has one source (Megatron's): no constant of its own; its rows take every device's, in-sample too.
+    assert (fit.rows, fit.sources, sorted(fit.mfu)) == (4, 3, ["H100/bf16"])
+    assert fit.mfu["H100/bf16"] == float(base["mfu_assumed_in"])
+    assert fit.mfu_any_device == float(megatron["mfu_assumed_in"])
+    # Held out, MPT leaves H100 one source: the constant fitted on every device of the other sources applies.
+    fold = json.loads((tmp_path / "published_replay.json").read_text())["folds"]["llmfoundry_mpt"]
+    assert "H100/bf16" not in fold["per_key"] and float(base["mfu_assumed_loso"]) == fold["pooled"]
     md = (tmp_path / "published_replay.md").read_text()
     assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
     assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md
