@@ -1,17 +1,18 @@
 """Memory estimate vs measured peak, every layout, on CPU trials: the margin `launcher plan` keeps.
 
-Each layout (ddp, fsdp, tp, pipeline, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp; fsdp also accumulating,
-with and without parallel.fsdp_sync_each_microstep) runs once as a real
-launcher trial (launcher.run.local.run_local → `python -m launcher.train`) on gloo, at 2 ranks (4
-for fsdp_tp_pp), a few steps, with a gpt model big enough that its tensors are a visible part of a
-rank's memory beside the interpreter and torch. The record's `peak_memory_bytes` (on CPU the
-largest rank's peak resident set, `cpu_max_rss`) is compared with the estimate of the neediest
-rank (launcher/perf/memory.py, runtime included). The margin: the worst under-estimate
+Each layout (ddp, fsdp, tp, pipeline, dp_pp, fsdp_tp, fsdp_pp, fsdp_tp_pp, hsdp, fsdp_cp, fsdp_tp_cp,
+fsdp_tp_pp_cp, fsdp_ep, ddp_ep; fsdp also accumulating, with and without
+parallel.fsdp_sync_each_microstep) runs once as a real launcher trial (launcher.run.local.run_local →
+`python -m launcher.train`) on gloo, at 2 ranks (4 where the layout needs two degrees of 2, 8 for the 4-D
+one), a few steps, with a model big enough that its tensors are a visible part of a rank's memory beside
+the interpreter and torch: gpt, and for the expert layouts a llama with experts of the same width. The
+record's `peak_memory_bytes` (on CPU the largest rank's peak resident set, `cpu_max_rss`) is compared
+with the estimate of the neediest rank (launcher/perf/memory.py, runtime included). The margin: the worst under-estimate
 (1 − min estimate ÷ measured, 0 when every estimate is above its measurement) plus CUSHION for
 what a CPU trial cannot show (the CUDA caching allocator's fragmentation, NCCL's buffers); the
 MEMORY_MARGIN (launcher/perf/memory.py: `launcher plan` and the sweep's predicted-OOM gate) cites the result.
 
-    python -m benchmarks.memory_accuracy [--steps 4]
+    python -m benchmarks.memory_accuracy [--steps 4] [--only LAYOUT ...]
 
 Writes benchmarks/results/memory_accuracy.{json,md}. A few minutes on 2 cores.
 """
@@ -55,6 +56,19 @@ MODEL = [
     "cluster.device=cpu",
     'cluster.env=["MALLOC_MMAP_THRESHOLD_=131072"]',  # freed blocks go back to the OS (test_memory_trials.py)
 ]
+MOE_MODEL = [
+    "model=tiny_moe",
+    "model.n_layers=4",
+    "model.d_model=384",
+    "model.n_heads=6",
+    "model.n_kv_heads=3",
+    "model.seq_len=256",
+    "model.vocab_size=8192",
+    "model.ffn_hidden=1536",
+    "model.expert_ffn_hidden=768",
+    *MODEL[6:],
+]
+"""The expert layouts' model: MODEL's width and depth as a llama with 4 routed experts (top-2) and 1 shared."""
 CASES: dict[str, tuple[int, list[str]]] = {
     "ddp": (2, ["parallel=ddp", "batch.micro=4"]),
     "fsdp": (2, ["parallel=fsdp", "batch.micro=4"]),
@@ -73,12 +87,32 @@ CASES: dict[str, tuple[int, list[str]]] = {
         4,
         ["parallel=fsdp_tp_pp", "parallel.tp=2", "parallel.pp=2", "batch.micro=4", "parallel.microbatches=2"],
     ),
+    "hsdp": (4, ["parallel=hsdp", "parallel.shard=2", "batch.micro=4"]),
+    "fsdp_cp": (2, ["parallel=fsdp_cp", "parallel.cp=2", "batch.micro=4"]),
+    "fsdp_tp_cp": (4, ["parallel=fsdp_tp_cp", "parallel.tp=2", "parallel.cp=2", "batch.micro=4"]),
+    "fsdp_tp_pp_cp": (
+        8,
+        [
+            "parallel=fsdp_tp_pp_cp",
+            *("parallel.tp=2", "parallel.pp=2", "parallel.cp=2"),
+            *("batch.micro=4", "parallel.microbatches=2"),
+        ],
+    ),
+    "fsdp_ep": (2, ["parallel=fsdp_ep", "parallel.ep=2", "batch.micro=4", *MOE_MODEL]),
+    "ddp_ep": (2, ["parallel=ddp_ep", "parallel.ep=2", "batch.micro=4", *MOE_MODEL]),
 }
+"""layout → (ranks, overrides); an entry naming its own `model=` replaces MODEL."""
+
+
+def overrides_of(layout: str) -> list[str]:
+    extra = CASES[layout][1]
+    return extra if any(o.startswith("model=") for o in extra) else [*MODEL, *extra]
 
 
 def run_case(work: Path, layout: str, steps: int) -> dict:
-    ranks, extra = CASES[layout]
-    cfg = compose_config([*MODEL, *extra])
+    ranks = CASES[layout][0]
+    overrides = overrides_of(layout)
+    cfg = compose_config(overrides)
     trial = make_trial(cfg, index=0, world_size=ranks, steps=steps, warmup_steps=1)
     need = estimate(cfg, trial, "cpu")
     tdir = Path(tempfile.mkdtemp(dir=work))
@@ -91,7 +125,7 @@ def run_case(work: Path, layout: str, steps: int) -> dict:
     return {
         "layout": layout,
         "ranks": ranks,
-        "overrides": [*MODEL, *extra],
+        "overrides": overrides,
         "estimate_bytes": need.total,
         "estimate_parts_gib": {
             k: getattr(need, k) / GIB for k in ("params", "grads", "optimizer", "activations", "runtime")
@@ -157,11 +191,12 @@ def write(cases: list[dict], steps: int, wall_s: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--only", nargs="+", choices=list(CASES), help="run these cases and print them; writes nothing")
     args = ap.parse_args(argv)
     start = time.monotonic()
     cases = []
     with tempfile.TemporaryDirectory() as work:
-        for layout in CASES:
+        for layout in args.only or CASES:
             cases.append(run_case(Path(work), layout, args.steps))
             c = cases[-1]
             print(
@@ -169,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"GiB, ratio {c['ratio']:.2f}",
                 flush=True,
             )
-    write(cases, args.steps, time.monotonic() - start)
+    if not args.only:  # a subset would write a margin that not every layout backs
+        write(cases, args.steps, time.monotonic() - start)
     return 0
 
 
