@@ -41,6 +41,31 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+def attention_half(
+    block: PreNormBlock,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int,
+    *,
+    rope_theta: float,
+    norm_eps: float,
+    checkpointing: str,
+) -> None:
+    """A Llama block's norms and attention (its ffn is the caller's: SwiGLU, or moe.MoE), built in the
+    order the parity references build them, so a seed gives every block the same initial weights."""
+    block.recompute = checkpointing == "full"
+    block.ln1 = RMSNorm(d_model, norm_eps)
+    block.attn = CausalSelfAttention(
+        d_model,
+        n_heads,
+        n_kv_heads=n_kv_heads,
+        bias=False,
+        rope_theta=rope_theta,
+        recompute=checkpointing == "selective",
+    )
+    block.ln2 = RMSNorm(d_model, norm_eps)
+
+
 class LlamaBlock(PreNormBlock):
     """Llama block (RMSNorm, GQA with RoPE, SwiGLU). `checkpointing` as gpt.Block's."""
 
@@ -56,15 +81,7 @@ class LlamaBlock(PreNormBlock):
         checkpointing: str = "none",
     ) -> None:
         super().__init__()
-        self.recompute = checkpointing == "full"
-        self.ln1 = RMSNorm(d_model, norm_eps)
-        self.attn = CausalSelfAttention(
-            d_model,
-            n_heads,
-            n_kv_heads=n_kv_heads,
-            bias=False,
-            rope_theta=rope_theta,
-            recompute=checkpointing == "selective",
+        attention_half(
+            self, d_model, n_heads, n_kv_heads, rope_theta=rope_theta, norm_eps=norm_eps, checkpointing=checkpointing
         )
-        self.ln2 = RMSNorm(d_model, norm_eps)
         self.ffn = SwiGLU(d_model, ffn_hidden)

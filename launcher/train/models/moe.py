@@ -27,8 +27,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from launcher.train.models.common import CausalSelfAttention, PreNormBlock
-from launcher.train.models.llama import RMSNorm, SwiGLU
+from launcher.train.models.common import PreNormBlock
+from launcher.train.models.llama import SwiGLU, attention_half
 
 
 class _AllToAll(torch.autograd.Function):
@@ -186,15 +186,7 @@ class MoEBlock(PreNormBlock):
         checkpointing: str = "none",
     ) -> None:
         super().__init__()
-        self.recompute = checkpointing == "full"
-        self.ln1 = RMSNorm(d_model, norm_eps)
-        self.attn = CausalSelfAttention(
-            d_model,
-            n_heads,
-            n_kv_heads=n_kv_heads,
-            bias=False,
-            rope_theta=rope_theta,
-            recompute=checkpointing == "selective",
+        attention_half(
+            self, d_model, n_heads, n_kv_heads, rope_theta=rope_theta, norm_eps=norm_eps, checkpointing=checkpointing
         )
-        self.ln2 = RMSNorm(d_model, norm_eps)
         self.ffn = MoE(d_model, hidden, n_experts=n_experts, top_k=top_k, shared=shared, aux_coef=aux_coef)
