@@ -112,6 +112,12 @@ NODE_OF_GPU = {
 }
 """GPU family → (in-node link preset, network of a row that does not state one)."""
 
+# Issue 24's corpus, third pass (NeMo AutoModel's DeepEP/HybridEP report): its "per GPU pair" is the link
+# between two GPUs on two nodes, as its "NVLink ~160 GB/s/dir per pair" is between two GPUs of a node.
+INTERCONNECTS += (
+    (r"400 Gb/s InfiniBand per GPU pair", "ib400", None, "'400 Gb/s InfiniBand per GPU pair' read as one NIC per GPU"),
+)
+
 
 def _family(row: dict) -> str:
     """The row's GPU family among those the mapping knows a node of (A100 where none matches)."""

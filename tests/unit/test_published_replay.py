@@ -209,7 +209,8 @@ def test_a_b200_row_is_planned_on_its_own_node_links():
 
 
 def test_the_corpus_moe_rows_are_one_series_planned_with_their_experts():
-    rows = [r for r in pr.read_corpus(pr.CORPUS) if (rm.num(r.get("n_experts")) or 0) > 0]
+    moe = [r for r in pr.read_corpus(pr.CORPUS) if (rm.num(r.get("n_experts")) or 0) > 0]
+    rows = [r for r in moe if r["source"] == "nous_deepep_2511"]
     assert len({rm.series_key(r) for r in rows}) == 1 and sorted(int(r["gpus"]) for r in rows) == [8, 16, 32, 64, 128]
     m = rm.map_row(rows[0])
     assert m.layout == "fsdp_ep"
@@ -220,6 +221,24 @@ def test_the_corpus_moe_rows_are_one_series_planned_with_their_experts():
         "parallel.ep=8",
         "batch.micro=8",
     } <= set(m.overrides)
+
+
+def test_the_automodel_moe_rows_pair_only_across_micro_batches_and_plan_ep_across_nodes():
+    # EP8 ran LBS 4 on one node, EP16 LBS 2 on two: one series only when micro batches may differ.
+    rows = [r for r in pr.read_corpus(pr.CORPUS) if r["source"] == "automodel_ephybrid_2607"]
+    assert sorted(int(r["gpus"]) for r in rows) == [8, 16]
+    assert len({rm.series_key(r) for r in rows}) == 2 and len({rm.series_key(r, same_micro=False) for r in rows}) == 1
+    m = rm.map_row(max(rows, key=lambda r: int(r["gpus"])))
+    assert m.layout == "fsdp_ep" and m.gpus == 16
+    assert {
+        "parallel.ep=16",
+        "batch.micro=2",
+        "batch.global_batch=256",
+        "model.activation_checkpointing=full",
+        "cluster.inter_link=ib400",
+        "cluster.nics_per_node=8",
+    } <= set(m.overrides)
+    assert m.assumed == ["'400 Gb/s InfiniBand per GPU pair' read as one NIC per GPU"]
 
 
 def test_layers_that_do_not_split_into_equal_stages_are_planned_as_the_next_multiple():
