@@ -112,9 +112,9 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
         f"parameter ({active / 1e9:.1f}B of {total / 1e9:.1f}B); routing capacity-free (no token dropped: every "
         f"token's {m.experts_per_token} experts compute it; real balance not modelled); {a2a}; activations as a "
         "dense block's as wide as a token's experts together (no router or dispatch buffers); attention as "
-        "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled); read it "
-        "as an upper bound: the one published multi-size MoE run replayed (Qwen3-30B-A3B, 128 small experts, on "
-        "8-128 B200s) measured about 2.7× below this model (benchmarks/results/published_replay.md)"
+        "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled); published "
+        "MoE runs measured below this model (Qwen3-30B-A3B, 128 small experts: ~1.2× on 8-16 H100s, ~2.7× on 8-128 "
+        "B200s; benchmarks/results/published_replay.md)"
     )
 
 
