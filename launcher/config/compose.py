@@ -89,6 +89,12 @@ def recipe_folders(explicit: str | os.PathLike | None = None) -> tuple[Path, ...
     return (folder,) if folder == PACKAGED_RECIPES else (folder, PACKAGED_RECIPES)
 
 
+def user_recipes(recipes: str | os.PathLike | None) -> str | None:
+    """The user's recipe folder among those a config is composed from, resolved (None: bundled only)."""
+    folders = recipe_folders(recipes)
+    return str(folders[0]) if len(folders) > 1 else None
+
+
 @contextlib.contextmanager
 def hydra_session(folders: Sequence[Path], overrides: Sequence[str] = ()) -> Iterator[Any]:
     """Hydra initialised on recipe folders (recipe_folders; yields its config loader); any Hydra,

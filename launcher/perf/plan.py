@@ -79,6 +79,18 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
     return [*map(_current_spelling, expand(spec.doc["overrides"])[0].overrides), *user]
 
 
+def sweep_recipes(sweep_dir: Path, given: str | None) -> str | None:
+    """--recipes, else the user's recipe folder the measured sweep was composed from (sweep.json
+    `recipes`; a sweep of a recipe of yours, such as a `job=command` one, plans without repeating it)."""
+    stored = read_sweep_spec(sweep_dir).doc.get("recipes") if not given else None
+    if stored and not Path(stored).is_dir():
+        raise ConfigError(
+            f"--from {str(sweep_dir)!r} was composed from the recipe folder {stored!r}, which is gone; "
+            "pass --recipes DIR with the recipes it used"
+        )
+    return given or stored
+
+
 def _current_spelling(override: str) -> str:
     """A sweep measured before a key was renamed still plans: its stored override is respelled."""
     key, sep, value = override.partition("=")
@@ -99,6 +111,8 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
         raise ConfigError(f"--verify {k}: give the number of top candidates to run, 1 or more")
     check_output(args.output)
     user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
+    if args.from_sweep:
+        args.recipes = sweep_recipes(Path(args.from_sweep), args.recipes)
     variants = expand(user)
     if getattr(args, "search", False):
         if len(variants) > 1:

@@ -25,13 +25,12 @@ from rich.markup import escape
 
 from launcher import __version__
 from launcher.config.builtin_support import builtin_lacks
-from launcher.config.compose import compose_config
+from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.load import load_config, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
-from launcher.perf import memory
 from launcher.perf.summary import model_summary
 from launcher.report.markdown import write_report
 from launcher.report.terminal import print_table
@@ -43,9 +42,10 @@ from launcher.run.adaptive import run_adaptive
 from launcher.run.adaptive import summary as search_summary
 from launcher.run.executor import executor_for
 from launcher.run.executor.base import Stalled
+from launcher.run.predicted_oom import predict_oom, record_predicted_oom
 from launcher.run.repeats import run_repeats
 from launcher.run.repeats import summary as repeats_summary
-from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, trial_dir, write_outcome, write_trials
+from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, write_trials
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
 
@@ -91,30 +91,9 @@ class PreparedSweep:
     recorded as `oom` rows before anything runs, and never launched."""
     forced: dict[str, str] = field(default_factory=dict)
     """trial id → the predicted-oom reason of a trial `sweep.force_sizes` runs all the same."""
-
-
-def predict_oom(items: Sequence[tuple[Trial, LauncherConfig]]) -> tuple[dict[str, str], dict[str, str]]:
-    """(skipped, forced): trial id → the predicted-oom reason of each trial whose ranks cannot fit their
-    memory, apart as `sweep.force_sizes` names its size (world size; node count with sweep.nodes) or not."""
-    host = memory.host_memory_bytes()
-    gpu_here = memory.local_gpu()
-    skipped: dict[str, str] = {}
-    forced: dict[str, str] = {}
-    for t, tcfg in items:
-        reason = memory.predicted_oom(tcfg, t, gpu=memory.runs_on_gpu(tcfg, gpu_here), host_bytes=host)
-        size = t.nodes if tcfg.sweep.nodes else t.world_size
-        if reason is not None:
-            (forced if size in tcfg.sweep.force_sizes else skipped)[t.trial_id] = reason
-    return skipped, forced
-
-
-def record_predicted_oom(sweep_dir: Path, predicted: dict[str, str]) -> None:
-    """Close each predicted trial as `oom` (final: no executor ever starts it)."""
-    for trial_id, reason in predicted.items():
-        write_outcome(
-            trial_dir(sweep_dir, trial_id),
-            {"executor": "estimate", "status": "oom", "predicted": True, "final": True, "reason": reason},
-        )
+    recipes: str | None = None
+    """The user's recipe folder the configs were composed from (--recipes, else $LAUNCHER_RECIPES),
+    resolved; None when only the bundled recipes served. Kept in sweep.json for `plan --from`."""
 
 
 def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> PreparedSweep:
@@ -127,7 +106,9 @@ def prepare_sweep(overrides: Sequence[str], recipes: str | None = None) -> Prepa
         items = [(t, cfg) for t in sweep_trials(cfg)]
         refuse_unrunnable(cfg, items)
         skipped_oom, forced = predict_oom(items)
-        return PreparedSweep(cfg=cfg, items=items, skipped=[], predicted_oom=skipped_oom, forced=forced)
+        return PreparedSweep(
+            cfg=cfg, items=items, skipped=[], predicted_oom=skipped_oom, forced=forced, recipes=user_recipes(recipes)
+        )
     return prepare_variants([(v.label, v.overrides) for v in variants], recipes)
 
 
@@ -156,7 +137,9 @@ def prepare_variants(labelled: Sequence[tuple[str, Sequence[str]]], recipes: str
     assert base is not None
     refuse_unrunnable(base, items)
     skipped_oom, forced = predict_oom(items)
-    return PreparedSweep(cfg=base, items=items, skipped=skipped, predicted_oom=skipped_oom, forced=forced)
+    return PreparedSweep(
+        cfg=base, items=items, skipped=skipped, predicted_oom=skipped_oom, forced=forced, recipes=user_recipes(recipes)
+    )
 
 
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
@@ -182,8 +165,10 @@ def create_sweep_dir(
     items: Sequence[tuple[Trial, LauncherConfig]],
     overrides: Sequence[str],
     skipped: Sequence[str] = (),
+    recipes: str | None = None,
 ) -> Path:
-    """Make the sweep folder and write its spec and every trial.json. Never reuses a folder."""
+    """Make the sweep folder and write its spec and every trial.json. Never reuses a folder.
+    `recipes`: the user's recipe folder (PreparedSweep.recipes), which `plan --from` composes from again."""
     now = time.time()
     root = Path(cfg.sweep.results_dir)
     base = sweep_id(cfg, now, [c for _, c in items])
@@ -208,6 +193,7 @@ def create_sweep_dir(
             "config": to_dict(cfg),
             "trials": [t.to_dict() for t, _ in items],
             "skipped": list(skipped),
+            "recipes": recipes,
         },
     )
     write_trials(sweep_dir, items)
@@ -339,7 +325,7 @@ def run_sweep(
     # bad value stops here, not mid-submission.
     planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
     executor_for(cfg).check_scripts(planned, trials)
-    sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped)
+    sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped, recipes=plan.recipes)
     console.print(
         f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True
     )

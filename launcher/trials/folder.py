@@ -165,7 +165,11 @@ def _check_submission(doc: dict[str, Any]) -> str | None:
 
 
 def _check_sweep(doc: dict[str, Any]) -> str | None:
-    return _wrong_type(doc, "config", (dict,)) or _wrong_type(doc, "trials", (list,))
+    return (
+        _wrong_type(doc, "config", (dict,))
+        or _wrong_type(doc, "trials", (list,))
+        or _wrong_type(doc, "recipes", (str,), required=False)  # a sweep from before it was kept has none
+    )
 
 
 def trial_dir(sweep_dir: Path, trial_id: str) -> Path:

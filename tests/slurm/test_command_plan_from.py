@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks.command_plan_from import RECIPE, RECIPES
 from launcher.cli import main
+from launcher.io import read_json
 
 pytestmark = pytest.mark.slurm
 
@@ -33,7 +34,8 @@ def test_plan_from_1_and_2_nodes_predicts_the_4_node_row(devcluster, tmp_path, m
     assert rows["busbw_gbps"].iloc[1] > 0  # the link probe's figure, which calibrates the inter-node link
     out = tmp_path / "plan.csv"
     plan_args = ["--from", str(tmp_path / name), "--gpus", "1,2,4", "--output", str(out)]
-    assert main(["plan", "--recipes", RECIPES, *plan_args]) == 0
+    assert read_json(tmp_path / name / "sweep.json")["recipes"] == str(Path(RECIPES).resolve())
+    assert main(["plan", *plan_args]) == 0  # the recipe folder is the sweep's own: no --recipes again
     plan = pd.read_csv(out).set_index("gpus")
     assert plan.index.tolist() == [1, 2, 4]
     assert all(math.isfinite(v) and v > 0 for v in plan["tokens_per_s"])

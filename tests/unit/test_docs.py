@@ -142,9 +142,9 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_command_sweep.py::test_rows_equal_the_programs_own_figure",),
         args=("--recipes", "job=my_train", "[1,2]"),
     ),
-    "launcher plan --from results/<sweep-id> --recipes my_recipes --gpus 4": Ran(
+    "launcher plan --from results/<sweep-id> --gpus 4": Ran(
         tests=("test_command_plan_from.py::test_plan_from_1_and_2_nodes_predicts_the_4_node_row",),
-        args=("--from", "--recipes", "--gpus"),
+        args=("--from", "--gpus"),
     ),
     # README.md: usage
     "launcher sweep": Ran(tests=("test_sweep_e2e.py::test_sweep_writes_table_with_one_row_per_size",)),
