@@ -28,3 +28,12 @@ class TrainerConfig:
     16-bit weights held whole on each rank, gradients in one float32 buffer of the rank's model part, float32
     master weights and AdamW moments sharded over dp (ZeRO-1); activations 16-bit. Any layout with data
     parallelism (fsdp rows: the traffic a Megatron run moves, reduce-scatter and all-gather)."""
+    pipeline_fsdp_16bit: bool = False
+    """FSDP applies its 16-bit MixedPrecisionPolicy inside pipeline stages too (torchtitan's apply_fsdp passes
+    mp_policy whatever pp is, and reshard_after_forward=False there): a stage's parameters are gathered in 16 bits
+    only and its activations are 16-bit. False: the built-in trainer's pipeline stages, float32 parameters under
+    autocast (its 16-bit copies beside them)."""
+    checkpoint_every_nth_block: int = 0
+    """Every n-th block is wrapped whole in activation checkpointing and keeps only its input, the others what
+    model.activation_checkpointing keeps (fms-fsdp's `selective_checkpointing`: fms_fsdp/policies/ac_handler.py
+    wraps a block when its count % n == 0). 0: no block beyond what model.activation_checkpointing says."""
