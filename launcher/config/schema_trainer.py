@@ -28,6 +28,11 @@ class TrainerConfig:
     16-bit weights held whole on each rank, gradients in one float32 buffer of the rank's model part, float32
     master weights and AdamW moments sharded over dp (ZeRO-1); activations 16-bit. Any layout with data
     parallelism (fsdp rows: the traffic a Megatron run moves, reduce-scatter and all-gather)."""
+    fused_swiglu: bool = False
+    """SwiGLU runs as one autograd function that saves its input (gate and up) and recomputes silu in backward
+    (Megatron-core's bias_swiglu_impl, megatron/core/fusions/fused_bias_swiglu.py, under bias_activation_fusion;
+    NeMo's `activation: fast-swiglu`): a llama block keeps no silu output. False: the built-in trainer's
+    F.silu(gate) * up, which keeps silu's output for the product's backward."""
     pipeline_fsdp_16bit: bool = False
     """FSDP applies its 16-bit MixedPrecisionPolicy inside pipeline stages too (torchtitan's apply_fsdp passes
     mp_policy whatever pp is, and reshard_after_forward=False there): a stage's parameters are gathered in 16 bits

@@ -12,8 +12,8 @@ one block's activations while that block is recomputed; `op` (torchtitan's per-o
 that input, the attention output and every second matmul's output. Recipes of other trainers say
 what they keep unlike the built-in one (config/schema_trainer.py): a fused cross-entropy (16-bit
 logits and their gradient, 4 bytes a logit), 16-bit norms, 16-bit activations (Megatron's
-distributed optimizer; FSDP's MixedPrecisionPolicy inside pipeline stages, torchtitan's), every
-n-th block checkpointed whole (fms-fsdp's selective_checkpointing).
+distributed optimizer; FSDP's MixedPrecisionPolicy inside pipeline stages, torchtitan's), a fused
+SwiGLU (Megatron's), every n-th block checkpointed whole (fms-fsdp's selective_checkpointing).
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: st
     layers, logits = in_flight(cfg, trial, pp_rank)
     mixed, pure = mixed_precision(cfg, device), pure_16bit(cfg, trial, device)
     per_layer = saved_bytes_per_token(m, mixed, pure, cfg.trainer.norm_16bit)
+    if cfg.trainer.fused_swiglu and m.arch == "llama":
+        per_layer -= (2 if mixed else FP32) * active_ffn_width(m)  # silu's output, recomputed from gate in backward
     blocks = layers * tokens * kept_bytes_per_token(cfg, mixed, pure, per_layer) / trial.tp
     recomputed = 0.0
     if m.activation_checkpointing in ("full", "op") or cfg.trainer.checkpoint_every_nth_block:
