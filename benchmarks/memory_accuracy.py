@@ -34,7 +34,8 @@ from launcher.trials.spec import make_trial
 RESULTS = Path(__file__).resolve().parent / "results"
 NOT_MEASURED = (
     "Not measured here: what the estimate counts for recipes of other trainers (launcher/config/schema_trainer.py: "
-    "`trainer.fused_loss`, `trainer.norm_16bit`, `trainer.distributed_optimizer`, `trainer.fused_swiglu`, "
+    "`trainer.fused_loss`, `trainer.norm_16bit`, `trainer.distributed_optimizer`, `trainer.master_weight_remainders`, "
+    "`trainer.vocab_parallel_loss`, `trainer.fused_swiglu`, "
     "`trainer.pipeline_fsdp_16bit`, `trainer.checkpoint_every_nth_block`; `model.activation_checkpointing=op`, "
     "torchtitan's per-op recompute). The built-in trainer implements none of them (a sweep of it refuses them), so "
     "no CPU trial can run them. Checked instead against the peaks a source reports: torchtitan's Llama 3.1 8B, "

@@ -71,21 +71,36 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
         "Megatron-LM README: --overlap-param-gather, which runs only with --use-distributed-optimizer; bf16",
     ),
     "nemo_perf_2407": (
-        ("trainer.distributed_optimizer=true", "trainer.norm_16bit=true", "trainer.fused_swiglu=true"),
+        (
+            "trainer.distributed_optimizer=true",
+            "trainer.master_weight_remainders=true",
+            "trainer.norm_16bit=true",
+            "trainer.fused_swiglu=true",
+            "trainer.vocab_parallel_loss=true",
+        ),
         "NeMo-Framework-Launcher launcher_scripts/conf/training: llama/llama2_7b.yaml @064e6769, "
         "gpt3/5b.yaml @00af8f26: optim.name distributed_fused_adam, Megatron's distributed optimizer; "
         "llama/llama3_8b.yaml, gpt3/20b.yaml @1a7171d7 (July 2024): mcore_gpt and transformer_engine true, "
         "fp32_residual_connection false: Transformer Engine's LayerNormLinear keeps the 16-bit input and output; "
         "llama configs: activation fast-swiglu with bias_activation_fusion true, Megatron-core's bias_swiglu_impl "
-        "(megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction saves its input only)",
+        "(megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction saves its input only); mcore_gpt's loss is "
+        "Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py: one float32 copy "
+        "worked in place); NeMo's megatron_base_model.setup_optimization sets Apex's store_param_remainders for "
+        "bf16 weights with a float32 optimizer",
     ),
     "nemo_long_seq_2505": (
-        ("trainer.distributed_optimizer=true", "trainer.norm_16bit=true", "trainer.fused_swiglu=true"),
+        (
+            "trainer.distributed_optimizer=true",
+            "trainer.norm_16bit=true",
+            "trainer.fused_swiglu=true",
+            "trainer.vocab_parallel_loss=true",
+        ),
         "NeMo 2.0 recipes: nemo/collections/llm/recipes/optim/adam.py, distributed_fused_adam_with_cosine_annealing "
         "(the pretraining recipes' optimizer) sets use_distributed_optimizer=True; container NeMo 24.03.01, whose "
         "launcher configs (llama/llama2_7b.yaml) set mcore_gpt and transformer_engine true: Transformer Engine's "
         "fused LayerNormLinear keeps the 16-bit input and output; activation fast-swiglu with bias_activation_fusion "
-        "true: Megatron-core's fused SwiGLU saves its input only",
+        "true: Megatron-core's fused SwiGLU saves its input only; mcore_gpt's vocab-parallel cross-entropy (one "
+        "float32 copy in place)",
     ),
 }
 TORCHTITAN_FSDP = (

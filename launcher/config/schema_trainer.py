@@ -28,6 +28,15 @@ class TrainerConfig:
     16-bit weights held whole on each rank, gradients in one float32 buffer of the rank's model part, float32
     master weights and AdamW moments sharded over dp (ZeRO-1); activations 16-bit. Any layout with data
     parallelism (fsdp rows: the traffic a Megatron run moves, reduce-scatter and all-gather)."""
+    vocab_parallel_loss: bool = False
+    """The loss is Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py,
+    fused or not): one float32 copy of the 16-bit logits, shifted, exponentiated and normalised in place, saved
+    and turned into its gradient in place; about 6 bytes a logit beside nothing else. False: the built-in
+    trainer's torch cross-entropy (about 14 bytes a logit at its peak)."""
+    master_weight_remainders: bool = False
+    """With trainer.distributed_optimizer under bf16: the sharded master weights are kept as the 16 bits a bf16
+    weight lacks, 2 bytes a parameter, not 4 (Apex DistributedFusedAdam's store_param_remainders, which NeMo's
+    megatron_base_model.setup_optimization sets for bf16 weights with a float32 optimizer)."""
     fused_swiglu: bool = False
     """SwiGLU runs as one autograd function that saves its input (gate and up) and recomputes silu in backward
     (Megatron-core's bias_swiglu_impl, megatron/core/fusions/fused_bias_swiglu.py, under bias_activation_fusion;

@@ -121,7 +121,8 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
         # Megatron-LM megatron/core/optimizer/__init__.py get_megatron_optimizer builds the distributed
         # optimizer on mpu.get_data_parallel_group(with_context_parallel=True) (cp ranks hold the same weights).
         local = n / (trial.dp * trial.cp)
-        params = n * compute + (0 if compute == FP32 else local * FP32)
+        master = 2 if cfg.trainer.master_weight_remainders else FP32  # Apex's remainders: the 16 bits bf16 lacks
+        params = n * compute + (0 if compute == FP32 else local * master)
         grads = n * FP32
     elif fsdp and trial.pp > 1:
         # torch's pipeline stage runs every backward but the step's last with FSDP's gradient sync

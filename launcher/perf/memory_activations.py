@@ -11,9 +11,11 @@ so it saves what `none` saves; `full` keeps only each block's input (the fp32 re
 one block's activations while that block is recomputed; `op` (torchtitan's per-op policy) keeps
 that input, the attention output and every second matmul's output. Recipes of other trainers say
 what they keep unlike the built-in one (config/schema_trainer.py): a fused cross-entropy (16-bit
-logits and their gradient, 4 bytes a logit), 16-bit norms, 16-bit activations (Megatron's
-distributed optimizer; FSDP's MixedPrecisionPolicy inside pipeline stages, torchtitan's), a fused
-SwiGLU (Megatron's), every n-th block checkpointed whole (fms-fsdp's selective_checkpointing).
+logits and their gradient, 4 bytes a logit), Megatron's vocab-parallel one (a float32 copy worked
+in place, 6), 16-bit norms, 16-bit activations (Megatron's distributed optimizer; FSDP's
+MixedPrecisionPolicy inside pipeline stages, torchtitan's), a fused SwiGLU (Megatron's), every n-th
+block checkpointed whole (fms-fsdp's selective_checkpointing). A checkpointed block is recomputed in
+its own backward, after the loss's backward freed the logits: the two peaks are not added.
 """
 
 from __future__ import annotations
@@ -168,6 +170,9 @@ def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: st
         return blocks + recomputed
     # A fused cross-entropy keeps the logits at the compute precision and writes their gradient beside them.
     per_logit = 2 * (2 if mixed else FP32) if cfg.trainer.fused_loss else LOGIT_BYTES[precision_kind(mixed, pure)]
+    if cfg.trainer.vocab_parallel_loss and not cfg.trainer.fused_loss:
+        # Megatron's: the 16-bit logits and one float32 copy worked in place (the copy is the logits in fp32).
+        per_logit = FP32 + (2 if mixed else 0)
     around_loss = logits * tokens * per_logit * m.vocab_size / trial.tp
     # A checkpointed block is recomputed in its own backward, after the loss's backward has freed the logits
     # and their gradients: the two peaks come one after the other, not together.

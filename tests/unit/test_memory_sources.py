@@ -101,6 +101,29 @@ def test_megatrons_fused_swiglu_keeps_no_silu_output():
     assert _estimate([*gpt, "trainer.fused_swiglu=true"], 8)[2] == _estimate(gpt, 8)[2]  # no SwiGLU in gpt
 
 
+def test_megatrons_vocab_parallel_loss_works_on_one_float32_copy_in_place():
+    """megatron/core/tensor_parallel/cross_entropy.py: calculate_logits_max takes logits.float(), the max is
+    subtracted and exp taken in place, the softmax saved and turned into the gradient in place: the 16-bit
+    logits (2 bytes) and that copy (4) a logit, not torch's 14."""
+    base = [*LLAMA, "parallel=fsdp"]
+    cfg, _, plain = _estimate(base, 8)
+    _, _, megatron = _estimate([*base, "trainer.vocab_parallel_loss=true"], 8)
+    tokens, vocab = 8192, cfg.model.vocab_size
+    assert plain.activations - megatron.activations == tokens * vocab * (act.LOGIT_BYTES["pure"] - (2 + 4))
+
+
+def test_apex_master_weight_remainders_keep_two_bytes_a_sharded_parameter():
+    """NeMo's megatron_base_model.setup_optimization sets Apex DistributedFusedAdam's store_param_remainders
+    for bf16 weights with a float32 optimizer: the dp-sharded master weights are 16-bit remainders."""
+    base = [*LLAMA, "parallel=fsdp", "trainer.distributed_optimizer=true"]
+    cfg, trial, mega = _estimate(base, 8)
+    _, _, apex = _estimate([*base, "trainer.master_weight_remainders=true"], 8)
+    n = _stage_params(cfg, trial)
+    assert mega.params == n * 2 + n * FP32 / 8
+    assert apex.params == n * 2 + n * 2 / 8
+    assert (apex.grads, apex.optimizer) == (mega.grads, mega.optimizer)
+
+
 def test_a_negative_block_interval_is_refused_with_its_value():
     with pytest.raises(ConfigError, match=r"trainer.checkpoint_every_nth_block=-1 must be at least 0"):
         validate(compose_config(["trainer.checkpoint_every_nth_block=-1"]))
@@ -127,12 +150,13 @@ def _rows(source: str, model: str, setting: str) -> list[dict]:
         ("torchtitan_h100_2024", "Llama-3.1-8B", "model.activation_checkpointing=full"),
         ("nemo_perf_2407", "LLAMA3-70B", "trainer.norm_16bit=true"),  # Transformer Engine's fused norms
         ("nemo_long_seq_2505", "LLAMA2-7B", "trainer.fused_swiglu=true"),  # Megatron's fused SwiGLU
+        ("nemo_perf_2407", "LLAMA3-8B", "trainer.vocab_parallel_loss=true"),  # and Apex's remainders
     ],
 )
 def test_published_runs_that_ran_fit_their_gpus(source, model, setting):
     """Each ran on its GPUs: its estimate now fits the device less the margin (it did not: 105.3 GiB for
     FMS 13B on 80 GB, 110.7 on 96 GB for torchtitan's 405B, 93.2 for its 8B at long sequences, 82.1 for
-    NeMo's LLAMA3-70B with cp 2, 82.0 for its long-context LLAMA2-7B at 4 GPUs)."""
+    NeMo's LLAMA3-70B with cp 2, 82.0 for its long-context LLAMA2-7B at 4 GPUs, 99.7 for its LLAMA3-8B)."""
     rows = _rows(source, model, setting)
     assert rows
     for row in rows:
