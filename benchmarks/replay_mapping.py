@@ -71,17 +71,55 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
         "Megatron-LM README: --overlap-param-gather, which runs only with --use-distributed-optimizer; bf16",
     ),
     "nemo_perf_2407": (
-        ("trainer.distributed_optimizer=true",),
+        (
+            "trainer.distributed_optimizer=true",
+            "trainer.master_weight_remainders=true",
+            "trainer.norm_16bit=true",
+            "trainer.fused_swiglu=true",
+            "trainer.vocab_parallel_loss=true",
+        ),
         "NeMo-Framework-Launcher launcher_scripts/conf/training: llama/llama2_7b.yaml @064e6769, "
-        "gpt3/5b.yaml @00af8f26: optim.name distributed_fused_adam, Megatron's distributed optimizer",
+        "gpt3/5b.yaml @00af8f26: optim.name distributed_fused_adam, Megatron's distributed optimizer; "
+        "llama/llama3_8b.yaml, gpt3/20b.yaml @1a7171d7 (July 2024): mcore_gpt and transformer_engine true, "
+        "fp32_residual_connection false: Transformer Engine's LayerNormLinear keeps the 16-bit input and output; "
+        "llama configs: activation fast-swiglu with bias_activation_fusion true, Megatron-core's bias_swiglu_impl "
+        "(megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction saves its input only); mcore_gpt's loss is "
+        "Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py: one float32 copy "
+        "worked in place); NeMo's megatron_base_model.setup_optimization sets Apex's store_param_remainders for "
+        "bf16 weights with a float32 optimizer",
     ),
     "nemo_long_seq_2505": (
-        ("trainer.distributed_optimizer=true",),
+        (
+            "trainer.distributed_optimizer=true",
+            "trainer.norm_16bit=true",
+            "trainer.fused_swiglu=true",
+            "trainer.vocab_parallel_loss=true",
+        ),
         "NeMo 2.0 recipes: nemo/collections/llm/recipes/optim/adam.py, distributed_fused_adam_with_cosine_annealing "
-        "(the pretraining recipes' optimizer) sets use_distributed_optimizer=True",
+        "(the pretraining recipes' optimizer) sets use_distributed_optimizer=True; container NeMo 24.03.01, whose "
+        "launcher configs (llama/llama2_7b.yaml) set mcore_gpt and transformer_engine true: Transformer Engine's "
+        "fused LayerNormLinear keeps the 16-bit input and output; activation fast-swiglu with bias_activation_fusion "
+        "true: Megatron-core's fused SwiGLU saves its input only; mcore_gpt's vocab-parallel cross-entropy (one "
+        "float32 copy in place)",
     ),
 }
+TORCHTITAN_FSDP = (
+    ("trainer.pipeline_fsdp_16bit=true",),
+    "torchtitan torchtitan/parallelisms/parallelize_llama.py @9dec370 apply_fsdp: fully_shard with its "
+    "MixedPrecisionPolicy (bf16 parameters) whatever pp is, reshard_after_forward=False under pp",
+)
+TORCHTITAN_SOURCES = ("torchtitan_a100_2024", "torchtitan_h100_2024", "torchtitan_asynctp_2025")
+TRAINERS |= {src: TORCHTITAN_FSDP for src in TORCHTITAN_SOURCES}
 """What a source's trainer keeps in memory other than the built-in trainer (config/schema_trainer.py)."""
+FMS_SELECTIVE = (
+    2,
+    "fms-fsdp @9137d48 fms_fsdp/policies/ac_handler.py: `selective_checkpointing` n wraps every n-th block whole; "
+    "the blog states 'Selective' for 13B, not n, but its HFU ÷ MFU does: full AC (34B, 70B on A100) gives "
+    "1.34-1.36, so every n-th block gives 1 + 0.35/n: 1.17 for n = 2, 1.12 for n = 3; 13B on A100 reads "
+    "0.59/0.51, 1.14-1.18 within the table's rounding: n = 2",
+)
+"""fms-fsdp's `selective` (pytorch_fsdp_blog_2024): every n-th block checkpointed whole, not the launcher's
+`selective` (the attention core recomputed): trainer.checkpoint_every_nth_block=n on top of `none`."""
 FUSED_RMSNORM = {
     ("torchtitan_a100_2024", "Llama-2-13B"): "train_configs/llama2_13b.toml @157a12c5: norm_type fused_rmsnorm",
     ("torchtitan_a100_2024", "Llama-3-8B"): "train_configs/llama3_8b.toml @157a12c5: norm_type fused_rmsnorm",
@@ -337,6 +375,9 @@ def _trainer(row: dict, assumed: list[str]) -> list[str]:
         overrides, why = TRAINERS[row["source"]]
         out += overrides
         assumed.append(why)
+    if row["source"] == "pytorch_fsdp_blog_2024" and row.get("activation_checkpointing") == "selective":
+        out.append(f"trainer.checkpoint_every_nth_block={FMS_SELECTIVE[0]}")
+        assumed.append(FMS_SELECTIVE[1])
     if (why := FUSED_RMSNORM.get((row["source"], row["model"]))) is not None:
         out.append("trainer.norm_16bit=true")
         assumed.append(why)

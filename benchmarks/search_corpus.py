@@ -6,10 +6,12 @@ batch, recompute, hardware, network) is predicted by `launcher plan` on presets,
 runs at the same size with the same model, global batch and cluster. Acceptance: the searched
 best predicts at least the published configuration's throughput, by the model's own measure, and
 its memory fits. The estimate is of the trainer each source ran, as its configuration says
-(replay_mapping.py TRAINERS, FUSED_RMSNORM, TORCHTITAN_SELECTIVE: llm-foundry's fused cross-entropy
-and low-precision LayerNorm, torchtitan's per-op recompute and fused RMSNorm, Megatron's distributed
-optimizer; 96 GB H100s where the hardware says so). Where a published configuration is still over
-the memory limit by the estimate, it is no candidate, and the row says so with the ratio found.
+(replay_mapping.py TRAINERS, FUSED_RMSNORM, TORCHTITAN_SELECTIVE, FMS_SELECTIVE: llm-foundry's fused
+cross-entropy and low-precision LayerNorm, torchtitan's per-op recompute, fused RMSNorm and 16-bit FSDP
+inside pipeline stages, Megatron's distributed optimizer, Transformer Engine's norms and fused SwiGLU
+(NeMo), fms-fsdp's every-n-th-block checkpointing; 96 GB H100s where the hardware says so). Where a
+published configuration is still over the memory limit by the estimate, it is no candidate, and the
+row says so with the ratio found and its source's reason (OVER_LIMIT_WHY), with the estimate's parts.
 Published FSDP runs that reduce-scatter every accumulation micro-step (Composer, torchtitan) are
 mapped to parallel.fsdp_sync_each_microstep (replay_mapping.py). The sources the
 layouts issue holds out (NVIDIA's DGX Cloud recipes, MegaScale, InternLM, Zero Bubble, Together's
@@ -27,13 +29,23 @@ import csv
 import time
 from pathlib import Path
 
-from benchmarks.replay_mapping import FUSED_RMSNORM, TORCHTITAN_SELECTIVE, TRAINERS, Unexpressible, map_row, series_key
+from benchmarks.replay_mapping import (
+    FMS_SELECTIVE,
+    FUSED_RMSNORM,
+    TORCHTITAN_SELECTIVE,
+    TRAINERS,
+    Unexpressible,
+    map_row,
+    series_key,
+)
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.io import atomic_write_json, atomic_write_text
-from launcher.perf.memory import GIB
+from launcher.perf.memory import GIB, estimate
 from launcher.perf.plan_table import from_presets_forecast
 from launcher.perf.search import search
+from launcher.perf.shapes import planned_device
+from launcher.trials.spec import make_trial
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "data" / "published_scaling.csv"
@@ -43,19 +55,29 @@ PUBLISHED_KEYS = ("parallel", "batch", "model.act", "trainer", "cluster.device_m
 
 
 OVER_LIMIT_WHY = {
-    "llama3_meta_2024": "the paper states tp, pp, cp, dp and the batch, not its activation checkpointing (planned "
-    "selective, Megatron's default) nor its memory-saving schedule: nothing stated lowers the estimate",
-    "torchtitan_h100_2024": "the table states full activation checkpointing and its local batch (both mapped) on 96 GB "
-    "H100s; nothing else it states (no chunked loss, no offload) lowers the estimate",
-    "pytorch_fsdp_blog_2024": "the blog states HSDP, selective checkpointing and micro batch 2 (all mapped); nothing "
-    "else it states lowers the estimate",
-    "nemo_perf_2407": "the distributed optimizer is mapped (NeMo's config); the table states no activation "
-    "checkpointing (planned selective), so nothing stated lowers the estimate further",
-    "nemo_long_seq_2505": "the distributed optimizer is mapped (NeMo's recipes); the table states no activation "
-    "checkpointing (planned selective), so nothing stated lowers the estimate further",
+    "llama3_meta_2024": "the paper (arXiv 2407.21783 §3.3.2) trains 8K sequences without activation checkpointing "
+    "on an interleaved schedule, freeing each stage's input and output tensors, but does not say how many "
+    "micro-batches its first stage holds: under 1F1B it holds pp of them, L layers' worth, and Megatron's own "
+    "count (Korthikanti et al. 2022: 34·s·b·h/t bytes a layer) gives 72 GB for 126 layers at tp 8 before any "
+    "weight, so the estimate (of the built-in trainer's autocast tensors: the paper names no trainer) cannot fit "
+    "an 80 GB GPU without a schedule or trainer setting the paper does not state",
+    "nemo_perf_2407": "NeMo's configs are mapped (Megatron's distributed optimizer sharded over dp × cp with Apex's "
+    "16-bit master remainders, Transformer Engine's 16-bit norms, the vocab-parallel cross-entropy); the 16-bit "
+    "weights held whole and the float32 gradient buffer (Apex DistributedFusedAdam's contiguous_grad_buffer, "
+    "grad_sync_dtype float32) are 58 GiB of it, and Megatron's own count of the activations (Korthikanti et al. "
+    "2022: 34·s·b·h/t bytes a layer, with its dropout masks) is 17.5 GiB; not modelled: Transformer Engine's fp8 "
+    "(GEMM inputs saved at 1 byte, but fp8 weight copies cached beside the 16-bit ones)",
 }
 """Why a published configuration the memory estimate puts over the limit stays there, per source: what its
 source states is mapped (benchmarks/replay_mapping.py), and no setting is invented to make it fit."""
+
+
+def _by_setting() -> dict[tuple, list[str]]:
+    """TRAINERS grouped by what they set and why: sources of one trainer (torchtitan's) said once."""
+    out: dict[tuple, list[str]] = {}
+    for src, (overrides, why) in TRAINERS.items():
+        out.setdefault((overrides, why), []).append(src)
+    return out
 
 
 def judge(row: dict) -> dict:
@@ -79,24 +101,31 @@ def judge(row: dict) -> dict:
     best = found.sizes[0].ranked[0]
     published_fits = limit_gib is None or pub["memory_gib"] <= limit_gib
     ratio = float(best.tokens_per_s / pub["tokens_per_s"])
+    parts = {}
     if published_fits:
         verdict = "met" if ratio >= 1 - 1e-9 else "NOT met"
     else:
         verdict = "published over the limit"
-    return out | {
-        "series": " / ".join(map(str, series_key(row)[:3])),
-        "published": " ".join(
-            o for o in mapped.overrides if o.startswith(("parallel", "batch", "model.act", "trainer"))
-        ),
-        "published_tokens_per_s": float(pub["tokens_per_s"]),
-        "published_memory_gib": float(pub["memory_gib"]),
-        "best": best.candidate.label,
-        "best_tokens_per_s": best.tokens_per_s,
-        "best_memory_gib": best.memory_bytes / GIB,
-        "limit_gib": limit_gib,
-        "ratio": ratio,
-        "verdict": verdict,
-    }
+        trial = make_trial(cfg, index=0, world_size=mapped.gpus, steps=1, warmup_steps=0)
+        parts = {"published_parts": estimate(cfg, trial, planned_device(cfg)).describe()}
+    return (
+        out
+        | parts
+        | {
+            "series": " / ".join(map(str, series_key(row)[:3])),
+            "published": " ".join(
+                o for o in mapped.overrides if o.startswith(("parallel", "batch", "model.act", "trainer"))
+            ),
+            "published_tokens_per_s": float(pub["tokens_per_s"]),
+            "published_memory_gib": float(pub["memory_gib"]),
+            "best": best.candidate.label,
+            "best_tokens_per_s": best.tokens_per_s,
+            "best_memory_gib": best.memory_bytes / GIB,
+            "limit_gib": limit_gib,
+            "ratio": ratio,
+            "verdict": verdict,
+        }
+    )
 
 
 def main() -> int:
@@ -142,12 +171,13 @@ def main() -> int:
         f"{max(r['ratio'] for r in judged):.3f}.",
         f"- Every searched best fits the memory limit: {'yes' if best_fit else 'NO'}.",
         "- The memory estimate is of each source's trainer as its configuration says (benchmarks/replay_mapping.py): "
-        + "; ".join(f"{src}: {' '.join(o)} ({why})" for src, (o, why) in TRAINERS.items())
+        + "; ".join(f"{', '.join(srcs)}: {' '.join(o)} ({why})" for (o, why), srcs in _by_setting().items())
         + "; torchtitan: `selective` is its per-op policy (model.activation_checkpointing=op: "
         + "; ".join(f"{src}: {why}" for src, why in TORCHTITAN_SELECTIVE.items())
         + "), trainer.norm_16bit where its config names fused_rmsnorm ("
         + "; ".join(f"{model}: {why}" for (_, model), why in FUSED_RMSNORM.items())
-        + "); 96 GB H100s where the hardware name says 96GB.",
+        + f"); fms-fsdp's `selective` (pytorch_fsdp_blog_2024): trainer.checkpoint_every_nth_block={FMS_SELECTIVE[0]} "
+        + f"({FMS_SELECTIVE[1]}); 96 GB H100s where the hardware name says 96GB.",
         "",
         "| source | model | GPUs | published layout | published tok/s | its GiB | searched best | best tok/s "
         "| best GiB | ratio | verdict |",
@@ -163,7 +193,8 @@ def main() -> int:
         "",
         *(
             f"- {r['source']} {r['model']} at {r['gpus']} GPUs: {r['published_memory_gib']:.1f} GiB of "
-            f"{r['limit_gib']:.1f} usable; {OVER_LIMIT_WHY.get(r['source'], 'no reason recorded')}."
+            f"{r['limit_gib']:.1f} usable, {r['published_parts']}; "
+            f"{OVER_LIMIT_WHY.get(r['source'], 'no reason recorded')}."
             for r in over
         ),
     ]

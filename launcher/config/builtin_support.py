@@ -14,7 +14,18 @@ def builtin_lacks(cfg: LauncherConfig) -> list[str]:
     """The settings of `cfg` the built-in trainer does not implement, each as `key=value`; empty
     when the built-in trainer runs the recipe as it says."""
     t = cfg.trainer
-    lacks = [f"trainer.{k}=true" for k in ("fused_loss", "norm_16bit", "distributed_optimizer") if getattr(t, k)]
+    flags = (
+        "fused_loss",
+        "norm_16bit",
+        "distributed_optimizer",
+        "vocab_parallel_loss",
+        "master_weight_remainders",
+        "fused_swiglu",
+        "pipeline_fsdp_16bit",
+    )
+    lacks = [f"trainer.{k}=true" for k in flags if getattr(t, k)]
+    if t.checkpoint_every_nth_block:
+        lacks.append(f"trainer.checkpoint_every_nth_block={t.checkpoint_every_nth_block}")
     if cfg.model.activation_checkpointing in BUILTIN_ONLY_CHECKPOINTING:
         lacks.append(f"model.activation_checkpointing={cfg.model.activation_checkpointing}")
     return lacks

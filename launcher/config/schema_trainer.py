@@ -28,3 +28,26 @@ class TrainerConfig:
     16-bit weights held whole on each rank, gradients in one float32 buffer of the rank's model part, float32
     master weights and AdamW moments sharded over dp (ZeRO-1); activations 16-bit. Any layout with data
     parallelism (fsdp rows: the traffic a Megatron run moves, reduce-scatter and all-gather)."""
+    vocab_parallel_loss: bool = False
+    """The loss is Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py,
+    fused or not): one float32 copy of the 16-bit logits, shifted, exponentiated and normalised in place, saved
+    and turned into its gradient in place; about 6 bytes a logit beside nothing else. False: the built-in
+    trainer's torch cross-entropy (about 14 bytes a logit at its peak)."""
+    master_weight_remainders: bool = False
+    """With trainer.distributed_optimizer under bf16: the sharded master weights are kept as the 16 bits a bf16
+    weight lacks, 2 bytes a parameter, not 4 (Apex DistributedFusedAdam's store_param_remainders, which NeMo's
+    megatron_base_model.setup_optimization sets for bf16 weights with a float32 optimizer)."""
+    fused_swiglu: bool = False
+    """SwiGLU runs as one autograd function that saves its input (gate and up) and recomputes silu in backward
+    (Megatron-core's bias_swiglu_impl, megatron/core/fusions/fused_bias_swiglu.py, under bias_activation_fusion;
+    NeMo's `activation: fast-swiglu`): a llama block keeps no silu output. False: the built-in trainer's
+    F.silu(gate) * up, which keeps silu's output for the product's backward."""
+    pipeline_fsdp_16bit: bool = False
+    """FSDP applies its 16-bit MixedPrecisionPolicy inside pipeline stages too (torchtitan's apply_fsdp passes
+    mp_policy whatever pp is, and reshard_after_forward=False there): a stage's parameters are gathered in 16 bits
+    only and its activations are 16-bit. False: the built-in trainer's pipeline stages, float32 parameters under
+    autocast (its 16-bit copies beside them)."""
+    checkpoint_every_nth_block: int = 0
+    """Every n-th block is wrapped whole in activation checkpointing and keeps only its input, the others what
+    model.activation_checkpointing keeps (fms-fsdp's `selective_checkpointing`: fms_fsdp/policies/ac_handler.py
+    wraps a block when its count % n == 0). 0: no block beyond what model.activation_checkpointing says."""

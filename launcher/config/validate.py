@@ -57,6 +57,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_compile(cfg)
     check_job(cfg)
     at_least("seed", cfg.seed, 0, 0)
+    at_least("trainer.checkpoint_every_nth_block", cfg.trainer.checkpoint_every_nth_block, 0, 2)
     return cfg
 
 

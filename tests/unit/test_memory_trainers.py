@@ -17,6 +17,7 @@ from launcher.cli import main
 from launcher.compute import flops
 from launcher.config.compose import compose_config
 from launcher.perf import memory
+from launcher.perf import memory_activations as act
 from launcher.perf.candidates import checkpointing_choices
 from launcher.perf.memory import FP32, GIB, estimate
 from launcher.trials.spec import make_trial
@@ -33,7 +34,7 @@ def test_a_fused_loss_keeps_the_16bit_logits_and_their_gradient_only():
     cfg, torch_loss = _estimate(LLAMA_FSDP)
     _, fused = _estimate([*LLAMA_FSDP, "trainer.fused_loss=true"])
     tokens, vocab = 8192, cfg.model.vocab_size
-    assert torch_loss.activations - fused.activations == tokens * vocab * (memory.LOGIT_BYTES["pure"] - 2 * 2)
+    assert torch_loss.activations - fused.activations == tokens * vocab * (act.LOGIT_BYTES["pure"] - 2 * 2)
     assert (fused.params, fused.grads, fused.optimizer) == (torch_loss.params, torch_loss.grads, torch_loss.optimizer)
 
 
@@ -42,16 +43,16 @@ def test_16bit_norms_drop_the_float32_copies_and_outputs():
     gpt = compose_config(["model=gpt_1_3b"]).model
     d = llama.d_model
     # llama, 16-bit parameters: each RMSNorm keeps its 16-bit input and output, not a float32 copy too.
-    drop = memory.saved_bytes_per_token(llama, True, True) - memory.saved_bytes_per_token(llama, True, True, True)
+    drop = act.saved_bytes_per_token(llama, True, True) - act.saved_bytes_per_token(llama, True, True, True)
     assert drop == 2 * FP32 * d
     # llama under autocast: the float32 normalised values and the per-Linear casts (5 → 2) go.
-    drop = memory.saved_bytes_per_token(llama, True) - memory.saved_bytes_per_token(llama, True, False, True)
+    drop = act.saved_bytes_per_token(llama, True) - act.saved_bytes_per_token(llama, True, False, True)
     assert drop == 2 * FP32 * d + 2 * 3 * d
     # gpt under autocast: the two LayerNorms' float32 outputs; with 16-bit parameters nothing was float32.
-    drop = memory.saved_bytes_per_token(gpt, True) - memory.saved_bytes_per_token(gpt, True, False, True)
+    drop = act.saved_bytes_per_token(gpt, True) - act.saved_bytes_per_token(gpt, True, False, True)
     assert drop == 2 * FP32 * gpt.d_model
-    assert memory.saved_bytes_per_token(gpt, True, True, True) == memory.saved_bytes_per_token(gpt, True, True)
-    assert memory.saved_bytes_per_token(llama, False, False, True) == memory.saved_bytes_per_token(llama, False)
+    assert act.saved_bytes_per_token(gpt, True, True, True) == act.saved_bytes_per_token(gpt, True, True)
+    assert act.saved_bytes_per_token(llama, False, False, True) == act.saved_bytes_per_token(llama, False)
 
 
 def test_op_keeps_the_input_the_attention_output_and_every_second_matmul():
@@ -62,10 +63,10 @@ def test_op_keeps_the_input_the_attention_output_and_every_second_matmul():
     m, tokens = cfg.model, 8192
     d, kv, f = m.d_model, 1024, m.ffn_hidden
     kept = 2 * (d + kv + d + f + d) + 2 * d  # wq, wv, attention output, w1, w2; the 16-bit block input
-    assert memory.op_kept_bytes(m, True, True) == kept
-    per_block = memory.saved_bytes_per_token(m, True, True)
+    assert act.op_kept_bytes(m, True, True) == kept
+    per_block = act.saved_bytes_per_token(m, True, True)
     logits = tokens * 2 * 2 * m.vocab_size
-    assert op.activations == m.n_layers * tokens * kept + tokens * per_block + logits
+    assert op.activations == m.n_layers * tokens * kept + max(tokens * per_block, logits)
     assert full.activations < op.activations < fused.activations < none.activations
 
 
@@ -88,8 +89,8 @@ def test_megatrons_distributed_optimizer_shards_master_weights_and_moments_over_
     assert mega.params == n * 2 + n * FP32 / 16  # 16-bit weights whole, float32 master weights sharded
     assert mega.grads == n * FP32  # one float32 buffer of the whole model part
     assert mega.optimizer == n * FP32 * 2 / 16
-    per_block = memory.saved_bytes_per_token(cfg.model, True, pure=True)  # 16-bit activations, no autocast
-    assert mega.activations < ddp.activations and per_block < memory.saved_bytes_per_token(cfg.model, True)
+    per_block = act.saved_bytes_per_token(cfg.model, True, pure=True)  # 16-bit activations, no autocast
+    assert mega.activations < ddp.activations and per_block < act.saved_bytes_per_token(cfg.model, True)
     assert mega.total < ddp.total / 2
 
 
@@ -105,7 +106,9 @@ def _torchtitan_8b(gpus: str) -> dict:
 @pytest.mark.parametrize("gpus, measured_gib", [("8", 82.4), ("128", 67.0)])
 def test_torchtitans_reported_peaks_are_estimated_at_or_a_little_above(gpus, measured_gib):
     """torchtitan docs/performance.md @d4c86e37, Tables 1 and 3: Llama 3.1 8B, FSDP, local batch 2,
-    selective (per-op) recompute on 96 GB H100s used 82.4 GiB at 8 GPUs, 67.0 GiB at 128."""
+    selective (per-op) recompute on 96 GB H100s used 82.4 GiB at 8 GPUs, 67.0 GiB at 128: estimated 82.7 and
+    68.6 (1.004×, 1.02×) since the recomputed block and the logits are counted one after the other (1.04×,
+    1.07× when summed). The lower bound stays the measured peak: never under what a source measured."""
     mapped = map_row(_torchtitan_8b(gpus))
     assert "model.activation_checkpointing=op" in mapped.overrides
     assert "cluster.device_memory_gb=96" in mapped.overrides
