@@ -77,6 +77,7 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
             "trainer.norm_16bit=true",
             "trainer.fused_swiglu=true",
             "trainer.vocab_parallel_loss=true",
+            "trainer.grad_sync_16bit=true",
         ),
         "NeMo-Framework-Launcher launcher_scripts/conf/training: llama/llama2_7b.yaml @064e6769, "
         "gpt3/5b.yaml @00af8f26: optim.name distributed_fused_adam, Megatron's distributed optimizer; "
@@ -86,7 +87,9 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
         "(megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction saves its input only); mcore_gpt's loss is "
         "Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py: one float32 copy "
         "worked in place); NeMo's megatron_base_model.setup_optimization sets Apex's store_param_remainders for "
-        "bf16 weights with a float32 optimizer",
+        "bf16 weights with a float32 optimizer; its H100 examples add +training.model.optim.grad_sync_dtype=bf16 "
+        "(examples/training/gpt/h100/20b_fp8_8node.sh @273c9427: GPT3-20B tp 2, micro batch 2, fp8, as the table's "
+        "row; 20b_bf16_8node.sh, llama3 70b bf16/fp8 likewise)",
     ),
     "nemo_long_seq_2505": (
         (

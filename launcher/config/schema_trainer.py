@@ -37,6 +37,11 @@ class TrainerConfig:
     """With trainer.distributed_optimizer under bf16: the sharded master weights are kept as the 16 bits a bf16
     weight lacks, 2 bytes a parameter, not 4 (Apex DistributedFusedAdam's store_param_remainders, which NeMo's
     megatron_base_model.setup_optimization sets for bf16 weights with a float32 optimizer)."""
+    grad_sync_16bit: bool = False
+    """With trainer.distributed_optimizer: gradients are accumulated, held and reduce-scattered in 16 bits, a
+    16-bit buffer of the rank's model part (2 bytes a parameter, not 4) and half the data-parallel traffic (Apex
+    DistributedFusedAdam's grad_sync_dtype=bf16, which NeMo-Framework-Launcher's H100 examples pass:
+    examples/training/gpt/h100/20b_fp8_8node.sh, llama3 70b; Megatron-core without --grad-reduce-in-fp32)."""
     fused_swiglu: bool = False
     """SwiGLU runs as one autograd function that saves its input (gate and up) and recomputes silu in backward
     (Megatron-core's bias_swiglu_impl, megatron/core/fusions/fused_bias_swiglu.py, under bias_activation_fusion;

@@ -58,6 +58,11 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     check_job(cfg)
     at_least("seed", cfg.seed, 0, 0)
     at_least("trainer.checkpoint_every_nth_block", cfg.trainer.checkpoint_every_nth_block, 0, 2)
+    if cfg.trainer.grad_sync_16bit and not cfg.trainer.distributed_optimizer:
+        raise ConfigError(
+            "trainer.grad_sync_16bit=true describes the 16-bit gradient buffer of Megatron's distributed optimizer; "
+            "add trainer.distributed_optimizer=true, or drop it"
+        )
     return cfg
 
 

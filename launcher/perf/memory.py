@@ -123,7 +123,7 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
         local = n / (trial.dp * trial.cp)
         master = 2 if cfg.trainer.master_weight_remainders else FP32  # Apex's remainders: the 16 bits bf16 lacks
         params = n * compute + (0 if compute == FP32 else local * master)
-        grads = n * FP32
+        grads = n * (2 if cfg.trainer.grad_sync_16bit else FP32)
     elif fsdp and trial.pp > 1:
         # torch's pipeline stage runs every backward but the step's last with FSDP's gradient sync
         # and reshard-after-backward off: the stage's parameters stay gathered and its gradients

@@ -71,6 +71,9 @@ class LayoutSpec:
     ep: int = 1
     """Expert-parallel degree (fsdp_ep's parallel.ep): the rank holds n_experts ÷ ep of each MoE block's
     routed experts and exchanges its tokens with the ep group by all-to-all."""
+    reduce_bytes: int = REDUCE_BYTES
+    """Bytes a gradient element crosses the dp group in: REDUCE_BYTES, or 2 where the trainer reduces in
+    16 bits (trainer.grad_sync_16bit)."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -119,7 +122,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
         tp_count = blocks * per_block + TP_OUTSIDE_BLOCKS
     return Traffic(
         data_parallel=dp_kind,
-        grad_bytes=round(numel) * REDUCE_BYTES if dp_kind != DataParallel.none else 0,
+        grad_bytes=round(numel) * spec.reduce_bytes if dp_kind != DataParallel.none else 0,
         param_bytes=params,
         root_share=root / numel,
         param_root_share=param_root,
@@ -236,6 +239,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         clip=bool(cfg.optim.clip_grad_norm),
         measured_numel=numel,
         ep=expert_degree(cfg, dp),
+        reduce_bytes=2 if cfg.trainer.grad_sync_16bit else REDUCE_BYTES,
     )
     return layout_shape(
         spec,
