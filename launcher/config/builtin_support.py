@@ -23,6 +23,8 @@ def builtin_lacks(cfg: LauncherConfig) -> list[str]:
         "fused_swiglu",
         "pipeline_fsdp_16bit",
         "grad_sync_16bit",
+        "weights_16bit",
+        "experts_outside_fsdp",
     )
     lacks = [f"trainer.{k}=true" for k in flags if getattr(t, k)]
     if t.checkpoint_every_nth_block:

@@ -56,3 +56,15 @@ class TrainerConfig:
     """Every n-th block is wrapped whole in activation checkpointing and keeps only its input, the others what
     model.activation_checkpointing keeps (fms-fsdp's `selective_checkpointing`: fms_fsdp/policies/ac_handler.py
     wraps a block when its count % n == 0). 0: no block beyond what model.activation_checkpointing says."""
+    weights_16bit: bool = False
+    """The model is built in 16 bits and trained so: no float32 master weights, the sharded gradients and the
+    optimizer's moments in the parameters' 16-bit dtype (NeMo AutoModel: NeMoAutoModelForCausalLM.from_config's
+    torch_dtype "auto" is bfloat16, nemo_automodel/_transformers/auto_model.py @60dfabfe, and torch.optim.Adam
+    keeps its moments in the parameter's dtype); FSDP's unsharded gradients while accumulating stay float32 (its
+    reduce_dtype). Under 16-bit compute only. False: the built-in trainer's float32 master parameters."""
+    experts_outside_fsdp: bool = False
+    """Where expert parallelism spans the whole data-parallel group (dp = ep), the routed experts are left out of
+    FSDP (NeMo AutoModel: nemo_automodel/components/moe/parallelizer.py @60dfabfe apply_fsdp wraps the experts in
+    fully_shard only when the ep-shard mesh is larger than 1, else passes them as the block's ignored_params): a
+    rank's experts are whole parameters, never gathered, whose gradient accumulates in place with no unsharded copy
+    beside it. False: FSDP over the dp ÷ ep ranks holding them however many (torchtitan's)."""

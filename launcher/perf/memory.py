@@ -114,7 +114,11 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     others = routed_expert_params(cfg.model) * (1 - 1 / trial.ep)
     n -= others
     compute = 2 if mixed_precision(cfg, device) else FP32
-    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms - others / cfg.model.n_layers
+    # trainer.weights_16bit: the weights, their sharded gradients and the optimizer's moments in 16 bits.
+    weight = compute if cfg.trainer.weights_16bit else FP32
+    # trainer.experts_outside_fsdp (dp = ep): the rank's experts are neither gathered nor given unsharded grads.
+    outside = own_experts_outside_fsdp(cfg, trial)
+    unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms - (others + outside) / cfg.model.n_layers
     if cfg.trainer.distributed_optimizer:
         # Megatron: 16-bit weights whole, its float32 master weights sharded (none in fp32), one float32
         # gradient buffer of the whole part; the optimizer's moments sharded below. Sharded over dp × cp:
@@ -131,28 +135,38 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
         # autocast's 16-bit copy beside them (the built-in trainer: no MixedPrecisionPolicy there), or in
         # 16 bits only where the trainer applies that policy in stages too (trainer.pipeline_fsdp_16bit).
         autocast_copy = 0 if compute == FP32 else n * compute
-        params = local * FP32 + (n * compute if cfg.trainer.pipeline_fsdp_16bit else n * FP32 + autocast_copy)
-        grads = local * FP32 + n * FP32
+        in_16bit = cfg.trainer.pipeline_fsdp_16bit or cfg.trainer.weights_16bit
+        params = local * weight + (n * compute if in_16bit else n * FP32 + autocast_copy)
+        grads = local * weight + n * FP32
     elif fsdp:
-        gathered = n if not cfg.parallel.reshard_after_forward else min(n, root + 2 * unit)
-        params = local * FP32 + gathered * compute
+        wrapped = n - outside  # what FSDP gathers and gives unsharded gradients
+        gathered = wrapped if not cfg.parallel.reshard_after_forward else min(wrapped, root + 2 * unit)
+        params = local * weight + gathered * compute
         # Unsharded gradients persist across micro-steps unless each one reduce-scatters.
         keeps_unsharded = trial.accum > 1 and not cfg.parallel.fsdp_sync_each_microstep
-        unsharded_grads = n if keeps_unsharded else min(n, root + 2 * unit)
-        grads = local * FP32 + unsharded_grads * FP32
+        unsharded_grads = wrapped if keeps_unsharded else min(wrapped, root + 2 * unit)
+        grads = local * weight + unsharded_grads * FP32
     else:
-        params = n * FP32 + (0 if compute == FP32 else n * compute)
-        grads = n * FP32 * (2 if dp_kind == DataParallel.ddp else 1)
+        params = n * weight + (0 if compute == weight else n * compute)
+        grads = n * weight * (2 if dp_kind == DataParallel.ddp else 1)
     o = cfg.optim
     states = OPTIMIZER_STATES.get(o.name, 1 if o.momentum else 0)
     activations = activation_bytes(cfg, trial, pp_rank, device)
     return RankMemory(
         params=params,
         grads=grads,
-        optimizer=local * FP32 * states,
+        optimizer=local * (FP32 if cfg.trainer.distributed_optimizer else weight) * states,
         activations=activations,
         runtime=RUNTIME_BYTES[device],
     )
+
+
+def own_experts_outside_fsdp(cfg: LauncherConfig, trial: Trial) -> float:
+    """Parameters of this rank's routed experts that FSDP leaves out (trainer.experts_outside_fsdp where
+    expert parallelism spans the whole data-parallel group, dp = ep); 0 otherwise."""
+    if not cfg.trainer.experts_outside_fsdp or trial.ep <= 1 or trial.dp * trial.cp != trial.ep:
+        return 0.0
+    return routed_expert_params(cfg.model) / trial.ep
 
 
 def estimate(cfg: LauncherConfig, trial: Trial, device: str = "cpu") -> RankMemory:

@@ -131,10 +131,11 @@ def pure_16bit(cfg: LauncherConfig, trial: Trial, device: str) -> bool:
     """Whether the trial computes with 16-bit parameters rather than under autocast: FSDP outside a
     pipeline (engines/fsdp.py shards with a MixedPrecisionPolicy and runs no autocast), inside one
     where the trainer applies that policy there too (trainer.pipeline_fsdp_16bit), or any layout of a
-    trainer with Megatron's 16-bit weights (trainer.distributed_optimizer)."""
+    trainer with 16-bit weights (Megatron's, trainer.distributed_optimizer; trainer.weights_16bit)."""
     row = traits(trial.layout)
     fsdp_16bit = row.data_parallel == DataParallel.fsdp and (not row.splits("pp") or cfg.trainer.pipeline_fsdp_16bit)
-    return mixed_precision(cfg, device) and (fsdp_16bit or cfg.trainer.distributed_optimizer)
+    weights_16bit = cfg.trainer.distributed_optimizer or cfg.trainer.weights_16bit
+    return mixed_precision(cfg, device) and (fsdp_16bit or weights_16bit)
 
 
 def kept_bytes_per_token(cfg: LauncherConfig, mixed: bool, pure: bool, per_layer: float) -> float:
