@@ -3,7 +3,8 @@
 Polls of sacct/squeue back off: 1 s, doubling to 30 s, back to 1 s whenever a trial's state
 changed. Between polls the tracker only looks at the trial folders (one stat each per second, no
 Slurm call): a job that starts creates its rank logs there, and one that ends writes its exit
-code and record.json, so a change there brings the next poll forward. A finished trial is never
+code and record.json, so a change there brings the next poll forward and starts the backoff again
+(Slurm says COMPLETED a moment after the files: a poll right after them still reads RUNNING). A finished trial is never
 asked about again (`refresh`). A sweep stalled in the queue — none of its jobs running for longer
 than `sweep.pending_timeout_s` — raises `Stalled`, saying why each job waits (Slurm's Reason), so
 the caller can detach instead of waiting forever.
@@ -66,7 +67,10 @@ def track(
         shown: dict[str, str] = {}
         delay: float | None = None
         stalled_since: float | None = None
+        woke = False
         while True:
+            # The folders as they were before this poll: what changes while it runs wakes the next wait.
+            marks = _marks(sweep_dir, [t.trial_id for t in trials if t.trial_id not in finished])
             outcomes = refresh(sweep_dir, cfg, known=finished)
             finished |= {t: o for t, o in outcomes.items() if o.get("final")}
             changed = _show(progress, tasks, outcomes, shown)
@@ -77,8 +81,8 @@ def track(
             running = any(outcomes.get(t, {}).get("status") == "running" for t in open_)
             stalled_since = None if running else (stalled_since or now)
             left = _time_left(cfg, outcomes, open_, stalled_since, now)
-            delay = backoff.next(delay, changed)
-            _wait(sweep_dir, open_, min(delay, left))
+            delay = backoff.next(delay, changed or woke)
+            woke = _wait(sweep_dir, open_, min(delay, left), before=marks)
 
 
 def _show(progress: Progress, tasks: dict[str, TaskID], outcomes: dict[str, dict], shown: dict[str, str]) -> bool:
@@ -117,23 +121,26 @@ def waiting_line(trial_id: str, outcome: dict | None) -> str:
     return f"{trial_id}: job {outcome['job']} {state}{reason}{detail}"
 
 
-def _wait(sweep_dir: Path, trial_ids: list[str], seconds: float, tick_s: float = 1.0) -> None:
-    """Sleep up to `seconds`; return early once a trial folder changed (a job started or ended,
-    so the next poll has news)."""
-    before = _marks(sweep_dir, trial_ids)
+def _wait(
+    sweep_dir: Path, trial_ids: list[str], seconds: float, *, before: dict[str, int], tick_s: float = 1.0
+) -> bool:
+    """Sleep up to `seconds`; return True early once a trial folder differs from `before` (a job
+    started or ended, so the next poll has news), False after the whole wait."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(tick_s, left))
-        if _marks(sweep_dir, trial_ids) != before:
-            return
+        now = _marks(sweep_dir, trial_ids)
+        if any(now[t] != before.get(t, now[t]) for t in trial_ids):
+            return True
+    return False
 
 
-def _marks(sweep_dir: Path, trial_ids: list[str]) -> tuple[int, ...]:
+def _marks(sweep_dir: Path, trial_ids: list[str]) -> dict[str, int]:
     """Each trial folder's modification time: it changes when a file is created, renamed or removed in it."""
-    out = []
+    out = {}
     for trial_id in trial_ids:
         try:
-            out.append(trial_dir(sweep_dir, trial_id).stat().st_mtime_ns)
+            out[trial_id] = trial_dir(sweep_dir, trial_id).stat().st_mtime_ns
         except OSError:
-            out.append(-1)
-    return tuple(out)
+            out[trial_id] = -1
+    return out
