@@ -49,6 +49,16 @@ def default_sweep(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def parity_ref(tmp_path_factory):
+    """The parity tests' 1-process reference (tests/support/layout_parity.py `reference()`: DDP, micro-batch 8,
+    the built-in model): (per-step losses, final parameters), run once for the session. Every layout test
+    that splits the same global batch reads it, rather than each file running the same reference again."""
+    from tests.support.layout_parity import reference  # lazy: imports torch, which unit-only runs never need
+
+    return reference(tmp_path_factory.mktemp("parity_ref"))
+
+
+@pytest.fixture(scope="session")
 def devcluster():
     """The real Slurm dev cluster (`launcher cluster up`; idempotent, instant when already up)."""
     from launcher.slurm import devcluster as dc
