@@ -59,6 +59,16 @@ def parity_ref(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llama_parity_ref(tmp_path_factory):
+    """The same reference with arch=llama (tests/unit/test_llama.py LLAMA, 4 layers under BASE), run once for the
+    session: test_llama_parity's layouts and the context-parallel RoPE test compare with it."""
+    from tests.support.layout_parity import reference  # lazy: imports torch, which unit-only runs never need
+    from tests.unit.test_llama import LLAMA  # lazy: as above
+
+    return reference(tmp_path_factory.mktemp("llama_parity_ref"), LLAMA)
+
+
+@pytest.fixture(scope="session")
 def devcluster():
     """The real Slurm dev cluster (`launcher cluster up`; idempotent, instant when already up)."""
     from launcher.slurm import devcluster as dc

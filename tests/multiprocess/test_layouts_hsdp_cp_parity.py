@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from launcher.io import read_json
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
 
@@ -72,13 +72,12 @@ def test_four_d_layout_equals_reference(parity_ref, tmp_path):
     assert (trial["dp"], trial["pp"], trial["cp"], trial["tp"]) == (1, 2, 2, 2)
 
 
-def test_context_parallel_llama_rope_equals_reference(tmp_path):
+def test_context_parallel_llama_rope_equals_reference(llama_parity_ref, tmp_path):
     """RoPE rotates by the global positions of the pieces a rank holds (head and tail chunks); the
     recipe's grouped-query attention (8 heads, 4 kv heads) rides the ring as it is."""
-    model = ["model=tiny_llama", "model.n_layers=4"]
-    ref = reference(tmp_path / "ref", model)
+    model = ["model=tiny_llama", "model.n_layers=4"]  # BASE's 4 layers: the session's llama reference
     run = launch(tmp_path, "llama_cp", 2, ["parallel=fsdp_cp", "parallel.cp=2", "batch.micro=8", *model])
-    assert_same(run, ref, model=model)
+    assert_same(run, llama_parity_ref, model=model)
 
 
 TORCH_ALONE = r"""
