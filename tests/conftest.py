@@ -77,6 +77,15 @@ def devcluster():
 
 
 @pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """The requeue tests' 2-rank run, locally and never interrupted (tests/support/uninterrupted.py): the
+    final parameters a requeued run must match, run once for both files that requeue one."""
+    from tests.support.uninterrupted import uninterrupted_params  # lazy: imports torch, which unit-only runs never need
+
+    return uninterrupted_params(tmp_path_factory.mktemp("uninterrupted"))
+
+
+@pytest.fixture(scope="session")
 def repeated_sweep(tmp_path_factory) -> tuple[Path, str]:
     """`launcher sweep sweep.repeats=3` on ranks 1 and 2 (few steps), run once for the session:
     its folder and what it printed."""
