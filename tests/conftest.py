@@ -49,11 +49,40 @@ def default_sweep(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def parity_ref(tmp_path_factory):
+    """The parity tests' 1-process reference (tests/support/layout_parity.py `reference()`: DDP, micro-batch 8,
+    the built-in model): (per-step losses, final parameters), run once for the session. Every layout test
+    that splits the same global batch reads it, rather than each file running the same reference again."""
+    from tests.support.layout_parity import reference  # lazy: imports torch, which unit-only runs never need
+
+    return reference(tmp_path_factory.mktemp("parity_ref"))
+
+
+@pytest.fixture(scope="session")
+def llama_parity_ref(tmp_path_factory):
+    """The same reference with arch=llama (tests/unit/test_llama.py LLAMA, 4 layers under BASE), run once for the
+    session: test_llama_parity's layouts and the context-parallel RoPE test compare with it."""
+    from tests.support.layout_parity import reference  # lazy: imports torch, which unit-only runs never need
+    from tests.unit.test_llama import LLAMA  # lazy: as above
+
+    return reference(tmp_path_factory.mktemp("llama_parity_ref"), LLAMA)
+
+
+@pytest.fixture(scope="session")
 def devcluster():
     """The real Slurm dev cluster (`launcher cluster up`; idempotent, instant when already up)."""
     from launcher.slurm import devcluster as dc
 
     return dc.up(nodes=4, log=lambda line: None)
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """The requeue tests' 2-rank run, locally and never interrupted (tests/support/uninterrupted.py): the
+    final parameters a requeued run must match, run once for both files that requeue one."""
+    from tests.support.uninterrupted import uninterrupted_params  # lazy: imports torch, which unit-only runs never need
+
+    return uninterrupted_params(tmp_path_factory.mktemp("uninterrupted"))
 
 
 @pytest.fixture(scope="session")

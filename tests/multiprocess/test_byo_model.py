@@ -21,7 +21,7 @@ from launcher.io import read_json
 from launcher.train.models import build_model
 from launcher.train.models.byo import counted_flops_per_token, tokens_per_sample, unit_modules
 from tests.support.byo import DATA, GPT, MODELS, NET, SWEEP, user_package
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +85,6 @@ def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
     assert planned.loc[1, "tokens_per_s"] == pytest.approx(ddp.loc[1, "tokens_per_s"], rel=0.3)
 
 
-@pytest.fixture(scope="module")
-def gpt_reference(user_code, tmp_path_factory):
-    return reference(tmp_path_factory.mktemp("ref"))
-
-
 # Megatron's split of TokenModel's blocks, as a recipe's plan: whole heads and hidden units per rank.
 TP_PLAN = (
     "parallel.tp_plan={blocks.*.attn.q: colwise, blocks.*.attn.k: colwise, blocks.*.attn.v: colwise, "
@@ -103,7 +98,7 @@ SPLITS = {
 
 
 @pytest.mark.parametrize("layout", ["ddp", "fsdp", "tp"])
-def test_builtin_gpt_as_target_equals_the_builtin_recipe(user_code, gpt_reference, layout, tmp_path):
+def test_builtin_gpt_as_target_equals_the_builtin_recipe(user_code, parity_ref, layout, tmp_path):
     """Same losses and parameters (1e-6) at 2 ranks as the built-in recipe at 1: the `_target_`
     build, initial values, dict batches, loss; FSDP units by class name with accumulation; the
     recipe's TP plan."""
@@ -116,7 +111,7 @@ def test_builtin_gpt_as_target_equals_the_builtin_recipe(user_code, gpt_referenc
         "+data.seed=11",
     ]
     run = launch(tmp_path, layout, 2, ["model=byo_gpt", f"parallel={layout}", *SPLITS[layout], *data])
-    assert_same(run, gpt_reference)
+    assert_same(run, parity_ref)  # the built-in recipe, 1 process (tests/conftest.py)
 
 
 RESUME = """

@@ -7,15 +7,14 @@ from __future__ import annotations
 import pytest
 
 from launcher.io import read_json
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 from tests.unit.test_layouts_3d import THREE_D
 
 
 @pytest.mark.torch_dist
-def test_fsdp_tp_pp_eight_ranks_equal_reference(tmp_path):
+def test_fsdp_tp_pp_eight_ranks_equal_reference(parity_ref, tmp_path):
     """dp 2 × pp 2 × tp 2: each dp replica gets micro 4, split into 4 pipeline microbatches."""
-    ref = reference(tmp_path)
-    assert_same(launch(tmp_path, "fsdp_tp_pp", 8, [*THREE_D, "batch.micro=4"]), ref)
+    assert_same(launch(tmp_path, "fsdp_tp_pp", 8, [*THREE_D, "batch.micro=4"]), parity_ref)
     record = read_json(tmp_path / "fsdp_tp_pp" / "record.json")
     assert (record["trial"]["dp"], record["trial"]["pp"], record["trial"]["tp"]) == (2, 2, 2)
     layout = record["metrics"]["layout"]

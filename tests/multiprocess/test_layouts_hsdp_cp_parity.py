@@ -20,15 +20,9 @@ import sys
 import pytest
 
 from launcher.io import read_json
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
-
-
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """1 process, DDP, micro-batch 8: global batch 8 per step."""
-    return reference(tmp_path_factory.mktemp("ref"))
 
 
 def layout_of(tmp, name: str) -> tuple[dict, dict]:
@@ -42,9 +36,9 @@ def layout_of(tmp, name: str) -> tuple[dict, dict]:
     [(2, 2, 4, 1), (2, 1, 4, 2), (4, 2, 2, 2)],
     ids=["2ranks-shard2", "2ranks-shard1", "4ranks-2x2"],
 )
-def test_hsdp_equals_reference(ref, tmp_path, ranks, shard, micro, replicate):
+def test_hsdp_equals_reference(parity_ref, tmp_path, ranks, shard, micro, replicate):
     over = ["parallel=hsdp", f"parallel.shard={shard}", f"batch.micro={micro}"]
-    assert_same(launch(tmp_path, "hsdp", ranks, over), ref)
+    assert_same(launch(tmp_path, "hsdp", ranks, over), parity_ref)
     trial, layout = layout_of(tmp_path, "hsdp")
     assert (trial["dp"], trial["shard"]) == (ranks, shard)
     assert (layout["shard"], layout["replicate"]) == (shard, replicate)
@@ -62,29 +56,28 @@ def test_hsdp_equals_reference(ref, tmp_path, ranks, shard, micro, replicate):
     ],
     ids=["fsdp_cp-2", "fsdp_cp-4", "fsdp_tp_cp-4", "fsdp_cp-2-full-checkpointing"],
 )
-def test_context_parallel_equals_reference(ref, tmp_path, ranks, layout, over):
-    assert_same(launch(tmp_path, layout, ranks, [f"parallel={layout}", "parallel.cp=2", *over]), ref)
+def test_context_parallel_equals_reference(parity_ref, tmp_path, ranks, layout, over):
+    assert_same(launch(tmp_path, layout, ranks, [f"parallel={layout}", "parallel.cp=2", *over]), parity_ref)
     trial, metrics = layout_of(tmp_path, layout)
     assert (trial["cp"], trial["dp"] * trial["cp"] * trial["tp"]) == (2, ranks)
     assert metrics["cp"] == 2
 
 
-def test_four_d_layout_equals_reference(ref, tmp_path):
+def test_four_d_layout_equals_reference(parity_ref, tmp_path):
     """fsdp_tp_pp_cp on 8 ranks: 2 pipeline stages, each tensor-parallel over 2 ranks and running the
     ring over 2 more (dp 1): every stage's pieces of the sequence cross the pipeline as they are."""
     over = ["parallel=fsdp_tp_pp_cp", "parallel.tp=2", "parallel.pp=2", "parallel.cp=2", "parallel.microbatches=2"]
-    assert_same(launch(tmp_path, "fsdp_tp_pp_cp", 8, over), ref)
+    assert_same(launch(tmp_path, "fsdp_tp_pp_cp", 8, over), parity_ref)
     trial = read_json(tmp_path / "fsdp_tp_pp_cp" / "record.json")["trial"]
     assert (trial["dp"], trial["pp"], trial["cp"], trial["tp"]) == (1, 2, 2, 2)
 
 
-def test_context_parallel_llama_rope_equals_reference(tmp_path):
+def test_context_parallel_llama_rope_equals_reference(llama_parity_ref, tmp_path):
     """RoPE rotates by the global positions of the pieces a rank holds (head and tail chunks); the
     recipe's grouped-query attention (8 heads, 4 kv heads) rides the ring as it is."""
-    model = ["model=tiny_llama", "model.n_layers=4"]
-    ref = reference(tmp_path / "ref", model)
+    model = ["model=tiny_llama", "model.n_layers=4"]  # BASE's 4 layers: the session's llama reference
     run = launch(tmp_path, "llama_cp", 2, ["parallel=fsdp_cp", "parallel.cp=2", "batch.micro=8", *model])
-    assert_same(run, ref, model=model)
+    assert_same(run, llama_parity_ref, model=model)
 
 
 TORCH_ALONE = r"""

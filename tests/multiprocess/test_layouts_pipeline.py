@@ -15,15 +15,9 @@ from launcher.config.compose import compose_config
 from launcher.io import read_json
 from launcher.train.engines.stages import StageModule
 from launcher.train.models import build_model, materialise
-from tests.support.layout_parity import BASE, assert_same, launch, reference, run_trial
+from tests.support.layout_parity import BASE, assert_same, launch, run_trial
 
 pytestmark = pytest.mark.torch_dist
-
-
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """1 process, DDP layout, micro 8 (the global batch of every trial below)."""
-    return reference(tmp_path_factory.mktemp("pp_ref"))
 
 
 @pytest.fixture(scope="module")
@@ -34,35 +28,35 @@ def gpipe(tmp_path_factory):
     return run, read_json(tmp / "gpipe" / "record.json")
 
 
-def test_gpipe_two_stages_equal_one_process(gpipe, ref):
-    assert_same(gpipe[0], ref)
+def test_gpipe_two_stages_equal_one_process(gpipe, parity_ref):
+    assert_same(gpipe[0], parity_ref)
 
 
-def test_1f1b_two_stages_equal_one_process(ref, tmp_path):
-    assert_same(launch(tmp_path, "1f1b", 2, ["parallel=pipeline", "parallel.schedule=1f1b"]), ref)
+def test_1f1b_two_stages_equal_one_process(parity_ref, tmp_path):
+    assert_same(launch(tmp_path, "1f1b", 2, ["parallel=pipeline", "parallel.schedule=1f1b"]), parity_ref)
 
 
-def test_interleaved_1f1b_four_stages_on_two_ranks_equal_one_process(ref, tmp_path):
+def test_interleaved_1f1b_four_stages_on_two_ranks_equal_one_process(parity_ref, tmp_path):
     over = ["parallel=pipeline", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"]
-    assert_same(launch(tmp_path, "interleaved", 2, over), ref)
+    assert_same(launch(tmp_path, "interleaved", 2, over), parity_ref)
     layout = read_json(tmp_path / "interleaved" / "record.json")["metrics"]["layout"]
     assert layout["bubble_theory"] == (2 - 1) / (2 * 4 + 2 - 1)
     assert layout["stages_per_rank"] == 2
 
 
-def test_pipeline_with_accumulation_equals_one_big_step(ref, tmp_path):
+def test_pipeline_with_accumulation_equals_one_big_step(parity_ref, tmp_path):
     """micro 4 × accum 2: two schedule steps per optimizer step must accumulate, not rescale."""
-    assert_same(launch(tmp_path, "accum", 2, ["parallel=pipeline", "batch.micro=4", "batch.accum=2"]), ref)
+    assert_same(launch(tmp_path, "accum", 2, ["parallel=pipeline", "batch.micro=4", "batch.accum=2"]), parity_ref)
 
 
-def test_dp_pp_four_ranks_equal_one_process(ref, tmp_path):
+def test_dp_pp_four_ranks_equal_one_process(parity_ref, tmp_path):
     """dp 2 × pp 2, micro 4 per replica: DDP averages each stage's gradient over dp."""
-    assert_same(launch(tmp_path, "dp_pp", 4, ["parallel=dp_pp", "parallel.pp=2", "batch.micro=4"]), ref)
+    assert_same(launch(tmp_path, "dp_pp", 4, ["parallel=dp_pp", "parallel.pp=2", "batch.micro=4"]), parity_ref)
 
 
-def test_fsdp_pp_four_ranks_equal_one_process(ref, tmp_path):
+def test_fsdp_pp_four_ranks_equal_one_process(parity_ref, tmp_path):
     over = ["parallel=fsdp_pp", "parallel.pp=2", "batch.micro=4", "parallel.reshard_after_forward=true"]
-    assert_same(launch(tmp_path, "fsdp_pp", 4, over), ref)
+    assert_same(launch(tmp_path, "fsdp_pp", 4, over), parity_ref)
 
 
 def test_pipeline_record_has_bubble_theory_and_measured(gpipe):

@@ -14,15 +14,9 @@ from pathlib import Path
 import pytest
 
 from launcher.io import read_json
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
-
-
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """1 process, DDP, micro-batch 8: global batch 8 per step."""
-    return reference(tmp_path_factory.mktemp("ref"))
 
 
 def layout_record(tmp: Path, name: str) -> dict:
@@ -32,36 +26,36 @@ def layout_record(tmp: Path, name: str) -> dict:
 
 
 @pytest.mark.parametrize("reshard", ["true", "false"])
-def test_fsdp_two_ranks_equal_reference(ref, tmp_path, reshard):
+def test_fsdp_two_ranks_equal_reference(parity_ref, tmp_path, reshard):
     run = launch(tmp_path, "fsdp", 2, ["parallel=fsdp", "batch.micro=4", f"parallel.reshard_after_forward={reshard}"])
-    assert_same(run, ref)
+    assert_same(run, parity_ref)
     layout = layout_record(tmp_path, "fsdp")
     assert layout["collective_time_s"] >= 0  # the slowest rank's
     assert layout["reshard_after_forward"] is (reshard == "true")
 
 
-def test_fsdp_with_accumulation_equals_reference(ref, tmp_path):
-    assert_same(launch(tmp_path, "fsdp_accum", 2, ["parallel=fsdp", "batch.micro=2", "batch.accum=2"]), ref)
+def test_fsdp_with_accumulation_equals_reference(parity_ref, tmp_path):
+    assert_same(launch(tmp_path, "fsdp_accum", 2, ["parallel=fsdp", "batch.micro=2", "batch.accum=2"]), parity_ref)
 
 
-def test_fsdp_syncing_each_microstep_equals_reference(ref, tmp_path):
+def test_fsdp_syncing_each_microstep_equals_reference(parity_ref, tmp_path):
     """parallel.fsdp_sync_each_microstep: a reduce-scatter after every micro-step (FSDP2 adds it into
     the sharded gradient) gives the same step as one sync at the last, and says so in its record."""
     over = ["parallel=fsdp", "batch.micro=2", "batch.accum=2", "parallel.fsdp_sync_each_microstep=true"]
-    assert_same(launch(tmp_path, "fsdp_sync_each", 2, over), ref)
+    assert_same(launch(tmp_path, "fsdp_sync_each", 2, over), parity_ref)
     assert layout_record(tmp_path, "fsdp_sync_each")["fsdp_sync_each_microstep"] is True
 
 
 @pytest.mark.parametrize("ranks,accum", [(1, 8), (2, 4), (4, 2)])
-def test_fsdp_global_batch_split_three_ways_equals_reference(ref, tmp_path, ranks, accum):
+def test_fsdp_global_batch_split_three_ways_equals_reference(parity_ref, tmp_path, ranks, accum):
     """8 samples per step as ranks × accum × micro(1): every split gives the reference."""
     run = launch(tmp_path, f"fsdp_{ranks}x{accum}", ranks, ["parallel=fsdp", "batch.micro=1", f"batch.accum={accum}"])
-    assert_same(run, ref)
+    assert_same(run, parity_ref)
 
 
-def test_tp_two_ranks_equal_reference(ref, tmp_path):
+def test_tp_two_ranks_equal_reference(parity_ref, tmp_path):
     """tp ranks share one replica's batch, so micro stays 8."""
-    assert_same(launch(tmp_path, "tp", 2, ["parallel=tp"]), ref)
+    assert_same(launch(tmp_path, "tp", 2, ["parallel=tp"]), parity_ref)
     layout = layout_record(tmp_path, "tp")
     assert layout["collective_time_s"] >= 0
     assert layout["tp"] == 2
@@ -70,9 +64,9 @@ def test_tp_two_ranks_equal_reference(ref, tmp_path):
     assert layout["tp_collectives_per_step"] > 0
 
 
-def test_fsdp_tp_four_ranks_equal_reference(ref, tmp_path):
+def test_fsdp_tp_four_ranks_equal_reference(parity_ref, tmp_path):
     """dp=2 × tp=2: each dp replica gets micro 4."""
-    assert_same(launch(tmp_path, "fsdp_tp", 4, ["parallel=fsdp_tp", "parallel.tp=2", "batch.micro=4"]), ref)
+    assert_same(launch(tmp_path, "fsdp_tp", 4, ["parallel=fsdp_tp", "parallel.tp=2", "batch.micro=4"]), parity_ref)
     layout = layout_record(tmp_path, "fsdp_tp")
     assert layout["collective_time_s"] >= layout["fsdp_collective_time_s"] >= 0
     assert layout["tp_collective_time_s"] >= 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 from tests.unit.test_llama import LLAMA
 
 """With layout_parity.BASE: 4 layers, 8 query heads, 4 key/value heads, ffn_hidden 344."""
@@ -32,14 +32,8 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """1 process, DDP, micro 8, no checkpointing."""
-    return reference(tmp_path_factory.mktemp("llama_ref"), LLAMA)
-
-
 @pytest.mark.torch_dist
 @pytest.mark.parametrize("name,ranks,over,ac", CASES, ids=[f"{c[0]}-{c[3]}" for c in CASES])
-def test_llama_layout_equals_the_reference(ref, tmp_path, name, ranks, over, ac):
+def test_llama_layout_equals_the_reference(llama_parity_ref, tmp_path, name, ranks, over, ac):
     run = launch(tmp_path, name, ranks, LLAMA + over + [f"model.activation_checkpointing={ac}"])
-    assert_same(run, ref, model=LLAMA)
+    assert_same(run, llama_parity_ref, model=LLAMA)  # 1 process, DDP, micro 8, no checkpointing

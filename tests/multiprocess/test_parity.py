@@ -13,27 +13,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.layout_parity import STEPS, assert_same, launch, reference
+from tests.support.layout_parity import STEPS, assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
 
 
-@pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """1 process, micro-batch 8, no accumulation."""
-    return reference(tmp_path_factory.mktemp("ref"))
+def test_ddp_two_ranks_equal_one_process(parity_ref, tmp_path):
+    assert_same(launch(tmp_path, "ddp", 2, ["batch.micro=4"]), parity_ref)
 
 
-def test_ddp_two_ranks_equal_one_process(ref, tmp_path):
-    assert_same(launch(tmp_path, "ddp", 2, ["batch.micro=4"]), ref)
+def test_accumulation_four_micro_steps_equal_one_big_step(parity_ref, tmp_path):
+    assert_same(launch(tmp_path, "accum", 1, ["batch.micro=2", "batch.accum=4"]), parity_ref)
 
 
-def test_accumulation_four_micro_steps_equal_one_big_step(ref, tmp_path):
-    assert_same(launch(tmp_path, "accum", 1, ["batch.micro=2", "batch.accum=4"]), ref)
-
-
-def test_ddp_with_accumulation_equals_one_process(ref, tmp_path):
-    assert_same(launch(tmp_path, "ddp_accum", 2, ["batch.micro=2", "batch.accum=2"]), ref)
+def test_ddp_with_accumulation_equals_one_process(parity_ref, tmp_path):
+    assert_same(launch(tmp_path, "ddp_accum", 2, ["batch.micro=2", "batch.accum=2"]), parity_ref)
 
 
 def test_adamw_two_ranks_match_one_process_in_loss(tmp_path):

@@ -12,15 +12,15 @@ import pytest
 
 from launcher.cli import main
 from launcher.io import read_json
-from tests.support.layout_parity import assert_same, launch, reference
+from tests.support.layout_parity import assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
 
 
-def test_a_pipeline_with_derived_microbatches_equals_one_process_on_the_global_batch(tmp_path):
+def test_a_pipeline_with_derived_microbatches_equals_one_process_on_the_global_batch(parity_ref, tmp_path):
     """pipeline at 2 ranks, global 8, micro 2: m = 8 ÷ (2 × 1) = 4 micro-batches in one schedule step."""
     run = launch(tmp_path, "megatron", 2, ["parallel=pipeline", "batch.global_batch=8", "batch.micro=2"])
-    assert_same(run, reference(tmp_path))
+    assert_same(run, parity_ref)
     record = read_json(tmp_path / "megatron" / "record.json")
     assert {k: record["trial"][k] for k in ("dp", "pp", "micro", "microbatches", "accum", "global_batch")} == {
         "dp": 1,

@@ -15,18 +15,15 @@ import pytest
 import torch
 
 from launcher.config.compose import compose_config
-from launcher.io import atomic_write_json, read_json
-from launcher.run.local import run_local
+from launcher.io import read_json
 from launcher.run.run import as_sweep, run_trials
 from launcher.run.sweep import create_sweep_dir, execute
 from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
-from launcher.trials.folder import trial_document
 from launcher.trials.spec import make_trial
+from tests.support.uninterrupted import DEV, STEPS
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slurm
-
-DEV = ["cluster=devcluster", "optim=sgd", "optim.lr=0.05", "seed=3"]
 
 
 def scontrol(env: dict[str, str], *args: str) -> str:
@@ -60,19 +57,7 @@ def checkpoint_step(tdir: Path) -> int:
     return read_json(marker)["step"] if marker.exists() else 0
 
 
-STEPS, EVERY = 150, 20
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The same 2-rank run, locally and never interrupted: the parameters to match."""
-    tmp = tmp_path_factory.mktemp("uninterrupted")
-    cfg = compose_config(DEV[1:])
-    trial = make_trial(cfg, index=0, world_size=2, steps=STEPS, warmup_steps=2)
-    atomic_write_json(tmp / "trial.json", trial_document(trial, cfg))
-    outcome = run_local(tmp, world_size=2, threads=1, timeout_s=300, extra_args=["--save-params", str(tmp / "p.pt")])
-    assert outcome.reason() is None
-    return torch.load(tmp / "p.pt")
+EVERY = 20
 
 
 def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_parameters(devcluster, tmp_path, uninterrupted):
@@ -187,7 +172,6 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     from launcher.slurm import devcluster as dc
     from launcher.slurm.devcluster.conf import Layout, host_veth
     from launcher.slurm.devcluster.state import locked
-    from launcher.trials.spec import make_trial
 
     env = devcluster.env()
     base = compose_config([*COMMON, f"sweep.results_dir={tmp_path}"])

@@ -22,7 +22,8 @@ from launcher.io import read_json
 from launcher.run.run import as_sweep, run_trials
 from launcher.run.sweep import create_sweep_dir, execute
 from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
-from tests.slurm.test_faults import DEV, STEPS, start_now, uninterrupted  # noqa: F401  (uninterrupted: a fixture used here)
+from tests.slurm.test_faults import start_now
+from tests.support.uninterrupted import DEV, STEPS
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -71,7 +72,7 @@ def usr1_mid_run(env: dict[str, str], tdir: Path, job: str, logs: str) -> str:
 def test_torchrun_agents_survive_usr1_and_the_run_resumes_to_the_uninterrupted_parameters(
     devcluster,
     tmp_path,
-    uninterrupted,  # noqa: F811
+    uninterrupted,
 ):
     env = devcluster.env()
     cfg, trials, sweep_dir, tdir, job = submit_run(tmp_path, env, ["cluster.launch=torchrun", "cluster.nodes=2"])
