@@ -23,9 +23,11 @@ import argparse
 import platform
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 
 from launcher.config.compose import compose_config
+from launcher.config.schema_trainer import TrainerConfig
 from launcher.io import atomic_write_json, atomic_write_text, read_json
 from launcher.perf.memory import GIB, MEMORY_MARGIN, estimate
 from launcher.run.local import run_local
@@ -35,16 +37,15 @@ from launcher.trials.spec import make_trial
 RESULTS = Path(__file__).resolve().parent / "results"
 NOT_MEASURED = (
     "Not measured here: what the estimate counts for recipes of other trainers (launcher/config/schema_trainer.py: "
-    "`trainer.fused_loss`, `trainer.norm_16bit`, `trainer.distributed_optimizer`, `trainer.master_weight_remainders`, "
-    "`trainer.vocab_parallel_loss`, `trainer.fused_swiglu`, "
-    "`trainer.pipeline_fsdp_16bit`, `trainer.checkpoint_every_nth_block`; `model.activation_checkpointing=op`, "
-    "torchtitan's per-op recompute). The built-in trainer implements none of them (a sweep of it refuses them), so "
-    "no CPU trial can run them. Checked instead against the peaks a source reports: torchtitan's Llama 3.1 8B, "
-    "FSDP, local batch 2, per-op recompute on 96 GB H100s (docs/performance.md @d4c86e37, Tables 1 and 3: 82.4 GiB "
-    "at 8 GPUs, 67.0 GiB at 128) is estimated at 1.004× and 1.02× (tests/unit/test_memory_trainers.py; the "
-    "recomputed block and the logits are counted one after the other, as backward frees them); each setting's bytes "
-    "are checked term by term there and in tests/unit/test_memory_sources.py. Nor is full or per-op checkpointing "
-    "run here: the cases above keep every activation."
+    + ", ".join(f"`trainer.{f.name}`" for f in fields(TrainerConfig))
+    + "; `model.activation_checkpointing=op`, torchtitan's per-op recompute). The built-in trainer implements none "
+    "of them (a sweep of it refuses them), so no CPU trial can run them. Checked instead against the peaks a source "
+    "reports: torchtitan's Llama 3.1 8B, FSDP, local batch 2, per-op recompute on 96 GB H100s (docs/performance.md "
+    "@d4c86e37, Tables 1 and 3: 82.4 GiB at 8 GPUs, 67.0 GiB at 128) is estimated at 1.004× and 1.02× "
+    "(tests/unit/test_memory_trainers.py; the recomputed block and the logits are counted one after the other, as "
+    "backward frees them); each setting's bytes are checked term by term there and in "
+    "tests/unit/test_memory_sources.py, test_memory_moe_sources.py and test_grad_sync_16bit.py. Nor is full or "
+    "per-op checkpointing run here: the cases above keep every activation."
 )
 """What this benchmark cannot check, said in its result."""
 CUSHION = 0.05
