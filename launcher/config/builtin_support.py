@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from launcher.config.schema import LauncherConfig
+from launcher.config.schema_trainer import TrainerConfig
 
 BUILTIN_ONLY_CHECKPOINTING = ("op",)
 """model.activation_checkpointing values the built-in models do not implement (a plan for another trainer)."""
@@ -13,22 +16,13 @@ BUILTIN_ONLY_CHECKPOINTING = ("op",)
 def builtin_lacks(cfg: LauncherConfig) -> list[str]:
     """The settings of `cfg` the built-in trainer does not implement, each as `key=value`; empty
     when the built-in trainer runs the recipe as it says."""
-    t = cfg.trainer
-    flags = (
-        "fused_loss",
-        "norm_16bit",
-        "distributed_optimizer",
-        "vocab_parallel_loss",
-        "master_weight_remainders",
-        "fused_swiglu",
-        "pipeline_fsdp_16bit",
-        "grad_sync_16bit",
-        "weights_16bit",
-        "experts_outside_fsdp",
-    )
-    lacks = [f"trainer.{k}=true" for k in flags if getattr(t, k)]
-    if t.checkpoint_every_nth_block:
-        lacks.append(f"trainer.checkpoint_every_nth_block={t.checkpoint_every_nth_block}")
+    # Every trainer.* default is the built-in trainer's (config/schema_trainer.py): any other value describes
+    # another trainer, so the list is the fields themselves, never a copy of their names to keep in step.
+    lacks = [
+        f"trainer.{f.name}={str(value).lower() if isinstance(value, bool) else value}"
+        for f in fields(TrainerConfig)
+        if (value := getattr(cfg.trainer, f.name)) != f.default
+    ]
     if cfg.model.activation_checkpointing in BUILTIN_ONLY_CHECKPOINTING:
         lacks.append(f"model.activation_checkpointing={cfg.model.activation_checkpointing}")
     return lacks

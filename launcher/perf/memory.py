@@ -120,10 +120,11 @@ def rank_memory(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: str) ->
     outside = own_experts_outside_fsdp(cfg, trial)
     unit = (parts.block - parts.block_norms) / trial.tp + parts.block_norms - (others + outside) / cfg.model.n_layers
     if cfg.trainer.distributed_optimizer:
-        # Megatron: 16-bit weights whole, its float32 master weights sharded (none in fp32), one float32
-        # gradient buffer of the whole part; the optimizer's moments sharded below. Sharded over dp × cp:
-        # Megatron-LM megatron/core/optimizer/__init__.py get_megatron_optimizer builds the distributed
-        # optimizer on mpu.get_data_parallel_group(with_context_parallel=True) (cp ranks hold the same weights).
+        # Megatron: 16-bit weights whole, its float32 master weights sharded (none in fp32), one gradient
+        # buffer of the whole part (float32; 16-bit with trainer.grad_sync_16bit); moments sharded below.
+        # Sharded over dp × cp: Megatron-LM megatron/core/optimizer/__init__.py get_megatron_optimizer builds
+        # the distributed optimizer on mpu.get_data_parallel_group(with_context_parallel=True) (cp ranks hold
+        # the same weights).
         local = n / (trial.dp * trial.cp)
         master = 2 if cfg.trainer.master_weight_remainders else FP32  # Apex's remainders: the 16 bits bf16 lacks
         params = n * compute + (0 if compute == FP32 else local * master)
