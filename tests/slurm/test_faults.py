@@ -49,7 +49,14 @@ def start_now(env: dict[str, str], job: str, restarts: int) -> None:
             scontrol(env, "update", f"JobId={job}", "StartTime=now")
         return state in ("RUNNING", "COMPLETED")
 
-    wait_for(running_again, 90, f"job {job} to run again after requeue {restarts}", every=1.0)
+    # 150 s: a clean-clone run once saw no restart within 90 s; a timeout now shows the job's state and reason.
+    wait_for(
+        running_again,
+        150,
+        f"job {job} to run again after requeue {restarts}",
+        every=1.0,
+        detail=lambda: scontrol(env, "show", "job", job),
+    )
 
 
 def checkpoint_step(tdir: Path) -> int:
