@@ -9,12 +9,16 @@ next to launcher/perf/memory.py's estimate. Trials:
   looks the GPU up in the peak table (launcher/compute/peaks.py) by the name torch reports;
 - fp32: the same in fp32 (TF32 matmuls), to compare the bf16 loss with;
 - fsdp: gpt_125m under FSDP2 with its bf16 mixed-precision policy;
-- parity: tiny_gpt in fp32 on the GPU and on the CPU, same seed: the CPU run is the reference.
+- parity: tiny_gpt in fp32 on the GPU and on the CPU, same seed: the CPU run is the reference;
+- fp8: gpt_125m with `precision=fp8` (torchao's float8 linear layers) under DDP and FSDP (fp8
+  all-gather), and DDP fp8 and bf16 both with `train.compile=true`: fp8 ÷ bf16 tokens/s eager and
+  compiled, beside the speed-up the plan assumes (the blended peak ÷ the bf16 peak).
 
 Checks (a FAIL exits 1): backend nccl, auto → bf16, CUDA-event timing, a table peak, MFU in (0, 1],
 losses finite, bf16 first loss within 2% of fp32's, GPU losses within 1e-3 (first) and 5e-3 (last,
 after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate within 0.8–1.5× of the
-measured peak allocation. Without a GPU
+measured peak allocation; fp8 trials complete, report fp8 and the blended peak, and keep their losses
+within 2% (first) and 5% (last) of bf16's (an fp8 failure is recorded and the rest still run). Without a GPU
 (torch.cuda.is_available() false) it writes "NOT run: no GPU" to the same files and exits 0.
 
     .venv/bin/python -m benchmarks.gpu_smoke [--steps 30] [--warmup 10] [--micro 8]
@@ -58,7 +62,17 @@ def trials(micro: int) -> dict[str, list[str]]:
         "fsdp": [*big, "parallel=fsdp", "cluster.device=cuda", "precision=bf16"],
         "parity_gpu": [*tiny, "cluster.device=cuda"],
         "parity_cpu": [*tiny, "cluster.device=cpu"],
+        # precision=fp8 (torchao's float8 linear layers; under FSDP gathered in fp8), eager and compiled,
+        # beside bf16 compiled: torchao's float8 casts are meant to be fused by torch.compile.
+        "fp8": [*big, "parallel=ddp", "cluster.device=cuda", "precision=fp8"],
+        "fp8_fsdp": [*big, "parallel=fsdp", "cluster.device=cuda", "precision=fp8"],
+        "bf16_compiled": [*big, "parallel=ddp", "cluster.device=cuda", "precision=bf16", "train.compile=true"],
+        "fp8_compiled": [*big, "parallel=ddp", "cluster.device=cuda", "precision=fp8", "train.compile=true"],
     }
+
+
+FP8 = ("fp8", "fp8_fsdp", "bf16_compiled", "fp8_compiled")
+"""The fp8 trials: a failure among them is recorded with its reason and the other trials still run."""
 
 
 def environment() -> dict[str, Any]:
@@ -104,6 +118,13 @@ def checks(recs: dict[str, dict[str, Any]], predicted: dict[str, float]) -> list
     finite = all(math.isfinite(r["metrics"][k]) for r in recs.values() for k in ("loss_first", "loss_last"))
     ratios = [predicted[k] / recs[k]["metrics"]["cuda_peak_allocated_bytes"] for k in ("main", "fsdp")]
     return [
+        *core_checks(recs, m, f32, g, c, finite, ratios),
+        *fp8_checks(recs),
+    ]
+
+
+def core_checks(recs: dict, m: dict, f32: dict, g: dict, c: dict, finite: bool, ratios: list) -> list[tuple[str, bool]]:
+    return [
         ("backend is nccl", recs["main"].get("backend") == "nccl"),
         ("precision auto resolved to bf16", m.get("precision") == "bf16"),
         ("step times from CUDA events", m.get("step_timing") == "cuda_events"),
@@ -120,6 +141,51 @@ def checks(recs: dict[str, dict[str, Any]], predicted: dict[str, float]) -> list
         ),
         ("memory estimate 0.8-1.5x of measured peak allocation (ddp, fsdp)", all(0.8 <= r <= 1.5 for r in ratios)),
     ]
+
+
+def fp8_checks(recs: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
+    """fp8 trains the same model as bf16 from the same weights and data: its losses stay near bf16's
+    (float8's rounding, not another model), and it reports fp8 with the blended peak of compute/fp8.py."""
+    got = {k: recs[k]["metrics"] for k in FP8 if k in recs}
+    b = recs["main"]["metrics"]
+    ran = [k for k in ("fp8", "fp8_fsdp", "fp8_compiled") if k in got]
+
+    def near(k: str) -> bool:
+        f = got[k]
+        return rel(f["loss_first"], b["loss_first"]) <= 0.02 and rel(f["loss_last"], b["loss_last"]) <= 0.05
+
+    return [
+        ("every fp8 trial completed", len(got) == len(FP8)),
+        ("fp8 trials report precision fp8", bool(ran) and all(got[k].get("precision") == "fp8" for k in ran)),
+        ("fp8 losses within 2% (first) and 5% (last) of bf16's", bool(ran) and all(near(k) for k in ran)),
+        (
+            "fp8 peak is the fp8/bf16 blend, above bf16's",
+            bool(ran) and all((got[k].get("peak_flops_per_device") or 0) > b["peak_flops_per_device"] for k in ran),
+        ),
+    ]
+
+
+def fp8_speed(recs: dict[str, dict[str, Any]]) -> list[str]:
+    """Measured fp8 ÷ bf16 tokens/s, eager and compiled, beside what the plan assumes: the same MFU
+    against the blended peak, so its speed-up is the blended peak ÷ the bf16 peak."""
+
+    def tps(k: str) -> float | None:
+        return recs[k]["metrics"].get("tokens_per_s") if k in recs else None
+
+    lines = []
+    for label, fp8, bf16 in (("eager", "fp8", "main"), ("compiled", "fp8_compiled", "bf16_compiled")):
+        a, b = tps(fp8), tps(bf16)
+        if a and b:
+            lines.append(f"- fp8 ÷ bf16 tokens/s, {label} (DDP): {a / b:.3f} ({a:,.0f} vs {b:,.0f})")
+        else:
+            lines.append(f"- fp8 ÷ bf16 tokens/s, {label}: not measured (a trial failed, below)")
+    if "fp8" in recs:
+        assumed = recs["fp8"]["metrics"]["peak_flops_per_device"] / recs["main"]["metrics"]["peak_flops_per_device"]
+        lines.append(
+            f"- the plan assumes {assumed:.3f}× (same MFU against the fp8/bf16 blended peak, compute/fp8.py); "
+            "a measured ratio below it means fp8 runs at a lower MFU than bf16 at this size"
+        )
+    return lines
 
 
 KEEP = (
@@ -178,7 +244,13 @@ def not_run_lines(env: dict[str, Any], args: argparse.Namespace) -> list[str]:
 
 
 def ran_lines(
-    env: dict[str, Any], args: argparse.Namespace, figs: dict[str, dict], ok: list, versions: dict
+    env: dict[str, Any],
+    args: argparse.Namespace,
+    figs: dict[str, dict],
+    ok: list,
+    versions: dict,
+    speed: list[str],
+    failed: dict[str, str],
 ) -> list[str]:
     names = list(figs)
     return [
@@ -198,6 +270,11 @@ def ran_lines(
         "Memory estimate: launcher/perf/memory.py's params + grads + optimizer + activations (its runtime "
         "allowance, the CUDA context, is outside torch's allocator), against `torch.cuda.max_memory_allocated`.",
         "",
+        "fp8 against bf16 (one run each; a ratio, not a goal):",
+        "",
+        *speed,
+        "",
+        *[line for name, why in failed.items() for line in (f"Trial {name} FAILED:", "", "```", why, "```", "")],
         "Checks:",
         "",
         *[f"- {'PASS' if good else 'FAIL'}: {name}" for name, good in ok],
@@ -223,11 +300,16 @@ def main() -> int:
     if not env["cuda_available"]:
         result |= {"status": "not_run", "reason": "no GPU: torch.cuda.is_available() is false"}
         return write(result, not_run_lines(env, args), 0)
-    recs, predicted = {}, {}
+    recs, predicted, failed = {}, {}, {}
     for name, overrides in trials(args.micro).items():
         steps, warmup = (args.steps, args.warmup) if not name.startswith("parity") else (10, 2)
         record, failure, predicted[name] = run_trial(overrides, steps, warmup)
-        print(f"{name}: {'completed' if failure is None else 'FAILED'}", flush=True)
+        m = (record or {}).get("metrics") or {}
+        said = f"tokens/s {m.get('tokens_per_s')}, loss {m.get('loss_first')} -> {m.get('loss_last')}"
+        print(f"{name}: {'completed, ' + said if failure is None else 'FAILED: ' + failure[-600:]}", flush=True)
+        if failure is not None and name in FP8:
+            failed[name] = failure  # the fp8 checks fail with it; the other trials' figures still count
+            continue
         if failure is not None:
             result |= {"status": "failed", "failed_trial": name, "reason": failure, "record": record}
             lines = [
@@ -250,9 +332,11 @@ def main() -> int:
         "status": "passed" if passed else "checks_failed",
         "figures": figs,
         "checks": dict(ok),
+        "fp8_speed": fp8_speed(recs),
+        "failed_trials": failed,
         "versions": versions,
     }
-    return write(result, ran_lines(env, args, figs, ok, versions), 0 if passed else 1)
+    return write(result, ran_lines(env, args, figs, ok, versions, fp8_speed(recs), failed), 0 if passed else 1)
 
 
 def write(result: dict[str, Any], lines: list[str], code: int) -> int:

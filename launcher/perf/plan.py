@@ -22,7 +22,7 @@ from launcher.perf.plan_table import (
     joined,
     write_output,
 )
-from launcher.perf.terms import dominant_lines, layout_lines, moe_line
+from launcher.perf.terms import dominant_lines, fp8_line, layout_lines, moe_line
 from launcher.report.terminal import print_table
 from launcher.trials.folder import read_sweep_spec
 
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     for v, (c, fc) in planned:
         lines = dominant_lines(fc.table, c.parallel.layout, c.parallel.reshard_after_forward)
         footer += [f"{v}: {line}" if len(planned) > 1 else line for line in lines]
-    footer += [line for line in [moe_line(cfg)] if line]
+    footer += [line for line in [moe_line(cfg), fp8_line(cfg)] if line]
     footer += layout_lines(cfg)
     footer.append(memory_line(cfg))
     print_table(

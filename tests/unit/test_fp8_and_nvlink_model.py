@@ -184,3 +184,25 @@ def test_a_context_parallel_ring_inside_an_nvlink_domain_sends_on_nvlink():
     # across nodes at one NIC's share (90 GB/s × 4/4, 5 µs) without it.
     assert inside[0] == pytest.approx(22 * (1e9 / 740e9 + 3e-6), rel=1e-12)
     assert alone[0] == pytest.approx(22 * (1e9 / 90e9 + 5e-6), rel=1e-12)
+
+
+def test_an_fp8_plan_says_what_one_gpu_measured_against_its_assumption(capsys):
+    """The footer quotes benchmarks/results/fp8_speedup.json (run on an H200), rounded as printed."""
+    import re
+    from pathlib import Path
+
+    from launcher.cli import main
+    from launcher.io import read_json
+    from launcher.perf.terms import FP8_MEASURED
+
+    rows = read_json(Path(__file__).parents[2] / "benchmarks/results/fp8_speedup.json")["rows"]
+    quoted = [float(x) for x in re.findall(r"(\d\.\d\d)x", FP8_MEASURED)]
+    expected = [r["measured"] for r in rows] + [r["assumed"] for r in rows]  # llama 4096, gpt 2048, gpt 768
+    assert [r["shape"] for r in rows] == ["llama3_8b_4_layers", "gpt_1_3b", "gpt_125m"]
+    assert quoted[:6] == pytest.approx(expected, abs=0.006)
+    over = ["model=llama3_8b", "precision=fp8", "parallel=fsdp", "cluster=example_gpu_site", "batch.micro=1"]
+    over += ["cluster.device_name=H100-SXM"]
+    assert main(["plan", *over, "sweep.world_sizes=[8,16]"]) == 0
+    assert "read fp8 rows as an upper bound" in " ".join(capsys.readouterr().out.split())
+    assert main(["plan", *over[:1], "precision=bf16", *over[2:], "sweep.world_sizes=[8,16]"]) == 0
+    assert "read fp8 rows" not in " ".join(capsys.readouterr().out.split())
