@@ -10,8 +10,8 @@ fp8 matmul needs them). Under FSDP the converted weights are all-gathered in fp8
 them (perf/shapes.py).
 
 The device was checked before (config/validate_precision.py): a GPU of compute capability ≥ 8.9.
-NOT RUN on a GPU yet (no fp8 GPU in the sessions that wrote it): its CPU tests check only the
-refusals."""
+Run on one H200 (benchmarks/results/gpu_smoke.md: DDP and FSDP, eager and compiled, losses within
+0.4% of bf16's; fp8_speedup.md: its speed against the plan's); the CPU tests check the refusals."""
 
 from __future__ import annotations
 
