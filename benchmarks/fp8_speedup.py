@@ -49,26 +49,29 @@ def lines(env: dict[str, Any], args: argparse.Namespace, rows: list[dict[str, An
         "",
         *[f"- {name}: `{' '.join(o)}` + `precision=bf16` / `precision=fp8`" for name, o in SHAPES.items()],
         "",
-        "| shape | bf16 tokens/s | fp8 tokens/s | measured fp8 ÷ bf16 | plan assumes | plan ÷ measured | goal ±25% |",
-        "|---|---|---|---|---|---|---|",
+        "| shape | bf16 tokens/s | fp8 tokens/s | measured fp8 ÷ bf16 | plan assumes | plan ÷ measured | goal ±25% "
+        "| memory estimate ÷ CUDA peak, bf16 / fp8 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     body = []
     for r in rows:
         if r.get("failed"):
-            body.append(f"| {r['shape']} | failed: {r['failed']} | | | | | NOT run |")
+            body.append(f"| {r['shape']} | failed: {r['failed']} | | | | | NOT run | |")
             continue
         verdict = "met" if abs(r["plan_over_measured"] - 1) <= GOAL else "NOT met"
         body.append(
             f"| {r['shape']} | {r['bf16']:,.0f} | {r['fp8']:,.0f} | {r['measured']:.3f} | {r['assumed']:.3f} | "
-            f"{r['plan_over_measured']:.2f} | {verdict} |"
+            f"{r['plan_over_measured']:.2f} | {verdict} | {r['memory_bf16']:.2f} / {r['memory_fp8']:.2f} |"
         )
     return [*head, *body, "", f"Reproduce: {REPRODUCE}", ""]
 
 
 def measure(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    got = {}
+    got, estimated = {}, {}
     for precision in ("bf16", "fp8"):
-        record, failure, _ = run_trial([*overrides, *COMMON, f"precision={precision}"], args.steps, args.warmup)
+        record, failure, estimated[precision] = run_trial(
+            [*overrides, *COMMON, f"precision={precision}"], args.steps, args.warmup
+        )
         print(f"{name} {precision}: {'completed' if failure is None else 'FAILED ' + failure[-500:]}", flush=True)
         if failure is not None:
             return {"shape": name, "failed": f"{precision}: {failure.splitlines()[0][:200]}"}
@@ -85,6 +88,9 @@ def measure(name: str, overrides: list[str], args: argparse.Namespace) -> dict[s
         "measured": measured,
         "assumed": assumed,
         "plan_over_measured": assumed / measured,
+        # launcher/perf/memory.py's params + grads + optimizer + activations ÷ CUDA's peak allocation
+        "memory_bf16": estimated["bf16"] / b["cuda_peak_allocated_bytes"],
+        "memory_fp8": estimated["fp8"] / f["cuda_peak_allocated_bytes"],
     }
 
 

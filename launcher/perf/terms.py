@@ -119,9 +119,9 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
 
 
 FP8_MEASURED = (
-    "fp8: measured on one H200 (benchmarks/results/fp8_speedup.md; torchao 0.17 tensorwise, compiled), fp8 ran "
-    "1.13x bf16 at d_model 4096, 1.07x at 2048 and 0.91x at 768 where this model's same-MFU assumption gives 1.40x, "
-    "1.67x and 1.36x: read fp8 rows as an upper bound, ~1.2-1.6x high on one GPU"
+    "fp8: measured on one H200 (benchmarks/results/fp8_speedup.md; torchao 0.17 tensorwise, compiled, two runs "
+    "within 0.02), fp8 ran 1.13x bf16 at d_model 4096, 1.06x at 2048 and 0.90x at 768 where this model's same-MFU "
+    "assumption gives 1.40x, 1.67x and 1.36x: read fp8 rows as an upper bound, ~1.2-1.6x high on one GPU"
 )
 """What the fp8 footer says of the model's fp8 assumption, from the one GPU measurement there is."""
 
