@@ -17,6 +17,7 @@ from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (
     Forecast,
     check_output,
+    fp8_mfu_ratio,
     from_presets_forecast,
     from_sweep_forecast,
     joined,
@@ -130,7 +131,8 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     for v, (c, fc) in planned:
         lines = dominant_lines(fc.table, c.parallel.layout, c.parallel.reshard_after_forward)
         footer += [f"{v}: {line}" if len(planned) > 1 else line for line in lines]
-    footer += [line for line in [moe_line(cfg), fp8_line(cfg)] if line]
+    ratio = None if args.from_sweep else fp8_mfu_ratio(cfg, args.assume_mfu)  # a sweep measured its own MFU
+    footer += [line for line in [moe_line(cfg), fp8_line(cfg, ratio)] if line]
     footer += layout_lines(cfg)
     footer.append(memory_line(cfg))
     print_table(

@@ -11,6 +11,7 @@ A size the recipe cannot run is `impossible` with the reason, by the rule the sw
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -220,6 +221,18 @@ def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, giv
     if not 0 < given <= 1:
         raise ConfigError(f"--assume-mfu {given} must be in (0, 1]; e.g. --assume-mfu 0.4")
     return given, said
+
+
+def fp8_mfu_ratio(cfg: LauncherConfig, assume_mfu: float | None) -> tuple[float, str] | None:
+    """An fp8 recipe's presets MFU ÷ what the same recipe at bf16 is assumed (None unless fp8), and why:
+    below 1 where published fp8 runs of the device were fitted, 1 where one MFU serves both."""
+    if cfg.precision != "fp8":
+        return None
+    fit = preset_fit.load()
+    bf16 = dataclasses.replace(cfg, precision="bf16")
+    mine, said = _assumed_mfu(cfg, work_of(cfg), fit, assume_mfu)
+    theirs, _ = _assumed_mfu(bf16, work_of(bf16), fit, assume_mfu)
+    return mine / theirs, said
 
 
 def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.PresetFit) -> PerfModel:

@@ -118,17 +118,25 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
     )
 
 
-FP8_MEASURED = (
-    "fp8: measured on one H200 (benchmarks/results/fp8_speedup.md; torchao 0.17 tensorwise, compiled, two runs "
-    "within 0.02), fp8 ran 1.13x bf16 at d_model 4096, 1.06x at 2048 and 0.90x at 768 where this model's same-MFU "
-    "assumption gives 1.40x, 1.67x and 1.36x: read fp8 rows as an upper bound, ~1.2-1.6x high on one GPU"
-)
-"""What the fp8 footer says of the model's fp8 assumption, from the one GPU measurement there is."""
+FP8_H200 = ((4096, 1.126, 1.398), (2048, 1.056, 1.665), (768, 0.896, 1.357))
+"""benchmarks/results/fp8_speedup.md (one H200, torchao 0.17 tensorwise, compiled): per d_model, fp8 ÷ bf16
+tokens/s as measured, and as at equal MFU (the blended peak ÷ the bf16 peak). A test ties them to its json."""
 
 
-def fp8_line(cfg: LauncherConfig) -> str | None:
-    """The footer's line on precision=fp8's measured speed-up against the one it assumes (None otherwise)."""
-    return FP8_MEASURED if cfg.precision == "fp8" else None
+def fp8_line(cfg: LauncherConfig, mfu_ratio: tuple[float, str] | None) -> str | None:
+    """The footer's line on fp8's speed (None unless precision=fp8 on presets): the fp8 ÷ bf16 MFU the
+    plan assumes (`mfu_ratio`: the ratio and why, plan_table.fp8_mfu_ratio), what that gives at the widths
+    one GPU measured, and what it measured there."""
+    if cfg.precision != "fp8" or mfu_ratio is None:
+        return None
+    ratio, why = mfu_ratio
+    gives = ", ".join(f"{ratio * equal:.2f}x" for _, _, equal in FP8_H200)
+    measured = ", ".join(f"{got:.2f}x at d_model {d}" for d, got, _ in FP8_H200)
+    line = (
+        f"fp8: MFU {ratio:.2f} of bf16's ({why}), which gives fp8 ÷ bf16 tokens/s {gives} where one H200 "
+        f"measured {measured} (benchmarks/results/fp8_speedup.md)"
+    )
+    return line + ("" if ratio < 1 else ": read fp8 rows as an upper bound")
 
 
 def layout_lines(cfg: LauncherConfig) -> list[str]:
