@@ -54,7 +54,10 @@ def h100_ratio() -> float:
     return fit.mfu["H100/fp8"] / fit.mfu["H100/bf16"]
 
 
-def lines(env: dict[str, Any], args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
+def lines(
+    env: dict[str, Any], args: argparse.Namespace, rows: list[dict[str, Any]], notes: list[str] = ()
+) -> list[str]:
+    """The .md: the table, then `notes` (the json's, written after a run: what the figures mean)."""
     ratio = h100_ratio()
     head = [
         "# fp8 speed-up on one GPU: measured against the plan's assumption",
@@ -81,7 +84,7 @@ def lines(env: dict[str, Any], args: argparse.Namespace, rows: list[dict[str, An
             f"{fitted / r['measured']:.2f} | {verdict(fitted / r['measured'])} | "
             f"{r['memory_bf16']:.2f} / {r['memory_fp8']:.2f} |"
         )
-    return [*head, *body, "", f"Reproduce: {REPRODUCE}", ""]
+    return [*head, *body, "", *[line for note in notes for line in (note, "")], f"Reproduce: {REPRODUCE}", ""]
 
 
 def measure(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -135,16 +138,10 @@ def main() -> int:
 
 
 def render() -> int:
-    """The .md again from the measured rows in the .json (the plan columns follow preset_fit.json), keeping
-    the notes written below the table after a run (between the table and the Reproduce line)."""
+    """The .md again from the .json's measured rows and notes (the plan columns follow preset_fit.json)."""
     result = read_json(OUT / "fp8_speedup.json")
-    old = (OUT / "fp8_speedup.md").read_text().split("\nReproduce:")[0]
-    notes = old[old.rindex("|") + 1 :].strip("\n")
-    text = lines(result["environment"], argparse.Namespace(**result["setup"]), result["rows"])
-    table = text[: text.index(f"Reproduce: {REPRODUCE}")]
-    atomic_write_text(OUT / "fp8_speedup.md", "\n".join([*table, notes, "", f"Reproduce: {REPRODUCE}", ""]))
-    print(f"rendered: → {OUT / 'fp8_speedup.md'}")
-    return 0
+    args = argparse.Namespace(**result["setup"])
+    return write(result, lines(result["environment"], args, result["rows"], result.get("notes", [])))
 
 
 def write(result: dict[str, Any], text: list[str]) -> int:
