@@ -132,7 +132,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
         lines = dominant_lines(fc.table, c.parallel.layout, c.parallel.reshard_after_forward)
         footer += [f"{v}: {line}" if len(planned) > 1 else line for line in lines]
     ratio = None if args.from_sweep else fp8_mfu_ratio(cfg, args.assume_mfu)  # a sweep measured its own MFU
-    footer += [line for line in [moe_line(cfg), fp8_line(cfg, ratio)] if line]
+    footer += [line for line in [moe_line(cfg), fp8_line(ratio)] if line]
     footer += layout_lines(cfg)
     footer.append(memory_line(cfg))
     print_table(

@@ -53,7 +53,7 @@ def search_main(
         "tokens/s, $ per token and time to a token budget rank them alike",
         f"model: presets, MFU {found.mfu:.2f} ({found.mfu_source})",
         *dominant_lines(fc.table, "", False),
-        *[line for line in [moe_line(cfg, searched=True), fp8_line(cfg, fp8_mfu_ratio(cfg, args.assume_mfu))] if line],
+        *[line for line in [moe_line(cfg, searched=True), fp8_line(fp8_mfu_ratio(cfg, args.assume_mfu))] if line],
         memory_line(cfg),
     ]
     rec = fc.recommendation

@@ -60,8 +60,7 @@ class PresetFit:
         """(assumed MFU, where it comes from) for a device name and math precision."""
         key = fit_key(device_name, dtype)
         if key in self.mfu:
-            row = find_device(device_name)
-            family = row.device.split()[0] if row is not None else None
+            family = device_family(device_name)
             chip = f" ({family}: the same chip)" if family in SAME_CHIP else ""
             return self.mfu[key], f"fitted on {self.rows_by_key.get(key, '?')} published {key} runs{chip}"
         return self.mfu_any_device, f"fitted on {self.rows} published runs of every device ({key} not among them)"
@@ -78,9 +77,14 @@ def fit_key(device_name: str | None, dtype: str) -> str:
     """`A100/bf16`: the peak table's device family (every A100 variant shares its peaks, so the
     share of peak carries over; SAME_CHIP's families share another's) and the math precision (fp16
     runs at bf16's rate)."""
-    row = find_device(device_name)
-    family = row.device.split()[0] if row is not None else (device_name or "unknown")
+    family = device_family(device_name)
     return f"{SAME_CHIP.get(family, family)}/{'bf16' if dtype == 'fp16' else dtype}"
+
+
+def device_family(device_name: str | None) -> str:
+    """The peak table's family of a device name ("H100" for "NVIDIA H100 80GB HBM3"), else the name."""
+    row = find_device(device_name)
+    return row.device.split()[0] if row is not None else (device_name or "unknown")
 
 
 def load(path: Path = PACKAGED) -> PresetFit:

@@ -123,11 +123,11 @@ FP8_H200 = ((4096, 1.126, 1.398), (2048, 1.056, 1.665), (768, 0.896, 1.357))
 tokens/s as measured, and as at equal MFU (the blended peak ÷ the bf16 peak). A test ties them to its json."""
 
 
-def fp8_line(cfg: LauncherConfig, mfu_ratio: tuple[float, str] | None) -> str | None:
-    """The footer's line on fp8's speed (None unless precision=fp8 on presets): the fp8 ÷ bf16 MFU the
-    plan assumes (`mfu_ratio`: the ratio and why, plan_table.fp8_mfu_ratio), what that gives at the widths
-    one GPU measured, and what it measured there."""
-    if cfg.precision != "fp8" or mfu_ratio is None:
+def fp8_line(mfu_ratio: tuple[float, str] | None) -> str | None:
+    """The footer's line on fp8's speed: the fp8 ÷ bf16 MFU the plan assumes (`mfu_ratio`: the ratio and
+    why, plan_table.fp8_mfu_ratio; None for a recipe not in fp8 or planned from a sweep), what that gives
+    at the widths one GPU measured, and what it measured there."""
+    if mfu_ratio is None:
         return None
     ratio, why = mfu_ratio
     gives = ", ".join(f"{ratio * equal:.2f}x" for _, _, equal in FP8_H200)
