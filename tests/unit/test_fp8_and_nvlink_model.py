@@ -7,19 +7,26 @@ NCCL's bus bandwidth."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from launcher.cli import main
 from launcher.compute import peaks
 from launcher.compute.flops import hardware_flops_per_token
 from launcher.compute.fp8 import bf16_flops_per_token, blend, fp8_share, precision_peak
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
+from launcher.io import read_json
+from launcher.perf import preset_fit
 from launcher.perf.comm import Topology, allreduce_s, gather_s, group
 from launcher.perf.links import LINKS
 from launcher.perf.plan_table import from_presets_forecast, work_of
 from launcher.perf.shapes import shape_for
+from launcher.perf.terms import FP8_H200
 
+FP8_SPEEDUP = Path(__file__).parents[2] / "benchmarks/results/fp8_speedup.json"
+"""What benchmarks/fp8_speedup.py measured on an H200, which the plan's fp8 footer quotes."""
 TINY = [  # a llama of hand-countable shape: d 256, 4 heads, ffn 512, 2 layers, vocab 1000, seq 128
     "model=tiny_llama",
     "model.d_model=256",
@@ -190,13 +197,7 @@ def test_an_fp8_plan_says_what_one_gpu_measured_against_its_assumption(capsys):
     """The footer's figures are benchmarks/results/fp8_speedup.json's (run on an H200); on an H100 the plan runs
     fp8 at the MFU fitted on published fp8 runs, below bf16's (an H200 too: the same chip); on a device
     without that fit, at bf16's, said to be an upper bound."""
-    from pathlib import Path
-
-    from launcher.cli import main
-    from launcher.io import read_json
-    from launcher.perf.terms import FP8_H200
-
-    rows = read_json(Path(__file__).parents[2] / "benchmarks/results/fp8_speedup.json")["rows"]
+    rows = read_json(FP8_SPEEDUP)["rows"]
     assert [(r["shape"], round(r["measured"], 3), round(r["assumed"], 3)) for r in rows] == [
         (shape, measured, equal)
         for shape, (_, measured, equal) in zip(["llama3_8b_4_layers", "gpt_1_3b", "gpt_125m"], FP8_H200, strict=True)
@@ -221,14 +222,9 @@ def test_an_fp8_plan_says_what_one_gpu_measured_against_its_assumption(capsys):
 def test_an_h200_is_planned_with_the_h100_fits_its_own_measurement_agreed_with():
     """benchmarks/results/fp8_speedup.json: the H200's measured MFU at llama3_8b's width is within 3% of the
     H100 fits, bf16 and fp8 (preset_fit.SAME_CHIP)."""
-    from pathlib import Path
-
-    from launcher.io import read_json
-    from launcher.perf import preset_fit
-
     fit = preset_fit.load()
     for dtype in ("bf16", "fp8"):
         assert fit.mfu_for("NVIDIA H200", dtype)[0] == fit.mfu_for("NVIDIA H100 80GB HBM3", dtype)[0]
-    llama = read_json(Path(__file__).parents[2] / "benchmarks/results/fp8_speedup.json")["rows"][0]
+    llama = read_json(FP8_SPEEDUP)["rows"][0]
     assert llama["bf16_mfu"] == pytest.approx(fit.mfu["H100/bf16"], rel=0.03)
     assert llama["fp8_mfu"] == pytest.approx(fit.mfu["H100/fp8"], rel=0.03)
