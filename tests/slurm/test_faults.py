@@ -203,7 +203,17 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
     assert execute(sweep_dir, base, trials, progress_bars=False, detach=True) is None
     key = {name: read_json(d / "submission.json")["key"] for name, d in tdir.items()}
 
-    # The controller dies and comes back (`launcher cluster up` repairs it); jobs carry on.
+    # The controller dies and comes back (`launcher cluster up` repairs it); jobs carry on. Not while a job
+    # is between its start and its step: an srun that finds no controller fails the trial ("Unable to create
+    # step … Unable to contact slurm controller"; a clean-clone run lost the timeout trial so), so the kill
+    # waits until every trial is training, ended, or pending.
+    def settled() -> bool:
+        return all(
+            started(d) or (d / "exit_code.attempt0").exists() or job_field(env, key[name], "JobState") == "PENDING"
+            for name, d in tdir.items()
+        )
+
+    wait_for(settled, 180, "every trial training, ended or pending before the controller restart", every=1.0)
     ctld = next(
         p
         for p in Path("/proc").iterdir()
