@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.messages import RENAMED, bad_value, describe
-from launcher.config.schema import DataConfig, InputDtype, InputSpec, LauncherConfig, ModelConfig
+from launcher.config.messages import bad_value, describe
+from launcher.config.plain import upgraded, with_input_specs
+from launcher.config.schema import DataConfig, LauncherConfig, ModelConfig
 
 
 def schema(*, open_model: bool = False) -> DictConfig:
@@ -96,56 +97,11 @@ def load_config(data: Mapping[str, Any]) -> LauncherConfig:
     The document is resolved already: `${` in its strings is text, never an interpolation.
     """
     try:
-        cfg = OmegaConf.to_object(OmegaConf.merge(schema(), escaped(_upgraded(data))))
+        cfg = OmegaConf.to_object(OmegaConf.merge(schema(), escaped(upgraded(data))))
     except OmegaConfBaseException as exc:
         raise ConfigError(describe(exc)) from None
     _check_list_items(cfg)
-    return _with_input_specs(cfg)  # type: ignore[arg-type]
-
-
-def _with_input_specs(cfg: LauncherConfig) -> LauncherConfig:
-    """model.inputs and model.target as InputSpecs (the schema types them Any: see InputSpec)."""
-    m = cfg.model
-    if not m.inputs and m.target is None:
-        return cfg
-    inputs = {name: input_spec(f"model.inputs.{name}", v) for name, v in m.inputs.items()}
-    target = None if m.target is None else input_spec("model.target", m.target)
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, inputs=inputs, target=target))
-
-
-_SPEC_KEYS = [f.name for f in dataclasses.fields(InputSpec)]
-_SPEC_EXAMPLE = "{shape:[1024],dtype:int64,high:32000}"
-
-
-def input_spec(key: str, value: Any) -> InputSpec:
-    """One input's {shape, dtype, high, low} → InputSpec; ConfigError (one line) for anything else."""
-    if isinstance(value, InputSpec):
-        return value
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}={value!r} must be a mapping of {', '.join(_SPEC_KEYS)}; e.g. {key}={_SPEC_EXAMPLE}")
-    unknown = sorted(set(value) - set(_SPEC_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown config key '{key}.{unknown[0]}'; {key} has: {', '.join(sorted(_SPEC_KEYS))}")
-    shape = value.get("shape", [])
-    if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in shape)):
-        raise ConfigError(
-            f"{key}.shape={shape!r} must be a list of integers (one sample's shape); e.g. {key}.shape=[1024]"
-        )
-    dtype = str(value.get("dtype", "float32"))
-    if dtype not in InputDtype.__members__:
-        raise ConfigError(
-            f"{key}.dtype={dtype!r} is not one of {', '.join(InputDtype.__members__)}; set e.g. {key}.dtype=int64"
-        )
-    bounds = {k: value[k] for k in ("high", "low") if value.get(k) is not None}
-    for k, v in bounds.items():
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ConfigError(f"{key}.{k}={v!r} must be an integer; e.g. {key}.{k}=1000")
-    return InputSpec(shape=list(shape), dtype=InputDtype[dtype], **bounds)
-
-
-def to_dict(cfg: LauncherConfig) -> dict[str, Any]:
-    """Typed config → plain dict (choices as their strings): what trial.json and sweep.json store."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)  # type: ignore[return-value]
+    return with_input_specs(cfg)  # type: ignore[arg-type]
 
 
 def _check_list_items(obj: Any, prefix: str = "") -> None:
@@ -156,18 +112,6 @@ def _check_list_items(obj: Any, prefix: str = "") -> None:
             _check_list_items(value, key + ".")
         elif isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
             raise ConfigError(bad_value(key, value))
-
-
-def _upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A document written before a key was renamed (RENAMED), with the key's new name."""
-    out = dict(data)
-    for old, new in RENAMED.items():
-        group, old_leaf = old.rsplit(".", 1)
-        new_leaf = new.rsplit(".", 1)[1]
-        section = out.get(group)
-        if isinstance(section, Mapping) and old_leaf in section and new_leaf not in section:
-            out[group] = {new_leaf if k == old_leaf else k: v for k, v in section.items()}
-    return out
 
 
 def escaped(value: Any) -> Any:

@@ -25,11 +25,8 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
-
-# Config keys that were renamed: old dotted key → new one. Stored documents are upgraded on
-# load (load.py); on the command line and in recipes the old key is refused, naming the new one.
-RENAMED = {"batch.global": "batch.global_batch"}
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from launcher.config.compose import compose_config, default_choices, hydra_session, recipe_folders
 from launcher.config.expand import expand
-from launcher.config.load import escaped, to_dict
+from launcher.config.load import escaped
+from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 
 

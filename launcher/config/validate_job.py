@@ -12,7 +12,7 @@ from pathlib import Path
 from launcher.config.checks import at_least, positive
 from launcher.config.errors import ConfigError
 from launcher.config.job import REFERENCE, REGEX_GROUPS, TRIAL_ALIASES, TRIAL_KEYS, JobConfig, config_value, unknown_key
-from launcher.config.load import to_dict
+from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -11,7 +11,7 @@ from pathlib import Path
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
-from launcher.config.messages import RENAMED
+from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
 from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (

@@ -28,7 +28,8 @@ from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
-from launcher.config.load import load_config, to_dict
+from launcher.config.load import load_config
+from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
 from launcher.perf.summary import model_summary

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from torch.utils.data import Dataset, default_collate
 
 from launcher.config.schema import DataConfig, ModelConfig
 from launcher.train.models.byo import TARGET_KEY, SyntheticInputs
+from launcher.train.models.target import instantiate
 
 NOISE = 0.1
 """Fraction of synthetic positions replaced by uniform noise."""
@@ -89,7 +89,7 @@ def item_names(model: ModelConfig) -> list[str] | None:
 
 def user_dataset(data: DataConfig, model: ModelConfig) -> Dataset:
     """data._target_(**data.kwargs), checked on its first item, its items as dicts (`Keyed`)."""
-    built = instantiate({"_target_": data._target_, **data.kwargs}, _convert_="all")
+    built = instantiate({"_target_": data._target_, **data.kwargs}, key="data._target_")
     if not (hasattr(built, "__getitem__") and hasattr(built, "__len__")):
         raise TypeError(
             f"data._target_={data._target_} returned {type(built).__name__}, not a map-style Dataset; "

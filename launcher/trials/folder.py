@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.config.derived import derives_microbatches, pipeline_batch
-from launcher.config.load import load_config, to_dict
+from launcher.config.plain import from_dict, to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
 from launcher.trials.spec import Trial
@@ -197,7 +197,7 @@ def _document(trial: Trial, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_document(doc: dict[str, Any]) -> tuple[Trial, LauncherConfig]:
-    return Trial(**doc["trial"]), load_config(doc["config"])
+    return Trial(**doc["trial"]), from_dict(doc["config"])
 
 
 def write_trial(tdir: Path, trial: Trial, cfg: LauncherConfig) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.config.load import to_dict
+from launcher.config.plain import to_dict
 from launcher.config.schema import Launch, LauncherConfig
 from launcher.trials.command import command_words
 from launcher.trials.spec import Trial

@@ -14,7 +14,8 @@ import pytest
 
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, to_dict
+from launcher.config.load import load_config
+from launcher.config.plain import to_dict
 from launcher.run.local_command import command_processes
 from launcher.train.command_record import command_end, finish, rank_logs
 from launcher.trials.command import resolve_text, trial_values

@@ -49,7 +49,7 @@ def test_ddp_meters_recipe_counts_the_programs_own_flops(model):
     cfg = compose_config(["job=ddp_meter", "sweep.world_sizes=[2]", *model], EXAMPLE / "recipes")
     assert cfg.job.model_describes_program
     (trial,) = sweep_trials(cfg)
-    from launcher.config.load import to_dict  # lazy: only this test needs the config as a document
+    from launcher.config.plain import to_dict  # lazy: only this test needs the config as a document
 
     argv, _ = command_words(cfg.job, trial, Path("/t"), to_dict(cfg))
     train = _example_module()

@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 from launcher.config import schema
 from launcher.config.compose import PACKAGED_RECIPES, compose_config
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, to_dict
+from launcher.config.load import load_config
+from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.config.show import groups_text, resolved_yaml
 

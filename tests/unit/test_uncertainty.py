@@ -17,7 +17,8 @@ from rich.console import Console
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, to_dict
+from launcher.config.load import load_config
+from launcher.config.plain import to_dict
 from launcher.io import atomic_write_json
 from launcher.report.terminal import print_table
 from launcher.results.confidence import UNKNOWN_SWEEP

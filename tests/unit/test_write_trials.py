@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from launcher.config import load
+from launcher.config import plain
 from launcher.config.compose import compose_config
 from launcher.run.sweep import create_sweep_dir, prepare_sweep
 from launcher.trials.folder import TRIAL_FILE, trial_dir, trial_document
@@ -17,7 +17,7 @@ def test_one_conversion_per_distinct_config_and_the_same_documents(tmp_path, mon
     plan = prepare_sweep(["parallel.layout=ddp,fsdp", "sweep.repeats=3", f"sweep.results_dir={tmp_path}"])
     assert len(plan.items) == 12 and len({id(c) for _, c in plan.items}) == 2
     calls = []
-    real = load.to_dict
+    real = plain.to_dict
     monkeypatch.setattr("launcher.trials.folder.to_dict", lambda cfg: calls.append(cfg) or real(cfg))
     sweep_dir = create_sweep_dir(plan.cfg, plan.items, [])
     assert len(calls) == 2

@@ -49,7 +49,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.data import Dataset
@@ -58,6 +57,7 @@ from launcher.compute.flop_count import FlopCount, cached_flops, count_flops, fl
 from launcher.config.schema import InputSpec, ModelConfig, ParallelConfig
 from launcher.config.validate_byo import TARGET_KEY  # the batch key of model.target; the others are inputs
 from launcher.train.models.init import param_seed
+from launcher.train.models.target import instantiate
 
 
 def is_byo(m: ModelConfig) -> bool:
@@ -66,7 +66,7 @@ def is_byo(m: ModelConfig) -> bool:
 
 def build_target(m: ModelConfig) -> nn.Module:
     """model._target_(**model.kwargs), on the current default device (the payload: meta)."""
-    built = instantiate({"_target_": m._target_, **m.kwargs}, _convert_="all")
+    built = instantiate({"_target_": m._target_, **m.kwargs}, key="model._target_")
     if not isinstance(built, nn.Module):
         raise TypeError(f"model._target_={m._target_!r} returned {type(built).__name__}, not a torch.nn.Module")
     return built
@@ -146,7 +146,7 @@ def loss_fn(m: ModelConfig) -> Loss | None:
     if m.loss == "mse":
         return lambda out, t: F.mse_loss(out.float(), t.float())
     if isinstance(m.loss, Mapping) and "_target_" in m.loss:
-        return instantiate({**m.loss, "_partial_": True})
+        return instantiate(dict(m.loss), partial=True, key="model.loss._target_")
     raise ValueError(f"model.loss={m.loss!r} is not cross_entropy, mse or {{_target_: ...}}")
 
 

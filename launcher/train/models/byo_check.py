@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import importlib
 import inspect
 import os
 import sys
@@ -22,8 +21,9 @@ from launcher.config.derived import derives_microbatches
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.train.models.byo import build_target, can_be_unit, is_integer, loss_fn, own_loss, unit_classes
+from launcher.train.models.target import first_line as _first
+from launcher.train.models.target import locate
 
-WHERE = "put its package on PYTHONPATH (locally) or in cluster.setup/cluster.env (Slurm)"
 CHECK_BATCH = 2
 """Samples in the meta batch the check runs (2, not 1: a batch dim of 1 hides squeeze mistakes)."""
 
@@ -202,39 +202,6 @@ def _plan_names(model: nn.Module, pattern: str) -> list[str]:
     return list(dict.fromkeys(general))
 
 
-def locate(target: str, key: str = "model._target_") -> None:
-    """Import `target`'s module (the longest importable dotted prefix) and find the attribute;
-    `key` names the setting in the error line."""
-    parts = target.split(".")
-    error: Exception | None = None
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError as exc:
-            error = exc if error is None else error  # the longest path's error names the missing module
-            if exc.name is not None and not ".".join(parts[:cut]).startswith(exc.name):
-                break  # the module exists but imports something missing: that is the error to show
-            continue
-        except Exception as exc:  # the user's module raised while importing
-            raise ConfigError(
-                f"{key}={target!r} does not import: {type(exc).__name__}: {_first(exc)}; fix the module"
-            ) from None
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                raise ConfigError(
-                    f"{key}={target!r} does not import: {'.'.join(parts[:cut])} has no "
-                    f"attribute {attr!r}; check the name"
-                ) from None
-            obj = getattr(obj, attr)
-        if not callable(obj):
-            raise ConfigError(
-                f"{key}={target!r} is a {type(obj).__name__}, not a callable; point it at the function or class that "
-                "builds it"
-            )
-        return
-    raise ConfigError(f"{key}={target!r} does not import: {_first(error) if error else 'no module path'}; {WHERE}")
-
-
 def check_input_names(m: ModelConfig, model: nn.Module) -> None:
     """model.inputs reach the forward as keyword arguments: each name must be one of its
     parameters (unless it takes **kwargs), and each parameter without a default must be given."""
@@ -360,11 +327,6 @@ def _meta_limit(exc: BaseException) -> bool:
 
 def _raised(m: ModelConfig, doing: str, exc: BaseException, fix: str) -> str:
     return f"model._target_={m._target_!r}: {doing} raised {type(exc).__name__}: {_first(exc)}; {fix}"
-
-
-def _first(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def pipeline_micro(cfg: LauncherConfig) -> int:
