@@ -29,6 +29,7 @@ DeviceKind = _choices("DeviceKind", "auto cpu cuda")
 # Interconnect presets; launcher/perf/links.py holds their bandwidth and latency.
 Link = _choices("Link", "nvlink pcie ib400 ib200 eth100 eth10 nvlink3 nvlink4 nvlink5 ib_ndr ib_xdr roce400")
 Launch = _choices("Launch", "srun torchrun")
+ContainerRuntime = _choices("ContainerRuntime", "pyxis apptainer")
 Search = _choices("Search", "grid adaptive")
 PolicyName = _choices("PolicyName", "max_efficient min_cost fastest_within_budget")
 Precision = _choices("Precision", "auto fp32 bf16 fp16 fp8")

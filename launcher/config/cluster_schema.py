@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.config.choices import ClusterKind, DeviceKind, Launch, Link
+from launcher.config.choices import ClusterKind, ContainerRuntime, DeviceKind, Launch, Link
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -99,14 +99,22 @@ class ClusterConfig:
     launch: Launch = Launch.srun
     """`srun`: one task per rank. `torchrun`: one task per node, torchrun spawns the ranks (c10d rendezvous)."""
     python: str | None = None
-    """Python that runs the payload (and torchrun's module) on the nodes; null → `python` from the
-    job's PATH when there are setup lines (what `module load` or an activation put there), else the
-    launcher's own interpreter (nodes that share this filesystem and its venv)."""
+    """Python that runs the payload (and torchrun's module) on the nodes; null → `python3` inside a
+    container image (cluster.container_image); else `python` from the job's PATH when there are setup
+    lines (what `module load` or an activation put there); else the launcher's own interpreter (nodes
+    that share this filesystem and its venv)."""
     container_image: str | None = None
-    """pyxis/enroot image each payload srun runs in (`--container-image`), e.g. `nvcr.io#nvidia/pytorch:24.05-py3`
-    or a .sqsh path; it must hold torch and the launcher (cluster.python names its interpreter). Null: none."""
+    """Image every step on a node runs in (the link probe, the ranks, torchrun's agents, a command's
+    record step): pyxis's `--container-image` (e.g. `nvcr.io#nvidia/pytorch:25.09-py3` or a .sqsh
+    path) or Apptainer's image (a .sif path or `docker://…`). It needs Python and torch only: the
+    launcher's package is mounted read-only at /opt/launcher/launcher and put on PYTHONPATH, the sweep
+    folder and the submit folder are mounted at their own paths, and steps start in the submit
+    folder. Null: no container."""
+    container_runtime: ContainerRuntime = ContainerRuntime.pyxis
+    """`pyxis`: srun's pyxis options (enroot underneath). `apptainer`: each step runs
+    `apptainer exec [--nv] --bind … --pwd <submit folder> IMAGE …` under srun (`--nv` where the job has GPUs)."""
     container_mounts: list[str] = field(default_factory=list)
-    """`src:dst[:flags]` bind mounts (`--container-mounts`); the results folder must be one: ranks write there."""
+    """Your own `src:dst[:flags]` bind mounts (datasets, caches), besides the three the launcher adds."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
     slurm_conf: str | None = None

@@ -108,14 +108,14 @@ def _check_container(c: ClusterConfig) -> None:
             "null: mounts go into a container; set cluster.container_image too"
         )
     for mount in c.container_mounts:
-        if problem := _mount_problem(mount):
+        if problem := _mount_problem(mount, str(c.container_runtime)):
             raise ConfigError(
                 f"cluster.container_mounts holds {short(mount)}: {problem}; write each as src:dst[:flags], "
                 "e.g. cluster.container_mounts=['/scratch:/scratch:ro']"
             )
 
 
-def _mount_problem(mount: str) -> str | None:
+def _mount_problem(mount: str, runtime: str) -> str | None:
     if _CONTROL.search(mount):
         return "it has a newline or another control character"
     if "," in mount:
@@ -125,6 +125,8 @@ def _mount_problem(mount: str) -> str | None:
         return f"{len(parts)} ':'-separated part(s), not 2 (src:dst) or 3 (src:dst:flags)"
     if not all(p.startswith("/") for p in parts[:2]):
         return "src and dst must be absolute paths (start with '/')"
+    if len(parts) == 3 and runtime == "apptainer" and parts[2] not in ("ro", "rw"):
+        return f"flags {parts[2]!r} are not Apptainer's bind options (ro or rw)"
     if len(parts) == 3 and not _MOUNT_FLAGS.fullmatch(parts[2]):
         return f"flags {parts[2]!r} are not pyxis mount flags joined by '+' (e.g. ro, ro+rprivate)"
     return None

@@ -23,6 +23,7 @@ from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate_slurm import env_pairs
+from launcher.slurm.container import IMAGE_PYTHON, LAUNCHER_MOUNT, Container, container_for
 from launcher.train.env import SLURM_PORT_BASE, SLURM_PORT_SPAN
 from launcher.trials.payload import Payload, Word, spell
 from launcher.trials.spec import Trial
@@ -106,10 +107,8 @@ class JobRequest:
     """(name, value) exported for every rank, after the setup lines; values are quoted (env_word)."""
     requeue: bool = False
     """`--requeue`, and requeue the job when the payload checkpointed on USR1 (its marker file)."""
-    container_image: str | None = None
-    """pyxis/enroot `--container-image` of every payload srun (torchrun launch: torchrun's); None: none."""
-    container_mounts: tuple[str, ...] = ()
-    """`src:dst[:flags]` each, joined by ',' into the srun's `--container-mounts`."""
+    container: Container | None = None
+    """The image every step on a node runs in (probe, ranks or torchrun's agents, record); None: none."""
     probe: Payload | None = None
     """job=command: the link probe each trial runs on its ranks before the command (None: job.probe=false)."""
 
@@ -119,6 +118,10 @@ class JobRequest:
         opts = [f"--gpus-per-task={self.gpus_per_task}"] if self.gpus_per_task else []
         opts += [f"--gpu-bind={self.gpu_bind}"] if self.gpu_bind else []
         return " ".join(map(shlex.quote, opts))
+
+    @property
+    def container_image(self) -> str | None:
+        return self.container.image if self.container else None
 
     @property
     def launch(self) -> str:
@@ -169,11 +172,14 @@ def env_word(value: str) -> str:
 
 
 def payload_python(cluster: ClusterConfig, submitting: str) -> str:
-    """The interpreter on the nodes: cluster.python when set; else, after setup lines (module load,
-    venv or conda activation), `python` from the PATH they leave; else the submitting interpreter
-    (`submitting`: nodes that share this filesystem, such as the dev cluster)."""
+    """The interpreter on the nodes: cluster.python when set; else the image's `python3` in a
+    container; else, after setup lines (module load, venv or conda activation), `python` from the
+    PATH they leave; else the submitting interpreter (`submitting`: nodes that share this
+    filesystem, such as the dev cluster)."""
     if cluster.python is not None:
         return cluster.python
+    if cluster.container_image is not None:
+        return IMAGE_PYTHON
     return PATH_PYTHON if cluster.setup else submitting
 
 
@@ -182,8 +188,26 @@ def render_script(request: JobRequest) -> str:
     return (
         _environment()
         .get_template("trial.sbatch.j2")
-        .render(r=request, version=__version__, port_base=SLURM_PORT_BASE, port_span=SLURM_PORT_SPAN)
+        .render(
+            r=request,
+            version=__version__,
+            port_base=SLURM_PORT_BASE,
+            port_span=SLURM_PORT_SPAN,
+            launcher_mount=LAUNCHER_MOUNT,
+        )
     )
+
+
+@dataclass(kw_only=True, frozen=True)
+class Where:
+    """The folders a job's container mounts (launcher/slurm/container.py)."""
+
+    submit_dir: Path
+    """The folder `launcher` was run from: steps start there."""
+    sweep_dir: Path
+    """The sweep's folder: trials write there."""
+    launcher_src: Path
+    """The launcher's package folder (holds __init__.py), mounted read-only."""
 
 
 def check_sbatch_path(path: str, what: str) -> None:
@@ -207,10 +231,14 @@ def job_request(
     requeue: bool = False,
     commands: list[Payload] | None = None,
     probe: Payload | None = None,
+    where: Where | None = None,
 ) -> JobRequest:
     """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation.
     `python` is the submitting interpreter, used only as payload_python says. job=command: `commands`
-    holds each trial's own payload (`payload` is the first's), `probe` the link probe."""
+    holds each trial's own payload (`payload` is the first's), `probe` the link probe. `where`: the
+    folders a container mounts (needed with cluster.container_image)."""
+    if cluster.container_image is not None and where is None:
+        raise ValueError("a job in a container needs `where`: the folders it mounts")
     if not trials:
         raise ValueError("a job needs at least one trial")
     shapes = {(t.nodes, t.world_size) for t in trials}
@@ -251,7 +279,13 @@ def job_request(
         payload=payload,
         env=tuple(env_pairs(cluster.env)),
         requeue=requeue,
-        container_image=cluster.container_image,
-        container_mounts=tuple(cluster.container_mounts),
+        container=where
+        and container_for(
+            cluster,
+            submit_dir=where.submit_dir,
+            sweep_dir=where.sweep_dir,
+            launcher_src=where.launcher_src,
+            gpus=bool(cluster.gpus_per_node or cluster.gpus_per_task),
+        ),
         probe=probe,
     )

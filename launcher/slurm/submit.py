@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import launcher
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json, atomic_write_text
 from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 from launcher.slurm.explain import status_and_reason
-from launcher.slurm.render import JobRequest, job_request, render_script
+from launcher.slurm.render import JobRequest, Where, job_request, render_script
 from launcher.trials.folder import (
     FileRead,
     read_document,
@@ -78,10 +79,15 @@ def job_requests(
     *,
     first_index: int = 0,
     payload_args: tuple[str, ...] = (),
+    where: Where | None = None,
 ) -> list[PreparedJob]:
     """Render every job of these trials (pure apart from reading templates); `payload_args`
-    follow the payload's own arguments."""
+    follow the payload's own arguments. `where`: the folders a container mounts (default: the
+    working folder, this sweep's, this launcher's package)."""
     sweep_dir = sweep_dir.resolve()
+    where = where or Where(
+        submit_dir=Path.cwd().resolve(), sweep_dir=sweep_dir, launcher_src=Path(launcher.__file__).resolve().parent
+    )
     python = cfg.cluster.python or sys.executable
     command = cfg.job.kind == "command"
     payload = None if command else payload_for(cfg, payload_args)
@@ -103,6 +109,7 @@ def job_requests(
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
             commands=commands,
             probe=probe_payload() if command and cfg.job.probe else None,
+            where=where,
         )
         jobs.append(
             PreparedJob(name=f"job-{i:03d}", trials=tuple(group), request=request, script=render_script(request))

@@ -197,6 +197,7 @@ def versions() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
+        "executable": sys.executable,  # which interpreter ran: the image's, in a container
         "platform": platform.platform(),
     }
 

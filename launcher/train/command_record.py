@@ -155,7 +155,12 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
         "reason": reason,
         "trial": doc["trial"],
         "config": doc["config"],
-        "versions": {"launcher": __version__, "python": platform.python_version(), "platform": platform.platform()},
+        "versions": {
+            "launcher": __version__,
+            "python": platform.python_version(),
+            "executable": sys.executable,  # which interpreter ran: the image's, in a container
+            "platform": platform.platform(),
+        },
         "started_at": started,
         "finished_at": now,
         "exit_code": exit_code,

@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.compose import compose_config
-from launcher.slurm.render import JobRequest
+from launcher.slurm.render import JobRequest, Where
 from launcher.slurm.submit import job_requests
 from launcher.trials.spec import sweep_trials
 
 SWEEP_DIR = Path("/scratch/results/golden-sweep")
+# Where a container's mounts come from: the folder `launcher` ran in, and its package in a venv.
+SUBMIT_DIR = Path("/home/me/project")
+LAUNCHER_SRC = Path("/opt/venv/lib/python3.11/site-packages/launcher")
 PY = "cluster.python=/opt/venv/bin/python"
 SITE_SETUP = ["cluster.setup=['module load cuda/12.4','source /opt/venvs/train/bin/activate']"]
 SITE_ENV = (
@@ -22,6 +25,11 @@ CONTAINER = [
     "cluster.container_mounts=['/scratch/results:/scratch/results','/datasets/my sets:/data:ro+rprivate']",
 ]
 
+APPTAINER = [
+    "cluster.container_runtime=apptainer",
+    "cluster.container_image=/images/pytorch-25.09.sif",
+    "cluster.container_mounts=['/datasets/my sets:/data:ro']",
+]
 COMMAND_ARGV = (
     "job.argv=[python,train.py,'--micro=${batch.micro}','--world=${trial.world_size}','--tag=it\\'s $(id) `id` *']"
 )
@@ -93,8 +101,23 @@ CASES: dict[str, list[str]] = {
         PY,
     ],
     # pyxis/enroot containers (cluster.container_image/_mounts) on the payload's srun, both launches.
-    "container_srun": ["cluster=devcluster", "sweep.nodes=[1]", *CONTAINER, PY],
-    "container_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *CONTAINER, PY],
+    # The image's python3 (no cluster.python), the launcher's package, sweep and submit folders mounted.
+    "container_srun": ["cluster=devcluster", "sweep.nodes=[1]", *CONTAINER],
+    "container_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *CONTAINER],
+    # A command trial: its probe, its ranks and its record step each a step in the image.
+    "container_command_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "job=command", COMMAND_ARGV, *CONTAINER],
+    "container_command_srun": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "job=command",
+        COMMAND_ARGV,
+        "job.launch=srun",
+        *CONTAINER,
+        "cluster.python=/usr/bin/python3.12",
+    ],
+    # Apptainer: `apptainer exec --nv --bind … --pwd … IMAGE` before what each step runs.
+    "apptainer_srun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.gpus_per_node=2", *APPTAINER],
+    "apptainer_command_torchrun": ["cluster=devcluster", "sweep.nodes=[1]", "job=command", COMMAND_ARGV, *APPTAINER],
     # job=command: the user's argv and env per trial (quoted words; `${trial.*}` resolved per trial),
     # the link probe first, the record after; each launch.
     "command_torchrun_pack": [
@@ -138,5 +161,6 @@ def scripts(name: str, sweep_dir: Path = SWEEP_DIR) -> list[tuple[JobRequest, st
     if name in RUNS:
         cfg = as_sweep(cfg)
     trials = run_trials(cfg) if name in RUNS else sweep_trials(cfg)
-    jobs = job_requests(cfg, sweep_dir, trials, payload_args=PAYLOAD_ARGS.get(name, ()))
+    where = Where(submit_dir=SUBMIT_DIR, sweep_dir=sweep_dir, launcher_src=LAUNCHER_SRC)
+    jobs = job_requests(cfg, sweep_dir, trials, payload_args=PAYLOAD_ARGS.get(name, ()), where=where)
     return [(j.request, j.script) for j in jobs]

@@ -259,10 +259,14 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_render.py::test_run_dry_run_prints_and_writes_the_script_and_submits_nothing",),
         args=("cluster.nodes", "--dry-run"),
     ),
-    "launcher run cluster=mysite cluster.nodes=2 \"cluster.container_image='nvcr.io#nvidia/pytorch:24.05-py3'\" "
-    "\"cluster.container_mounts=['/scratch:/scratch']\" --dry-run": Ran(
-        tests=("test_container.py::test_run_dry_run_with_a_container_prints_it",),
-        args=("cluster.container_image", "cluster.container_mounts", "--dry-run"),
+    # docs/containers.md
+    "launcher run --recipes my_recipes cluster=mysite job=my_train cluster.nodes=2 --dry-run": Ran(
+        tests=("test_container.py::test_run_dry_run_of_a_command_in_the_docs_site_recipe",),
+        args=("--recipes", "cluster=mysite", "job=my_train", "--dry-run"),
+    ),
+    "launcher sweep --recipes my_recipes cluster=mysite sweep.nodes='[1,2,4]'": Ran(
+        tests=("test_containers.py::test_builtin_trainer_in_the_image_at_1_and_2_nodes",),
+        args=("--recipes", "sweep.nodes"),
     ),
     "launcher sweep cluster=devcluster sweep.nodes='[1,2,4]'": Ran(
         tests=("test_slurm_cluster.py::test_sweep_over_nodes_1_2_4",),
