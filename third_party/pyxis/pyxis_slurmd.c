@@ -153,13 +153,21 @@ static int pyxis_container_cleanup(uid_t uid, gid_t gid, uint32_t jobid)
 }
 
 /*
+ * Local change (launcher): the PATH below is a build-time default, so that an enroot installed
+ * outside /usr/local/bin, /usr/bin and /bin is found by the epilog.
+ */
+#ifndef PYXIS_EPILOG_PATH
+#define PYXIS_EPILOG_PATH "/usr/local/bin:/usr/bin:/bin"
+#endif
+
+/*
  * Fix the environment of the SPANK epilog process
  */
 static int job_epilog_fixup(void)
 {
 	int ret;
 
-	ret = setenv("PATH", "/usr/local/bin:/usr/bin:/bin", 0);
+	ret = setenv("PATH", PYXIS_EPILOG_PATH, 0);
 	if (ret < 0)
 		return (-1);
 
