@@ -157,3 +157,16 @@ def test_status_says_whether_containers_are_on(tmp_path):
         ).containers
         is False
     )
+
+
+def test_off_removes_plugstack_which_slurm_reads_beside_slurm_conf_even_unnamed(tmp_path):
+    layout = conf.Layout(root=tmp_path)
+    for d in (layout.etc, layout.mysql_dir):
+        d.mkdir(parents=True)
+    plugstack = containers.ContainerLayout(layout=layout).plugstack
+    nodes = conf.node_names(1)
+    assert plugstack in files.write_configs(layout, nodes, 2, with_containers=True)
+    assert plugstack.exists() and files.configs_current(layout, nodes, 2, with_containers=True)
+    assert not files.configs_current(layout, nodes, 2)
+    assert files.write_configs(layout, nodes, 2) == {layout.slurm_conf, plugstack}
+    assert not plugstack.exists() and files.configs_current(layout, nodes, 2)

@@ -38,12 +38,20 @@ def configs(
     return out
 
 
+def absent(layout: Layout, with_containers: bool) -> list[Path]:
+    """Files that must not be there: Slurm reads plugstack.conf next to slurm.conf even when slurm.conf
+    does not name it, so pyxis stays loaded until the file goes."""
+    return [] if with_containers else [containers.ContainerLayout(layout=layout).plugstack]
+
+
 def configs_current(
     layout: Layout, nodes: tuple[str, ...], gpus: int, exclusive: bool = False, with_containers: bool = False
 ) -> bool:
     try:
         pw = layout.db_password_file.read_text().strip()
         want = configs(layout, nodes, pw, gpus, exclusive, with_containers)
+        if any(p.exists() for p in absent(layout, with_containers)):
+            return False
         return all(p.read_text() == text for p, (text, _) in want.items())
     except OSError:
         return False
@@ -92,5 +100,9 @@ def write_configs(
             tmp.write_text(text)
             tmp.chmod(mode)
             tmp.replace(path)
+            changed.add(path)
+    for path in absent(layout, with_containers):
+        if path.exists():
+            path.unlink()
             changed.add(path)
     return changed
