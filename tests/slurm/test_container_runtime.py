@@ -186,3 +186,38 @@ def test_a_named_container_is_kept_across_the_steps_of_its_job_only(cluster, ima
         time.sleep(1)
     assert not left.exists()
     assert run(cluster, "sinfo", "--noheader", "--node", kept, "--format=%t").stdout.strip() in ("idle", "mix", "alloc")
+
+
+ALL_REDUCE = r"""
+import json, os, socket, torch, torch.distributed as dist
+rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+dist.init_process_group("gloo", rank=rank, world_size=world)
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print("RANK " + json.dumps({"rank": rank, "host": socket.gethostname(), "sum": t.item(), "torch": torch.__file__}))
+dist.destroy_process_group()
+"""
+
+
+def test_gloo_all_reduce_across_two_nodes_inside_the_image(cluster, image, tmp_path):
+    path, _ = image
+    (tmp_path / "all_reduce.py").write_text(ALL_REDUCE)
+    step = [
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        shlex.join(
+            [
+                "srun",
+                f"--container-image={path}",
+                f"--container-mounts={tmp_path}:/job:ro",
+                "--container-workdir=/job",
+                "python",
+                "all_reduce.py",
+            ]
+        ),
+    ]
+    _, text = _job(cluster, tmp_path, step, "--nodes=2", "--ntasks-per-node=1")
+    ranks = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("RANK ")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and len({r["host"] for r in ranks}) == 2
+    assert [r["sum"] for r in ranks] == [3.0, 3.0]  # 1 + 2, through the nodes' network
+    assert {r["torch"] for r in ranks} == {"/usr/local/lib/python3.11/dist-packages/torch/__init__.py"}

@@ -29,15 +29,15 @@ from launcher.slurm.devcluster.conf import DEFAULT_ROOT, Layout
 THIRD_PARTY = Path(__file__).resolve().parents[3] / "third_party"
 """The vendored sources (a checkout's top folder; an installed wheel has none)."""
 IMAGE_FILE = "bookworm-python-torch.sqsh"
-IMAGE_RECIPE = 2
+IMAGE_RECIPE = 3
 """Bumped when the image's recipe changes (suite, packages, compression): the cached image is rebuilt."""
 IMAGE_MARKER = "/etc/launcher-devcluster-image.json"
 """A file inside the image (its "built" stamp and recipe, as in the record beside it): a step that reads it
 runs in this image."""
 SUITE = "bookworm"
-IMAGE_PACKAGES = ("python3",)
-"""Debian packages debootstrap adds to minbase; torch (and numpy, so torch's import is quiet) come from
-the host's pip."""
+IMAGE_PACKAGES = ("python3", "python-is-python3")
+"""Debian packages debootstrap adds to minbase (`python` as well as `python3`, as site images have);
+torch (and numpy, so torch's import is quiet) come from the host's pip, torchrun to /usr/local/bin."""
 SQUASH_OPTIONS = ("-comp", "lz4", "-all-root", "-noappend", "-no-progress", "-quiet")
 """lz4: 1.2 GB of rootfs squashed in ~3 s and unsquashed in ~1.5 s here (zstd's default level took 114 s)."""
 ABSENT = ("launcher", "hydra", "omegaconf")
