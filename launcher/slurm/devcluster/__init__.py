@@ -6,8 +6,10 @@ Modules: conf (pure config text and paths), netns (bridge and namespaces), daemo
 liveness and stop by pid), install (Debian packages), accounting (MariaDB, sacctmgr), state
 (the record of what `up` started), ready (asking the running cluster), limits (pure rules of the
 bed's CPU share and link rate), bed (applying them: cgroups and tc), limits_in_place (whether they
-are in place on the running cluster, and putting them there), lifecycle (up, down, status), cluster
-(the `launcher cluster` verb).
+are in place on the running cluster, and putting them there), containers (pyxis + enroot and the
+image, `--containers`: paths, config text, `image_path`, `image_info`, `enabled`), container_build
+(building them into the cluster folder's cache), lifecycle (up, down, status), cluster (the
+`launcher cluster` verb).
 """
 
 from launcher.slurm.devcluster.errors import DevClusterError

@@ -39,6 +39,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "none removes it; default: keep the running cluster's (none on a new one)",
     )
 
+    p.add_argument(
+        "--containers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="`up`: a real container runtime, NVIDIA's pyxis + enroot built from third_party/ against this "
+        "Slurm, and an image (Debian, python3, the host's torch) for `srun --container-image=...`; cached in "
+        "the cluster folder; loading it restarts slurmctld and the nodes; --no-containers unloads it; "
+        "default: keep the running cluster's (off on a new one)",
+    )
+
 
 def main(args: argparse.Namespace) -> int:
     try:
@@ -51,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
                 gpus_per_node=args.gpus_per_node,
                 cpus_per_node=cpus,
                 link_rate_bit=rate,
+                with_containers=args.containers,
             )
             print(status(c.root))
         elif args.action == "down":

@@ -7,9 +7,12 @@ cluster folder never touch the system's own /etc/slurm, /etc/munge or /var/lib/m
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
+"""The cluster folder unless `--root` says otherwise."""
 CLUSTER_NAME = "devcluster"
 PARTITION = "debug"
 CONTROLLER = "lnch-ctl"
@@ -205,9 +208,16 @@ def check_gpus(gpus: int) -> int:
 
 
 def slurm_conf_text(
-    layout: Layout, nodes: tuple[str, ...], ports: Ports = Ports(), *, gpus: int = NODE_GPUS, exclusive: bool = False
+    layout: Layout,
+    nodes: tuple[str, ...],
+    ports: Ports = Ports(),
+    *,
+    gpus: int = NODE_GPUS,
+    exclusive: bool = False,
+    plugstack: Path | None = None,
 ) -> str:
-    """`exclusive`: every job gets whole nodes (the bed's CPU share per node is then one job's alone)."""
+    """`exclusive`: every job gets whole nodes (the bed's CPU share per node is then one job's alone).
+    `plugstack`: the SPANK plugins' file (pyxis, with containers on); None: no SPANK plugin."""
     r = layout
     sock = r.munge_socket
     lines = [
@@ -262,6 +272,9 @@ def slurm_conf_text(
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
     ]
+    if plugstack is not None:
+        # Read by srun and sbatch (the plugin's --container-* options) and by slurmd and slurmstepd.
+        lines.append(f"PlugStackConfig={plugstack}")
     lines += [
         f"NodeName={n} NodeAddr={node_ip(n)} NodeHostname={n} CPUs={node_cpus(gpus)} "
         f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{gpus} Feature={NODE_FEATURES} State=UNKNOWN"

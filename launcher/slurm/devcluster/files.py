@@ -8,28 +8,51 @@ import os
 import stat
 from pathlib import Path
 
-from launcher.slurm.devcluster import accounting, conf
+from launcher.slurm.devcluster import accounting, conf, containers
 from launcher.slurm.devcluster.conf import Layout, Ports
 
 PORTS = Ports()
 
 
 def configs(
-    layout: Layout, nodes: tuple[str, ...], db_password: str, gpus: int, exclusive: bool = False
+    layout: Layout,
+    nodes: tuple[str, ...],
+    db_password: str,
+    gpus: int,
+    exclusive: bool = False,
+    with_containers: bool = False,
 ) -> dict[Path, tuple[str, int]]:
-    return {
-        layout.slurm_conf: (conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus, exclusive=exclusive), 0o644),
+    """`with_containers`: slurm.conf loads pyxis through etc/plugstack.conf (containers.py)."""
+    cl = containers.ContainerLayout(layout=layout)
+    plugstack = cl.plugstack if with_containers else None
+    slurm = conf.slurm_conf_text(layout, nodes, PORTS, gpus=gpus, exclusive=exclusive, plugstack=plugstack)
+    out = {
+        layout.slurm_conf: (slurm, 0o644),
         layout.slurmdbd_conf: (conf.slurmdbd_conf_text(layout, db_password, PORTS), 0o600),
         layout.gres_conf: (conf.gres_conf_text(layout, nodes, gpus=gpus), 0o644),
         layout.hosts: (conf.hosts_text(nodes), 0o644),
         layout.resolv_conf: (conf.resolv_text(), 0o644),
     }
+    if with_containers:
+        out[cl.plugstack] = (containers.plugstack_text(cl), 0o644)
+    return out
 
 
-def configs_current(layout: Layout, nodes: tuple[str, ...], gpus: int, exclusive: bool = False) -> bool:
+def absent(layout: Layout, with_containers: bool) -> list[Path]:
+    """Files that must not be there: Slurm reads plugstack.conf next to slurm.conf even when slurm.conf
+    does not name it, so pyxis stays loaded until the file goes."""
+    return [] if with_containers else [containers.ContainerLayout(layout=layout).plugstack]
+
+
+def configs_current(
+    layout: Layout, nodes: tuple[str, ...], gpus: int, exclusive: bool = False, with_containers: bool = False
+) -> bool:
     try:
         pw = layout.db_password_file.read_text().strip()
-        return all(p.read_text() == text for p, (text, _) in configs(layout, nodes, pw, gpus, exclusive).items())
+        want = configs(layout, nodes, pw, gpus, exclusive, with_containers)
+        if any(p.exists() for p in absent(layout, with_containers)):
+            return False
+        return all(p.read_text() == text for p, (text, _) in want.items())
     except OSError:
         return False
 
@@ -65,15 +88,21 @@ def make_fake_gpus(layout: Layout, gpus: int) -> None:
             f.touch()
 
 
-def write_configs(layout: Layout, names: tuple[str, ...], gpus: int, exclusive: bool = False) -> set[Path]:
+def write_configs(
+    layout: Layout, names: tuple[str, ...], gpus: int, exclusive: bool = False, with_containers: bool = False
+) -> set[Path]:
     """Write the config files; returns those whose text changed (their readers must restart)."""
     pw = accounting.db_password(layout)
     changed = set()
-    for path, (text, mode) in configs(layout, names, pw, gpus, exclusive).items():
+    for path, (text, mode) in configs(layout, names, pw, gpus, exclusive, with_containers).items():
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.chmod(mode)
             tmp.replace(path)
+            changed.add(path)
+    for path in absent(layout, with_containers):
+        if path.exists():
+            path.unlink()
             changed.add(path)
     return changed

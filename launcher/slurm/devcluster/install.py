@@ -59,6 +59,15 @@ def ensure_packages(log: Callable[[str], None], log_file: Path) -> bool:
         return False
     packages = sorted(set(PACKAGES) | {PROGRAMS[p] for p in missing})
     log(f"installing Debian packages ({', '.join(sorted({PROGRAMS[p] for p in missing}))} missing)")
+    apt_install(packages, log_file)
+    still = missing_programs()
+    if still:
+        raise InstallError(f"installed {' '.join(packages)} but {', '.join(still)} still missing; see {log_file}")
+    return True
+
+
+def apt_install(packages: list[str], log_file: Path) -> None:
+    """`apt-get update` and `apt-get install --no-install-recommends` with no daemon started by it."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     created_policy = not POLICY_RC_D.exists()
     if created_policy:
@@ -81,7 +90,3 @@ def ensure_packages(log: Callable[[str], None], log_file: Path) -> bool:
     finally:
         if created_policy:
             POLICY_RC_D.unlink(missing_ok=True)
-    still = missing_programs()
-    if still:
-        raise InstallError(f"installed {' '.join(packages)} but {', '.join(still)} still missing; see {log_file}")
-    return True

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm.devcluster import accounting, bed, conf, daemons, files, limits, netns
-from launcher.slurm.devcluster.conf import Layout
+from launcher.slurm.devcluster import accounting, bed, conf, container_build, containers, daemons, files, limits, netns
+from launcher.slurm.devcluster.conf import DEFAULT_ROOT, Layout
 from launcher.slurm.devcluster.errors import DevClusterError
 from launcher.slurm.devcluster.install import DAEMON_PATH, InstallError, ensure_packages, program
 from launcher.slurm.devcluster.limits import Limits
@@ -24,7 +24,6 @@ from launcher.slurm.devcluster.limits_in_place import apply_limits, exclusive, l
 from launcher.slurm.devcluster.ready import HEALTHY_STATES, run, sinfo_states, wait_ready
 from launcher.slurm.devcluster.state import State, load, locked, save
 
-DEFAULT_ROOT = Path(os.environ.get("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster"))
 PORTS = files.PORTS
 DAEMON_TIMEOUT_S = 60.0
 NOT_ROOT = (
@@ -47,13 +46,15 @@ class DevCluster:
     """Stand-in GPUs per node (gres `gpu`, device files in the cluster folder)."""
     limits: Limits = Limits()
     """Each node's CPU share and link rate (none by default: the nodes share the machine's cores)."""
+    containers: bool = False
+    """srun/sbatch take pyxis' --container-* options (`containers.image_path()` is the image to give them)."""
 
     def env(self) -> dict[str, str]:
         """A copy of os.environ with SLURM_CONF: what Slurm's client commands need."""
         return dict(os.environ, SLURM_CONF=str(self.slurm_conf))
 
 
-def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int, lim: Limits) -> DevCluster:
+def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int, lim: Limits, with_containers: bool) -> DevCluster:
     return DevCluster(
         root=layout.root,
         slurm_conf=layout.slurm_conf,
@@ -61,27 +62,36 @@ def _cluster(layout: Layout, nodes: tuple[str, ...], gpus: int, lim: Limits) -> 
         partition=conf.PARTITION,
         gpus_per_node=gpus,
         limits=lim,
+        containers=with_containers,
     )
 
 
-def _daemon_env(layout: Layout) -> dict[str, str]:
+def _daemon_env(layout: Layout, with_containers: bool) -> dict[str, str]:
     # Daemons get a small fixed environment, not the caller's (a test runner's variables
-    # would otherwise leak into every job step's slurmstepd).
-    return {"PATH": DAEMON_PATH, "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(layout.slurm_conf)}
+    # would otherwise leak into every job step's slurmstepd). With containers, enroot's folder
+    # leads PATH: pyxis runs `enroot` from slurmstepd's PATH.
+    path = (
+        containers.daemon_path(containers.ContainerLayout(layout=layout), DAEMON_PATH)
+        if with_containers
+        else DAEMON_PATH
+    )
+    return {"PATH": path, "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(layout.slurm_conf)}
 
 
 def _names(nodes: tuple[str, ...]) -> list[str]:
     return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
 
 
-def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int) -> bool:
-    if st.nodes != nodes or st.gpus_per_node != gpus:
+def _healthy(layout: Layout, st: State, nodes: tuple[str, ...], gpus: int, with_containers: bool) -> bool:
+    if st.nodes != nodes or st.gpus_per_node != gpus or st.containers != with_containers:
+        return False
+    if with_containers and not container_build.current(containers.ContainerLayout(layout=layout)):
         return False
     if not all(name in st.procs and daemons.alive(st.procs[name]) for name in _names(nodes)):
         return False
     if not all(netns.node_ok(n) for n in nodes):
         return False
-    if not files.configs_current(layout, nodes, gpus, exclusive(st.limits)):
+    if not files.configs_current(layout, nodes, gpus, exclusive(st.limits), with_containers):
         return False
     states = sinfo_states(layout)
     return states is not None and all(states.get(n) in HEALTHY_STATES for n in nodes)
@@ -97,12 +107,16 @@ def up(
     gpus_per_node: int | None = None,
     cpus_per_node: float | None = None,
     link_rate_bit: int | None = None,
+    with_containers: bool | None = None,
 ) -> DevCluster:
     """Start (or repair, or resize) the dev cluster and wait until every node is idle and sacct answers.
     `gpus_per_node`: stand-in GPUs on every node; None keeps the running cluster's (2 on a new one),
     so a plain `up` from another test session never reconfigures, and restarts, a cluster in use.
     `cpus_per_node` (CPU quota per node, 0 = none) and `link_rate_bit` (tbf rate per node link,
-    0 = unshaped) likewise keep the cluster's when None; new values are applied in place."""
+    0 = unshaped) likewise keep the cluster's when None; new values are applied in place.
+    `with_containers`: pyxis + enroot in the cluster and its image built (containers.py), cached in the
+    cluster folder; True on a running cluster without them restarts slurmctld and the nodes (their jobs
+    end); None keeps the cluster's (off on a new one)."""
     if os.geteuid() != 0:
         raise DevClusterError(NOT_ROOT)
     layout = Layout(root=Path(root))
@@ -117,35 +131,52 @@ def up(
         )
         if lim.cpus_per_node:
             bed.hierarchy()  # no cpu controller: say so before anything starts
+        want_containers = st.containers if with_containers is None else with_containers
+        if want_containers:
+            containers.check_root(layout.root)
     except ValueError as exc:
         raise DevClusterError(str(exc)) from None
     try:
-        if layout.state_file.exists() and _healthy(layout, st, names, gpus):
+        if layout.state_file.exists() and _healthy(layout, st, names, gpus, want_containers):
             if not limits_current(st, names, lim):
                 with locked(layout):
                     apply_limits(load(layout), layout, names, lim, log)
-                    set_exclusive(layout, names, gpus, lim)
-            return _cluster(layout, names, gpus, lim)
+                    set_exclusive(layout, names, gpus, lim, want_containers)
+            return _cluster(layout, names, gpus, lim, want_containers)
         with locked(layout):
-            return _up(layout, names, gpus, lim, log)
+            return _up(layout, names, gpus, lim, log, want_containers)
     except (InstallError, netns.NetError, OSError, subprocess.SubprocessError) as exc:
         raise DevClusterError(f"{exc} (logs in {layout.log})") from None
 
 
-def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Callable[[str], None]) -> DevCluster:
+def _up(
+    layout: Layout,
+    names: tuple[str, ...],
+    gpus: int,
+    lim: Limits,
+    log: Callable[[str], None],
+    with_containers: bool,
+) -> DevCluster:
     t0 = time.monotonic()
     st = load(layout)
-    if _healthy(layout, st, names, gpus) and limits_current(st, names, lim):  # another `up` did it meanwhile
-        return _cluster(layout, names, gpus, lim)
+    # another `up` did it meanwhile
+    if _healthy(layout, st, names, gpus, with_containers) and limits_current(st, names, lim):
+        return _cluster(layout, names, gpus, lim, with_containers)
     ensure_packages(log, layout.log_file("apt"))
     files.make_dirs(layout, names, gpus)
-    changed = files.write_configs(layout, names, gpus, exclusive(lim))
+    rebuilt = with_containers and container_build.ensure(
+        containers.ContainerLayout(layout=layout), log, layout.log_file("containers")
+    )
+    changed = files.write_configs(layout, names, gpus, exclusive(lim), with_containers)
     if st.nodes and st.nodes != names:
         log(f"resizing the dev cluster from {len(st.nodes)} to {len(names)} nodes")
     if st.nodes and st.gpus_per_node != gpus:
         log(f"giving every node {gpus} stand-in GPUs (was {st.gpus_per_node}); running jobs are stopped")
+    if st.nodes and st.containers != with_containers:
+        log(f"{'loading' if with_containers else 'unloading'} pyxis: slurmctld and the nodes restart, running jobs end")
     st.gpus_per_node = gpus
-    env = _daemon_env(layout)
+    st.containers = with_containers
+    env = _daemon_env(layout, with_containers)
 
     if layout.slurmdbd_conf in changed and "slurmdbd" in st.procs:
         daemons.stop(st.procs.pop("slurmdbd"))
@@ -166,7 +197,7 @@ def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Cal
     # Slurm 22.05 reads the node list only at start, and the hosts files are bound in at start:
     # any change restarts slurmctld and the nodes.
     stale = [n for n in st.nodes if n not in names]
-    if (changed - {layout.slurmdbd_conf}) or stale:
+    if (changed - {layout.slurmdbd_conf}) or stale or rebuilt:
         _stop_slurm(layout, st, st.nodes)
     for n in stale:
         _node_net_down(st, n)
@@ -185,7 +216,7 @@ def _up(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, log: Cal
     save(layout, st)
     wait_ready(layout, st, names)
     log(f"dev cluster up: {len(names)} nodes ready in {time.monotonic() - t0:.1f} s (folder {layout.root})")
-    return _cluster(layout, names, gpus, lim)
+    return _cluster(layout, names, gpus, lim, with_containers)
 
 
 def _start(layout: Layout, st: State, name: str, argv: list[str], env: dict[str, str]) -> None:
@@ -328,6 +359,7 @@ def status(root: Path = DEFAULT_ROOT) -> str:
         "jobs compute on CPU, Slurm sets CUDA_VISIBLE_DEVICES)"
     )
     lines += _bed_lines(st)
+    lines += containers.describe(containers.ContainerLayout(layout=layout), containers.enabled(layout.root))
     lines.append(f"export SLURM_CONF={layout.slurm_conf}")
     return "\n".join(lines)
 
@@ -350,4 +382,4 @@ def current(root: Path = DEFAULT_ROOT) -> DevCluster | None:
         return None
     if not st.nodes or not all(n in st.procs and daemons.alive(st.procs[n]) for n in _names(st.nodes)):
         return None
-    return _cluster(layout, st.nodes, st.gpus_per_node, st.limits)
+    return _cluster(layout, st.nodes, st.gpus_per_node, st.limits, st.containers)

@@ -22,9 +22,9 @@ def exclusive(lim: Limits) -> bool:
     return lim.cpus_per_node > 0
 
 
-def set_exclusive(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits) -> None:
+def set_exclusive(layout: Layout, names: tuple[str, ...], gpus: int, lim: Limits, with_containers: bool) -> None:
     """Whole nodes per job (or not) on the running controller, and in slurm.conf for its next start."""
-    if files.write_configs(layout, names, gpus, exclusive(lim)):
+    if files.write_configs(layout, names, gpus, exclusive(lim), with_containers):
         value = "EXCLUSIVE" if exclusive(lim) else "NO"
         r = run([program("scontrol"), "update", f"PartitionName={conf.PARTITION}", f"OverSubscribe={value}"], layout)
         if r.returncode != 0:

@@ -35,6 +35,8 @@ class State:
     """The folder `up` made for the nodes' cgroups (one per node inside); "" when none."""
     cgroup_version: int = 0
     """1 or 2: the cgroup hierarchy of `cgroup_base` (0 when none)."""
+    containers: bool = False
+    """The last `up` enabled containers (pyxis + enroot; a later `up` without --containers keeps them)."""
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +50,7 @@ class State:
             "link_rate_bit": self.limits.link_rate_bit,
             "cgroup_base": self.cgroup_base,
             "cgroup_version": self.cgroup_version,
+            "containers": self.containers,
         }
 
     @classmethod
@@ -64,6 +67,7 @@ class State:
             ),
             cgroup_base=str(d.get("cgroup_base", "")),
             cgroup_version=int(d.get("cgroup_version", 0)),
+            containers=bool(d.get("containers", False)),
         )
 
 

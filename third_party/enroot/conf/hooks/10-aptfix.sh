@@ -1,0 +1,26 @@
+#! /usr/bin/env bash
+
+# Copyright (c) 2018-2023, NVIDIA CORPORATION. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+set -eu
+
+if [ ! -f "${ENROOT_ROOTFS}/etc/debian_version" ]; then
+    exit 0
+fi
+
+if [ -n "${ENROOT_REMAP_ROOT-}" ]; then
+    mkdir -p "${ENROOT_ROOTFS}/etc/apt/apt.conf.d"
+    printf 'APT::Sandbox::User "root";\n' > "${ENROOT_ROOTFS}/etc/apt/apt.conf.d/enroot"
+fi
