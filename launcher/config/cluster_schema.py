@@ -115,6 +115,11 @@ class ClusterConfig:
     `apptainer exec [--nv] --bind … --pwd <submit folder> IMAGE …` under srun (`--nv` where the job has GPUs)."""
     container_mounts: list[str] = field(default_factory=list)
     """Your own `src:dst[:flags]` bind mounts (datasets, caches), besides the three the launcher adds."""
+    container_reuse: bool = True
+    """pyxis: one container per job and node (`--container-name=launcher_<job id>`), which the link probe,
+    the ranks and the record step share, so a site whose pyxis unpacks images (its default) unpacks once a
+    job, not once a step. Off where pyxis mounts the squashfs image itself (use_squashfuse), as on the dev
+    cluster: a named container is unpacked even there."""
     signal_warning_s: int = 120
     """Seconds before the time limit at which Slurm sends USR1 (`--signal`)."""
     slurm_conf: str | None = None

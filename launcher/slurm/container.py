@@ -37,6 +37,8 @@ class Container:
     """The submit folder: every step starts there."""
     gpus: bool = False
     """The job asks for GPUs: Apptainer's `--nv` (pyxis brings them through enroot's hooks itself)."""
+    reuse: bool = False
+    """pyxis: the job's steps share one named container per node (cluster.container_reuse)."""
 
     @property
     def words(self) -> str:
@@ -46,9 +48,12 @@ class Container:
         if self.runtime == "apptainer":
             words = ["apptainer", "exec", *(["--nv"] if self.gpus else [])]
             return " ".join(map(q, [*words, "--bind", ",".join(self.mounts), "--pwd", self.workdir, self.image]))
+        # The job id expands when the step runs: a name unique to the job even where pyxis keeps
+        # containers beyond one (container_scope=global).
+        name = ' --container-name=launcher_"$SLURM_JOB_ID"' if self.reuse else ""
         return (
             f"--container-image={q(self.image)} --container-mounts={q(','.join(self.mounts))} "
-            f"--container-workdir={q(self.workdir)}"
+            f"--container-workdir={q(self.workdir)}{name}"
         )
 
 
@@ -69,6 +74,7 @@ def container_for(
         mounts=tuple(dict.fromkeys([*own, *cluster.container_mounts])),
         workdir=str(submit_dir),
         gpus=gpus,
+        reuse=cluster.container_reuse,
     )
 
 

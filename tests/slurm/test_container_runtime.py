@@ -52,7 +52,8 @@ print("PROBE " + json.dumps({
 def cluster() -> devcluster.DevCluster:
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root")
-    # Loads pyxis into a running cluster without it (a restart) and builds what its cache lacks.
+    # `launcher cluster up --containers`: loads pyxis into a running cluster without it (a restart) and
+    # builds what its cache lacks.
     return devcluster.up(nodes=4, with_containers=True, log=lambda _: None)
 
 

@@ -103,7 +103,14 @@ CASES: dict[str, list[str]] = {
     # pyxis/enroot containers (cluster.container_image/_mounts) on the payload's srun, both launches.
     # The image's python3 (no cluster.python), the launcher's package, sweep and submit folders mounted.
     "container_srun": ["cluster=devcluster", "sweep.nodes=[1]", *CONTAINER],
-    "container_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "cluster.launch=torchrun", *CONTAINER],
+    # A site's pyxis that unpacks images: the job's steps share one named container per node.
+    "container_torchrun": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "cluster.launch=torchrun",
+        *CONTAINER,
+        "cluster.container_reuse=true",
+    ],
     # A command trial: its probe, its ranks and its record step each a step in the image.
     "container_command_torchrun": ["cluster=devcluster", "sweep.nodes=[2]", "job=command", COMMAND_ARGV, *CONTAINER],
     "container_command_srun": [

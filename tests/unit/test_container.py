@@ -50,6 +50,9 @@ def test_container_options_are_srun_words_before_the_payload(name, runs):
     # srun options, so before what srun runs: the payload (srun launch) or torchrun's bash wrapper.
     assert image < words.index("launcher.train" if runs == "launcher.train" else "bash")
     assert "python3" in words and "/opt/venv/bin/python" not in script  # the image's interpreter
+    # One container per job and node shared by its steps where asked (container_reuse), the job id expanded by bash.
+    reuse = "--container-name=launcher_$SLURM_JOB_ID"
+    assert (reuse in words) == (name == "container_torchrun")
     assert "container" not in "".join(ln for ln in script.splitlines() if ln.startswith("#SBATCH"))
     assert f'export PYTHONPATH={LAUNCHER_MOUNT}"${{PYTHONPATH:+:$PYTHONPATH}}"\n' in script
 
@@ -123,6 +126,7 @@ def test_run_dry_run_of_a_command_in_the_docs_site_recipe(runtime, tmp_path, cap
         assert all("--container-image=nvcr.io#nvidia/pytorch:25.09-py3" in w for w in steps)
         assert all(f"--container-workdir={tmp_path}" in w for w in steps)
         assert all(any(w.endswith(",/datasets:/datasets:ro") for w in words) for words in steps)
+        assert all("--container-name=launcher_$SLURM_JOB_ID" in words for words in steps)  # the default
     else:
         for words in steps:
             at = words.index("apptainer")

@@ -125,11 +125,11 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         ),
         args=("pip install -e",),
     ),
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[cpu,test]' && .venv/bin/launcher cluster up && "
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[cpu,test]' && .venv/bin/launcher cluster up --containers && "
     ".venv/bin/ruff check && .venv/bin/ruff format --check && "
     ".venv/bin/python -m pytest": Ran(
         tests=("test_readme.py::test_ci_runs_the_readme_test_command",),
-        args=("pip install -e", "launcher cluster up", "python -m pytest"),
+        args=("pip install -e", "launcher cluster up --containers", "python -m pytest"),
     ),
     "python -m pytest": Ran(tests=("test_readme.py::test_ci_runs_the_readme_test_command",)),
     "pip install -e .": Ran(tests=("test_readme.py::test_ci_runs_the_readme_test_command",), args=("install -e",)),
@@ -263,6 +263,9 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "launcher run --recipes my_recipes cluster=mysite job=my_train cluster.nodes=2 --dry-run": Ran(
         tests=("test_container.py::test_run_dry_run_of_a_command_in_the_docs_site_recipe",),
         args=("--recipes", "cluster=mysite", "job=my_train", "--dry-run"),
+    ),
+    "launcher cluster up --containers": Ran(
+        tests=("test_container_runtime.py::test_the_cluster_says_containers_are_on",), args=("--containers",)
     ),
     "launcher sweep --recipes my_recipes cluster=mysite sweep.nodes='[1,2,4]'": Ran(
         tests=("test_containers.py::test_builtin_trainer_in_the_image_at_1_and_2_nodes",),

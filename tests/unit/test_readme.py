@@ -16,7 +16,7 @@ def test_ci_runs_the_readme_test_command():
     assert first.endswith("launcher sweep")
     assert second.endswith("python -m pytest")
     # what CI's one line does before the tests: an editable install, and the dev cluster they submit to
-    assert ".venv/bin/pip install -e '.[cpu,test]'" in second and ".venv/bin/launcher cluster up" in second
+    assert ".venv/bin/pip install -e '.[cpu,test]'" in second and ".venv/bin/launcher cluster up --containers" in second
     assert ".venv/bin/pip install -e '.[cpu]'" in first
     ci_lines = [
         ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
