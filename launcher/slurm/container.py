@@ -38,7 +38,7 @@ class Container:
     gpus: bool = False
     """The job asks for GPUs: Apptainer's `--nv` (pyxis brings them through enroot's hooks itself)."""
     reuse: bool = False
-    """pyxis: the job's steps share one named container per node (cluster.container_reuse)."""
+    """pyxis: the job's steps share one named container per node (cluster.container_reuse, or requeue)."""
 
     @property
     def words(self) -> str:
@@ -58,9 +58,13 @@ class Container:
 
 
 def container_for(
-    cluster: ClusterConfig, *, submit_dir: Path, sweep_dir: Path, launcher_src: Path, gpus: bool
+    cluster: ClusterConfig, *, submit_dir: Path, sweep_dir: Path, launcher_src: Path, gpus: bool, requeue: bool
 ) -> Container | None:
-    """The container every step of a job runs in; None without cluster.container_image."""
+    """The container every step of a job runs in; None without cluster.container_image. A job that
+    checkpoints on USR1 and requeues names its container even without cluster.container_reuse: on
+    the dev cluster, where pyxis mounts the image with squashfuse, `scancel --signal=USR1` left the
+    running ranks' root file system stale ("Stale file handle" on every path) before they could
+    save; a named container is unpacked, with no FUSE process for the signal to reach."""
     if cluster.container_image is None:
         return None
     for what, path in (("submit folder", submit_dir), ("sweep folder", sweep_dir), ("launcher package", launcher_src)):
@@ -74,7 +78,7 @@ def container_for(
         mounts=tuple(dict.fromkeys([*own, *cluster.container_mounts])),
         workdir=str(submit_dir),
         gpus=gpus,
-        reuse=cluster.container_reuse,
+        reuse=cluster.container_reuse or requeue,
     )
 
 

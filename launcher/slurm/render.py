@@ -286,6 +286,7 @@ def job_request(
             sweep_dir=where.sweep_dir,
             launcher_src=where.launcher_src,
             gpus=bool(cluster.gpus_per_node or cluster.gpus_per_task),
+            requeue=requeue,
         ),
         probe=probe,
     )

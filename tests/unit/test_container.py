@@ -158,3 +158,18 @@ def test_bad_container_settings_are_one_line_exit_2(overrides, said, tmp_path, c
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert said in err
     assert not results.exists()
+
+
+@pytest.mark.parametrize("reuse, requeue, named", [(False, False, False), (True, False, True), (False, True, True)])
+def test_a_requeueable_job_names_its_container(reuse, requeue, named):
+    """USR1 left an unnamed (squashfuse-mounted) container's files stale on the dev cluster before the ranks
+    saved: a job that checkpoints on USR1 and requeues names its container whatever container_reuse says."""
+    from launcher.config.compose import compose_config
+    from launcher.slurm.container import container_for
+
+    cluster = compose_config(
+        ["cluster=devcluster", "cluster.container_image=x.sqsh", f"cluster.container_reuse={reuse}"]
+    )
+    where = {"submit_dir": SUBMIT_DIR, "sweep_dir": SWEEP_DIR, "launcher_src": LAUNCHER_SRC}
+    c = container_for(cluster.cluster, **where, gpus=False, requeue=requeue)
+    assert ('--container-name=launcher_"$SLURM_JOB_ID"' in c.words) == named
