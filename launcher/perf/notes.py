@@ -1,5 +1,5 @@
 """What a plan's table needs said under it so that its figures read right on their own: why no
-size is recommended when nothing fits. Pure."""
+size is recommended when nothing fits, why an efficiency exceeds 1. Pure."""
 
 from __future__ import annotations
 
@@ -38,3 +38,49 @@ def no_fit(rec: Recommendation, table: pd.DataFrame, cfg: LauncherConfig) -> Rec
         f"{int(least['world_size'])} GPUs){usable}; try {', '.join(tries[:-1])} or {tries[-1]}"
     )
     return dataclasses.replace(rec, reason=reason)
+
+
+SLOWER = (
+    ("recompute_share", "recompute"),
+    ("bubble_share", "the pipeline bubble"),
+    ("comm_share", "exposed communication"),
+)
+"""The terms of a step that make the smallest size slower per GPU than a larger one, in words."""
+ABOVE_ONE = 1.005
+"""An efficiency the table shows above 1.00 (rounded to 2 places)."""
+
+
+def _sizes(ns: pd.Series) -> str:
+    return ", ".join(str(int(n)) for n in ns)
+
+
+def efficiency_lines(table: pd.DataFrame, *, searched: bool = False) -> list[str]:
+    """One line per variant whose efficiency exceeds 1 somewhere: efficiency is measured against the
+    smallest predicted size, and that size is slower per GPU, by the term whose share of its step most
+    exceeds the best size's (`searched`: the smallest size's best candidate is what fits there)."""
+    if "efficiency" not in table or "status" not in table:
+        return []
+    done = table[table["status"] == "predicted"]
+    groups = done.groupby("variant", sort=False) if "variant" in done else [("", done)]
+    lines = []
+    for variant, rows in groups:
+        above = rows[rows["efficiency"] >= ABOVE_ONE]
+        if above.empty:
+            continue
+        base = rows.loc[rows["world_size"].idxmin()]
+        best = above.loc[above["efficiency"].idxmax()]
+        n0, n1 = int(base["world_size"]), int(best["world_size"])
+        gaps = {col: (base.get(col) or 0.0) - (best.get(col) or 0.0) for col, _ in SLOWER if col in rows}
+        col = max(gaps, key=gaps.get, default=None)
+        if col is not None and gaps[col] > 0.005:
+            why = f"{dict(SLOWER)[col]} is {base[col]:.0%} of its step against {best[col]:.0%} at {n1} GPUs"
+        else:
+            per = base["tokens_per_s_per_device"], best["tokens_per_s_per_device"]
+            why = f"{per[0]:,.0f} tokens/s per GPU against {per[1]:,.0f} at {n1} GPUs"
+        fits = " (the best candidate that fits in its memory)" if searched else ""
+        where = f"{variant}: " if variant else ""
+        lines.append(
+            f"{where}eff above 1 at {_sizes(above['world_size'])} GPUs: efficiency is against the smallest size, "
+            f"{n0} GPUs{fits}, which is slower per GPU: {why}"
+        )
+    return lines

@@ -15,6 +15,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
+from launcher.perf.notes import efficiency_lines
 from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (
     Forecast,
@@ -167,6 +168,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     ratio = None if args.from_sweep else fp8_mfu_ratio(cfg, args.assume_mfu)  # a sweep measured its own MFU
     footer += [line for line in [moe_line(cfg), fp8_line(ratio)] if line]
     footer += layout_lines(cfg)
+    footer += efficiency_lines(result.table)
     footer.append(memory_line(cfg))
     print_table(
         result.table.dropna(axis=1, how="all"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from launcher.cli import main
 
 
@@ -52,3 +54,52 @@ def test_an_all_oom_search_says_what_to_try(capsys):
         "; every size is predicted out of memory under every layout, recompute and micro-batch: try more GPUs "
         "(--gpus) or a device with more memory (cluster.device_name, cluster.device_memory_gb)\n"
     )
+
+
+SEARCH_70B = [
+    "plan",
+    "--search",
+    "model=llama3_70b",
+    "precision=bf16",
+    "batch.global_batch=1024",
+    "cluster=example_gpu_site",
+    "cluster.device_name=H100-SXM",
+    "cluster.nics_per_node=8",
+]
+
+
+def test_an_efficiency_above_1_says_the_smallest_size_is_slower_per_gpu_and_why(capsys):
+    """16 H100s fit llama3_70b only with full recompute (and cp); 256 need none, so eff reads 1.27.
+    Fails without notes.efficiency_lines in plan_search's footer: 1.27 stands unexplained."""
+    assert main([*SEARCH_70B, "--gpus", "16,256"]) == 0
+    out = _said(capsys)
+    assert "│ 256 │ fsdp_tp tp4 mb1×16 no-ckpt reshard sync-each │" in out and "│ 1.27 │" in out
+    assert (
+        "eff above 1 at 256 GPUs: efficiency is against the smallest size, 16 GPUs (the best candidate that fits in "
+        "its memory), which is slower per GPU: recompute is 18% of its step against 0% at 256 GPUs"
+    ) in out
+
+
+def test_efficiency_lines_per_variant_and_without_a_term_to_blame():
+    """A plan (not a search) names no candidate; a variant's line says its variant; where no term's
+    share differs, the per-GPU throughputs are the reason. Fails if efficiency_lines ignored variants or
+    blamed a term whose share is the same at both sizes."""
+    from launcher.perf.notes import efficiency_lines  # here: the other tests run on the code before it
+
+    table = pd.DataFrame(
+        {
+            "variant": ["a", "a", "b", "b"],
+            "world_size": [8, 16, 8, 16],
+            "status": ["predicted"] * 4,
+            "efficiency": [1.0, 1.1, 1.0, 0.9],
+            "tokens_per_s_per_device": [1000.0, 1100.0, 1000.0, 900.0],
+            "recompute_share": [0.0, 0.0, 0.0, 0.0],
+            "bubble_share": [0.3, 0.3, 0.0, 0.0],
+            "comm_share": [0.1, 0.1, 0.1, 0.2],
+        }
+    )
+    assert efficiency_lines(table) == [
+        "a: eff above 1 at 16 GPUs: efficiency is against the smallest size, 8 GPUs, which is slower per GPU: "
+        "1,000 tokens/s per GPU against 1,100 at 16 GPUs"
+    ]
+    assert efficiency_lines(table[table["variant"] == "b"]) == []
