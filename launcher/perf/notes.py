@@ -1,5 +1,5 @@
 """What a plan's table needs said under it so that its figures read right on their own: why no
-size is recommended when nothing fits, why an efficiency exceeds 1. Pure."""
+size is recommended when nothing fits, why an efficiency exceeds 1, which sizes barely fit. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pandas as pd
 
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import LAYOUTS, DataParallel, traits
-from launcher.perf.memory_limit import limit_of
+from launcher.perf.memory import GIB
+from launcher.perf.memory_limit import Limit, limit_of
 from launcher.results.policy import Recommendation
 
 
@@ -84,3 +85,31 @@ def efficiency_lines(table: pd.DataFrame, *, searched: bool = False) -> list[str
             f"{n0} GPUs{fits}, which is slower per GPU: {why}"
         )
     return lines
+
+
+TIGHT = 0.05
+"""A predicted size whose estimate is within this share of the usable memory is tight: the estimate's
+own error (benchmarks/results/memory_accuracy.md) is of that order."""
+
+
+def tight(table: pd.DataFrame, limit: Limit | None) -> pd.Series:
+    """Per row: a size predicted to run (status `completed` as recommend() judges it) whose memory
+    estimate is within TIGHT of `limit`'s usable bytes."""
+    if limit is None or "memory_gib" not in table:
+        return pd.Series(False, index=table.index)
+    need = pd.to_numeric(table["memory_gib"], errors="coerce") * GIB
+    return (table["status"] == "completed") & (need >= limit.usable_bytes * (1 - TIGHT))
+
+
+def tight_line(table: pd.DataFrame, cfg: LauncherConfig) -> str | None:
+    """The footnote of the rows marked `tight` in the memory column (None when none is)."""
+    if "memory_tight" not in table or not table["memory_tight"].fillna(False).astype(bool).any():
+        return None
+    rows = table[table["memory_tight"].fillna(False).astype(bool)]
+    limit = limit_of(cfg)
+    usable = f"the {limit.usable_bytes / GIB:.1f} GiB usable" if limit else "the usable memory"
+    return (
+        f"tight: {_sizes(rows['world_size'])} GPUs need within {TIGHT:.0%} of {usable} "
+        f"({', '.join(f'{g:.1f}' for g in rows['memory_gib'])} GiB): the estimate's error could make them run out "
+        "of memory; leave room (more recompute, a smaller batch.micro, more sharding) or measure it (--verify)"
+    )

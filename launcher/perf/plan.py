@@ -15,7 +15,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
-from launcher.perf.notes import efficiency_lines
+from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (
     Forecast,
@@ -169,6 +169,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     footer += [line for line in [moe_line(cfg), fp8_line(ratio)] if line]
     footer += layout_lines(cfg)
     footer += efficiency_lines(result.table)
+    footer += [line for line in [tight_line(result.table, cfg)] if line]
     footer.append(memory_line(cfg))
     print_table(
         result.table.dropna(axis=1, how="all"),

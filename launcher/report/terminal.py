@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from rich.cells import cell_len
 from rich.console import Console
@@ -113,6 +114,9 @@ def _shown_cell(row: pd.Series, col: str, fmt: str) -> str:
     """The value, with its size's interval where the row has one: `0.83 [0.76–0.90]`."""
     if col == "reason" and not isinstance(row[col], str):
         return ""  # a row that did not fail has no reason to give: blank, not a dash among the reasons
+    tight = row.get("memory_tight")
+    if col == "memory_gib" and isinstance(tight, (bool, np.bool_)) and tight:
+        return f"{_cell(row[col], fmt)} tight"  # a plan's estimate within 5% of the usable memory (perf/notes.py)
     lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and pd.notna(row[col]):
         return interval_text(row[col], lo, hi, fmt)

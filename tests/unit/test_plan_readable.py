@@ -103,3 +103,34 @@ def test_efficiency_lines_per_variant_and_without_a_term_to_blame():
         "1,000 tokens/s per GPU against 1,100 at 16 GPUs"
     ]
     assert efficiency_lines(table[table["variant"] == "b"]) == []
+
+
+def test_a_size_within_5_percent_of_usable_memory_is_marked_tight_with_one_footnote(capsys, tmp_path):
+    """gpt_1_3b under ddp on an H100 needs 75.3 GiB of the 76.0 usable: `75.3 tight` in its row and one
+    footnote line; the plan's CSV says it too. Fails without notes.tight in plan_table._finish (no
+    column, no marker) or without tight_line in plan.main's footer."""
+    out = tmp_path / "plan.csv"
+    argv = ["plan", "model=gpt_1_3b", "cluster=example_gpu_site", "cluster.device_name=H100-SXM", "--gpus", "8,16"]
+    assert main([*argv, "--output", str(out)]) == 0
+    said = _said(capsys)
+    assert "│ 75.3 tight │" in said
+    assert said.count("tight: ") == 1
+    assert (
+        "tight: 8, 16 GPUs need within 5% of the 76.0 GiB usable (75.3, 75.3 GiB): the estimate's error could make "
+        "them run out of memory; leave room (more recompute, a smaller batch.micro, more sharding) or measure it "
+        "(--verify)"
+    ) in said
+    assert pd.read_csv(out)["memory_tight"].tolist() == [True, True]
+
+
+def test_tight_is_the_last_5_percent_of_the_usable_memory_of_a_size_predicted_to_run():
+    """72.2 of 76.0 GiB usable is tight (≥ 95%), 72.1 is not; an oom row is not tight. Fails if the bound
+    moved or oom rows were marked."""
+    from launcher.perf.memory import GIB
+    from launcher.perf.memory_limit import Limit
+    from launcher.perf.notes import tight  # here: the other tests run on the code before it
+
+    limit = Limit(device_bytes=80 * GIB, usable_bytes=76 * GIB, source="test")
+    table = pd.DataFrame({"status": ["completed", "completed", "oom"], "memory_gib": [72.2, 72.1, 80.0]})
+    assert tight(table, limit).tolist() == [True, False, False]
+    assert tight(table, None).tolist() == [False, False, False]
