@@ -12,7 +12,7 @@ from launcher.perf.memory_limit import limit_of
 from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_table import fp8_mfu_ratio, write_output
 from launcher.perf.search import TOP, Search, search
-from launcher.perf.search_table import best_forecast, every_candidate, runner_lines
+from launcher.perf.search_table import best_forecast, every_candidate, key_line, runner_lines
 from launcher.perf.terms import dominant_lines, fp8_line, moe_line
 from launcher.report.terminal import print_table
 
@@ -55,7 +55,7 @@ def search_main(
         f"model: presets, MFU {found.mfu:.2f} ({found.mfu_source})",
         *dominant_lines(fc.table, "", False),
         *efficiency_lines(fc.table, searched=True),
-        *[line for line in [tight_line(fc.table, cfg)] if line],
+        *[line for line in [tight_line(fc.table, cfg), key_line(found)] if line],
         *[line for line in [moe_line(cfg, searched=True), fp8_line(fp8_mfu_ratio(cfg, args.assume_mfu))] if line],
         memory_line(cfg),
     ]

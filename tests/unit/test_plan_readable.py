@@ -134,3 +134,47 @@ def test_tight_is_the_last_5_percent_of_the_usable_memory_of_a_size_predicted_to
     table = pd.DataFrame({"status": ["completed", "completed", "oom"], "memory_gib": [72.2, 72.1, 80.0]})
     assert tight(table, limit).tolist() == [True, False, False]
     assert tight(table, None).tolist() == [False, False, False]
+
+
+def test_the_search_explains_its_label_words_once_and_only_those_shown(capsys):
+    """Fails without search_table.key_line in plan_search's footer (`keep`, `sync-each`, `mb1×512` are
+    unexplained), or if the key explained words no label shows (`op`, `ep`, `v`)."""
+    assert main([*SEARCH_70B, "--gpus", "16,256"]) == 0
+    out = _said(capsys)
+    assert out.count("key: ") == 1
+    assert (
+        "key: mbA×B: B micro-batches of A samples per step (accumulated, or a pipeline's micro-batches); tpN: "
+        "tensor-parallel degree; ppN: pipeline stages; cpN: context-parallel degree (each sequence split over N GPUs); "
+        "no-ckpt: no activation checkpointing; full: full recompute (each block's forward again in backward); "
+        "reshard: FSDP frees gathered parameters after forward and gathers them again in backward; keep: FSDP keeps "
+        "them from forward to backward (more memory, one gather fewer); sync-each: gradients reduce-scattered at "
+        "every micro-step, not only the last (less memory) memory:"
+    ) in out
+
+
+def test_a_tie_reads_as_a_tie_and_is_explained(capsys):
+    """ddp's micro-batch splits of one batch predict the same step: each says it ties, not "loses by ties
+    …", and the key says how ties rank. Fails without search_table._loses and key_line's tie sentence."""
+    argv = ["plan", "--search", "model=gpt_1_3b", "cluster=example_gpu_site", "cluster.device_name=H100-SXM"]
+    assert main([*argv, "--gpus", "8"]) == 0
+    out = _said(capsys)
+    assert (
+        "8 GPUs #2: ddp mb4×2 no-ckpt: 403,897 tokens/s (+0%), 52.7 GiB, comm 0%; ties the best within rounding" in out
+    )
+    assert "loses by ties" not in out
+    assert (
+        "key: mbA×B: B micro-batches of A samples per step (accumulated, or a pipeline's micro-batches); no-ckpt: no "
+        "activation checkpointing; ties the best within rounding: no term of its step per token exceeds the best's; "
+        "the larger micro-batch ranks first memory:"
+    ) in out
+
+
+def test_a_context_parallel_runner_up_loses_by_its_ring_not_a_tie(capsys):
+    """At 256 H100s the fsdp_tp_cp runner-up is slower only by its context-parallel ring; why_loses did not
+    weigh cp_comm_s and called it a tie. Fails without ("cp_comm_s", …) in search_table.TERMS."""
+    assert main([*SEARCH_70B, "--gpus", "256"]) == 0
+    out = _said(capsys)
+    assert (
+        "256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: 226,507 tokens/s (-0%), 74.5 GiB, comm 7%; "
+        "loses by more exposed context-parallel ring time (+0.1% of the best's step)"
+    ) in out
