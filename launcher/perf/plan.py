@@ -28,7 +28,7 @@ from launcher.perf.plan_table import (
 )
 from launcher.perf.shapes import planned_device
 from launcher.perf.terms import dominant_lines, fp8_line, layout_lines, moe_line
-from launcher.report.terminal import print_table
+from launcher.report.terminal import PLAN_PRIORITY, print_table
 from launcher.trials.folder import read_sweep_spec
 
 __all__ = ["Forecast", "from_presets_forecast", "from_sweep_forecast", "main", "parse_gpus", "sweep_overrides"]
@@ -176,6 +176,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
         result.recommendation,
         unit="GPU",
         everything=None,
+        priority=PLAN_PRIORITY,
         title=f"plan: {cfg.model.name}, {label}, {cfg.cluster.name} (predicted; nothing ran)",
         footer="\n".join(footer),
     )

@@ -14,7 +14,7 @@ from launcher.perf.plan_table import fp8_mfu_ratio, write_output
 from launcher.perf.search import TOP, Search, search
 from launcher.perf.search_table import best_forecast, every_candidate, key_line, runner_lines
 from launcher.perf.terms import dominant_lines, fp8_line, moe_line
-from launcher.report.terminal import print_table
+from launcher.report.terminal import PLAN_PRIORITY, print_table
 
 
 def memory_line(cfg: LauncherConfig) -> str:
@@ -68,6 +68,7 @@ def search_main(
         rec,
         unit="GPU",
         everything=None,
+        priority=PLAN_PRIORITY,
         title=f"plan --search: {cfg.model.name}, {cfg.cluster.name} (predicted; nothing ran)",
         footer="\n".join(footer),
     )

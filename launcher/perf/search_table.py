@@ -101,7 +101,8 @@ def best_forecast(cfg: LauncherConfig, found: Search) -> Forecast:
                 else "no layout splits this size: " + ("; ".join(dict.fromkeys(size.refused)) or "no degrees divide it")
             )
             status = "oom" if least else "impossible"
-            rows.append({"world_size": n, "status": status, "reason": why})
+            need = {"memory_gib": least.memory_bytes / GIB} if least else {}  # the least any candidate needs
+            rows.append({"world_size": n, "status": status, "reason": why, **need})
             continue
         best = size.ranked[0]
         row = _figures(best, n, seq) | {"nodes": math.ceil(n / rpn)}

@@ -178,3 +178,32 @@ def test_a_context_parallel_runner_up_loses_by_its_ring_not_a_tie(capsys):
         "256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: 226,507 tokens/s (-0%), 74.5 GiB, comm 7%; "
         "loses by more exposed context-parallel ring time (+0.1% of the best's step)"
     ) in out
+
+
+def _at(width: int, monkeypatch, argv: list[str]) -> list[str]:
+    """What `launcher plan` prints on a terminal `width` columns wide, as lines."""
+    import io
+
+    from rich.console import Console
+
+    from launcher.report import terminal
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    monkeypatch.setattr(terminal, "stdout_console", lambda: console)
+    main(argv)
+    return console.export_text().splitlines()
+
+
+def test_at_80_columns_a_search_keeps_tokens_per_s_and_memory(monkeypatch):
+    """The candidate label (49 wide) gives way to tokens/s and memory, which the recommended row needs;
+    an oom size shows the least memory any candidate needs. Fails without PLAN_PRIORITY passed to
+    print_table by plan_search (only GPUs, candidate and status fit), or without the oom row's memory_gib
+    in search_table.best_forecast (a dash)."""
+    lines = _at(80, monkeypatch, [*SEARCH_70B, "--gpus", "8,256"])
+    assert max(len(line) for line in lines) <= 80
+    head = next(line for line in lines if line.startswith("┃"))
+    assert [c.strip() for c in head.split("┃")[1:-1]] == ["GPUs", "status", "tokens/s", "mem GiB", "eff"]
+    assert "│  256 │ predicted       │ 226,640 [111,776–459,541] │ 74.5 tight │ 1.00 │" in lines
+    assert "│    8 │ oom (predicted) │                         — │      138.1 │    — │" in lines
+    assert "not shown at 80 columns: candidate, nodes, tok/s/dev, comm, step s, mfu," in lines
+    assert any(line.startswith("Recommended: 256 GPUs with fsdp_tp: parallel=fsdp_tp parallel.tp=4") for line in lines)
