@@ -142,7 +142,8 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
     if args.from_sweep:
         args.recipes = sweep_recipes(Path(args.from_sweep), args.recipes)
-    variants = [(v.label, device_overrides(v.overrides)) for v in expand(user)]
+    # A measured sweep plans with the overrides it ran with, its peak as it was.
+    variants = [(v.label, v.overrides if args.from_sweep else device_overrides(v.overrides)) for v in expand(user)]
     if getattr(args, "search", False):
         if len(variants) > 1:
             raise ConfigError("launcher plan --search searches the layouts itself: give one recipe, no comma values")
