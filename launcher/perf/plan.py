@@ -8,11 +8,14 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from launcher.config.cluster_schema import ClusterKind
 from launcher.config.compose import compose_config
+from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
+from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_search import Verify, memory_line, search_main
 from launcher.perf.plan_table import (
     Forecast,
@@ -23,8 +26,9 @@ from launcher.perf.plan_table import (
     joined,
     write_output,
 )
+from launcher.perf.shapes import planned_device
 from launcher.perf.terms import dominant_lines, fp8_line, layout_lines, moe_line
-from launcher.report.terminal import print_table
+from launcher.report.terminal import PLAN_PRIORITY, print_table
 from launcher.trials.folder import read_sweep_spec
 
 __all__ = ["Forecast", "from_presets_forecast", "from_sweep_forecast", "main", "parse_gpus", "sweep_overrides"]
@@ -58,6 +62,30 @@ def parse_gpus(spec: str) -> list[int]:
             f"--gpus {spec!r} names {len(sizes)} sizes; at most {MAX_SIZES}, e.g. a doubling range 8..16384"
         )
     return sizes
+
+
+def device_overrides(overrides: Sequence[str]) -> list[str]:
+    """`cluster.device_name` on the command line names the device the plan prices, so its peak comes from
+    the peak table (and its fitted MFU applies) unless `cluster.peak_flops_per_device` is given there too:
+    a recipe's own peak (example_gpu_site's A100 figure) is its own device's, not the one named."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if "cluster.device_name" in keys and "cluster.peak_flops_per_device" not in keys:
+        return [*overrides, "cluster.peak_flops_per_device=null"]
+    return list(overrides)
+
+
+def check_nodes(cfg: LauncherConfig, sizes: Sequence[int], gpus: str) -> None:
+    """A GPU planned on the local cluster (one device per node) would be planned as that many one-GPU
+    nodes, every collective on the network: refused in one line naming `cluster=`."""
+    c = cfg.cluster
+    gpu = planned_device(cfg) == "cuda" and (c.device_name or "cpu").lower() != "cpu"
+    if c.kind == ClusterKind.local and gpu and ranks_per_node(c) == 1 and max(sizes) > 1:
+        n = max(sizes)
+        raise ConfigError(
+            f"launcher plan --gpus {gpus} of cluster.device_name={c.device_name} plans {n} GPUs as {n} one-GPU "
+            f"nodes (cluster={c.name}: one device per node); name your site's cluster, e.g. cluster=example_gpu_site, "
+            "or set cluster.gpus_per_node"
+        )
 
 
 def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
@@ -114,14 +142,21 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
     if args.from_sweep:
         args.recipes = sweep_recipes(Path(args.from_sweep), args.recipes)
-    variants = expand(user)
+    # A measured sweep plans with the overrides it ran with, its peak as it was.
+    variants = [(v.label, v.overrides if args.from_sweep else device_overrides(v.overrides)) for v in expand(user)]
     if getattr(args, "search", False):
         if len(variants) > 1:
             raise ConfigError("launcher plan --search searches the layouts itself: give one recipe, no comma values")
-        over = variants[0].overrides
-        return search_main(compose_config(over, args.recipes), sizes, args, overrides=over, verify=verify)
-    planned = [(v.label, _forecast(args, compose_config(v.overrides, args.recipes), sizes)) for v in variants]
-    cfg = compose_config(variants[0].overrides, args.recipes)
+        over = variants[0][1]
+        cfg = compose_config(over, args.recipes)
+        check_nodes(cfg, sizes, args.gpus)
+        return search_main(cfg, sizes, args, overrides=over, verify=verify)
+    configs = [(label, compose_config(over, args.recipes)) for label, over in variants]
+    if not args.from_sweep:  # a measured sweep's nodes are the ones it ran on
+        for _, c in configs:
+            check_nodes(c, sizes, args.gpus)
+    planned = [(label, _forecast(args, c, sizes)) for label, c in configs]
+    cfg = configs[0][1]
     if len(planned) == 1:
         result, label = planned[0][1][1], cfg.parallel.layout
     else:
@@ -134,12 +169,15 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     ratio = None if args.from_sweep else fp8_mfu_ratio(cfg, args.assume_mfu)  # a sweep measured its own MFU
     footer += [line for line in [moe_line(cfg), fp8_line(ratio)] if line]
     footer += layout_lines(cfg)
+    footer += efficiency_lines(result.table)
+    footer += [line for line in [tight_line(result.table, cfg)] if line]
     footer.append(memory_line(cfg))
     print_table(
         result.table.dropna(axis=1, how="all"),
         result.recommendation,
         unit="GPU",
         everything=None,
+        priority=PLAN_PRIORITY,
         title=f"plan: {cfg.model.name}, {label}, {cfg.cluster.name} (predicted; nothing ran)",
         footer="\n".join(footer),
     )

@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 
 from launcher.config.schema import LauncherConfig
 from launcher.perf.memory_limit import limit_of
+from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_table import fp8_mfu_ratio, write_output
 from launcher.perf.search import TOP, Search, search
-from launcher.perf.search_table import best_forecast, every_candidate, runner_lines
+from launcher.perf.search_table import best_forecast, every_candidate, key_line, runner_lines
 from launcher.perf.terms import dominant_lines, fp8_line, moe_line
-from launcher.report.terminal import print_table
+from launcher.report.terminal import PLAN_PRIORITY, print_table
 
 
 def memory_line(cfg: LauncherConfig) -> str:
@@ -53,6 +54,8 @@ def search_main(
         "tokens/s, $ per token and time to a token budget rank them alike",
         f"model: presets, MFU {found.mfu:.2f} ({found.mfu_source})",
         *dominant_lines(fc.table, "", False),
+        *efficiency_lines(fc.table, searched=True),
+        *[line for line in [tight_line(fc.table, cfg), key_line(found)] if line],
         *[line for line in [moe_line(cfg, searched=True), fp8_line(fp8_mfu_ratio(cfg, args.assume_mfu))] if line],
         memory_line(cfg),
     ]
@@ -65,6 +68,7 @@ def search_main(
         rec,
         unit="GPU",
         everything=None,
+        priority=PLAN_PRIORITY,
         title=f"plan --search: {cfg.model.name}, {cfg.cluster.name} (predicted; nothing ran)",
         footer="\n".join(footer),
     )

@@ -32,6 +32,7 @@ from launcher.perf.calibrate import check_model_known, fit_layouts, load_measure
 from launcher.perf.links import LINKS
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
+from launcher.perf.notes import no_fit, tight
 from launcher.perf.presets import from_presets
 from launcher.perf.shapes import planned_device, shape_for
 from launcher.perf.step import PerfModel, Shape
@@ -367,7 +368,8 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work) -> F
     peak = work.peak.flops
     df["mfu"] = df["tokens_per_s_per_device"] * work.model_flops / peak if peak else math.nan
     df["hfu"] = df["tokens_per_s_per_device"] * work.hardware_flops / peak if peak else math.nan
-    rec = recommend(df, policy_of(cfg), unit="GPU")
+    df["memory_tight"] = tight(df, limit_of(cfg))
+    rec = no_fit(recommend(df, policy_of(cfg), unit="GPU"), df, cfg)
     # Judged like measured rows, shown as what they are.
     df["status"] = df["status"].replace({"completed": "predicted", "oom": OOM})
     return Forecast(table=df, recommendation=rec, source=source)
@@ -378,5 +380,5 @@ def joined(planned: Sequence[tuple[str, tuple[LauncherConfig, Forecast]]], cfg: 
     the pick made over all of them by `cfg`'s policy, as a sweep's table is judged."""
     df = pd.concat([fc.table.assign(variant=v) for v, (_, fc) in planned], ignore_index=True)
     judged = df.assign(status=df["status"].replace({"predicted": "completed", OOM: "oom"}))
-    rec = recommend(judged, policy_of(cfg), unit="GPU")
+    rec = no_fit(recommend(judged, policy_of(cfg), unit="GPU"), judged, cfg)
     return Forecast(table=df, recommendation=rec, source="; ".join(fc.source for _, (_, fc) in planned))

@@ -165,5 +165,7 @@ def _check_found(cfg: LauncherConfig, found: list[SizeResult], limit: Limit | No
     assert limit is not None  # something was dropped for memory, so there is a limit
     raise ConfigError(
         f"{cfg.model.name} fits no candidate at any size: the smallest estimate is {least.memory_bytes / GIB:.1f} GiB "
-        f"per rank ({least.candidate.label} at {least.candidate.world_size} GPUs) > {limit.describe()}"
+        f"per rank ({least.candidate.label} at {least.candidate.world_size} GPUs) > {limit.describe()}; every "
+        "size is predicted out of memory under every layout, recompute and micro-batch: try more GPUs (--gpus) or a "
+        "device with more memory (cluster.device_name, cluster.device_memory_gb)"
     )

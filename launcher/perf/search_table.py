@@ -5,6 +5,7 @@ like any plan), the runners-up with one line on why each loses, and every candid
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -21,10 +22,32 @@ TERMS = (
     ("dp_comm_s", "more exposed data-parallel communication"),
     ("tp_comm_s", "more exposed tensor-parallel communication"),
     ("pp_comm_s", "more exposed pipeline sends"),
+    ("cp_comm_s", "more exposed context-parallel ring time"),
     ("ep_comm_s", "more expert-parallel all-to-all time"),
     ("overhead_s", "more fixed overhead"),
 )
 """A predicted step's terms, and how a candidate that loses on one says so."""
+
+
+TIES = "ties the best within rounding"
+"""why_loses of a candidate no term of whose step per token exceeds the best's."""
+KEY = (
+    (r"\bmb\d+×\d+\b", "mbA×B: B micro-batches of A samples per step (accumulated, or a pipeline's micro-batches)"),
+    (r"\btp\d+\b", "tpN: tensor-parallel degree"),
+    (r"\bpp\d+\b", "ppN: pipeline stages"),
+    (r"\bcp\d+\b", "cpN: context-parallel degree (each sequence split over N GPUs)"),
+    (r"\bep\d+\b", "epN: expert-parallel degree"),
+    (r"\bv\d+\b", "vN: interleaved virtual stages per GPU"),
+    (r"\bno-ckpt\b", "no-ckpt: no activation checkpointing"),
+    (r"\bsel\b", "sel: selective recompute (each block's attention core)"),
+    (r"(?<![\w-])op(?![\w-])", "op: torchtitan's per-op checkpointing"),
+    (r"\bfull\b", "full: full recompute (each block's forward again in backward)"),
+    (r"\breshard\b", "reshard: FSDP frees gathered parameters after forward and gathers them again in backward"),
+    (r"\bkeep\b", "keep: FSDP keeps them from forward to backward (more memory, one gather fewer)"),
+    (r"\bsync-each\b", "sync-each: gradients reduce-scattered at every micro-step, not only the last (less memory)"),
+)
+"""The short words of a candidate's label (candidates.Candidate.label), each explained once under a
+search's table where some shown label has it."""
 
 
 def why_loses(best: Scored, other: Scored, seq: int) -> str:
@@ -40,7 +63,7 @@ def why_loses(best: Scored, other: Scored, seq: int) -> str:
     deltas["compute"] = (o.compute_s - o.recompute_s) * per_o - (b.compute_s - b.recompute_s) * per_b
     key = max(deltas, key=deltas.get)
     if deltas[key] <= 0:
-        return "ties the best within rounding"
+        return TIES
     what = dict(TERMS).get(key, "more compute per token")
     return f"{what} (+{deltas[key] / base:.1%} of the best's step)"
 
@@ -78,7 +101,8 @@ def best_forecast(cfg: LauncherConfig, found: Search) -> Forecast:
                 else "no layout splits this size: " + ("; ".join(dict.fromkeys(size.refused)) or "no degrees divide it")
             )
             status = "oom" if least else "impossible"
-            rows.append({"world_size": n, "status": status, "reason": why})
+            need = {"memory_gib": least.memory_bytes / GIB} if least else {}  # the least any candidate needs
+            rows.append({"world_size": n, "status": status, "reason": why, **need})
             continue
         best = size.ranked[0]
         row = _figures(best, n, seq) | {"nodes": math.ceil(n / rpn)}
@@ -108,9 +132,27 @@ def runner_lines(found: Search) -> list[str]:
             lines.append(
                 f"  {size.world_size} GPUs #{i}: {s.candidate.label}: {s.tokens_per_s:,.0f} tokens/s "
                 f"({s.tokens_per_s / best.tokens_per_s - 1:+.0%}), {s.memory_bytes / GIB:.1f} GiB, "
-                f"comm {p.comm_s / p.step_s:.0%}; loses by {why_loses(best, s, seq)}"
+                f"comm {p.comm_s / p.step_s:.0%}; {_loses(why_loses(best, s, seq))}"
             )
     return lines
+
+
+def _loses(why: str) -> str:
+    return why if why == TIES else f"loses by {why}"
+
+
+def key_line(found: Search) -> str | None:
+    """One line explaining the label words the table and its runners-up show, and a tie, where they
+    appear; None where nothing was ranked."""
+    seq, labels, tied = found.work.tokens_per_sample, [], False
+    for size in found.sizes:
+        labels += [s.candidate.label for s in size.ranked[:TOP]]
+        tied |= any(why_loses(size.ranked[0], s, seq) == TIES for s in size.ranked[1:TOP])
+    text = " ".join(labels)
+    said = [what for pattern, what in KEY if re.search(pattern, text)]
+    if tied:
+        said.append(f"{TIES}: no term of its step per token exceeds the best's; the larger micro-batch ranks first")
+    return f"key: {'; '.join(said)}" if said else None
 
 
 def every_candidate(found: Search) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from rich.cells import cell_len
 from rich.console import Console
@@ -113,6 +114,9 @@ def _shown_cell(row: pd.Series, col: str, fmt: str) -> str:
     """The value, with its size's interval where the row has one: `0.83 [0.76–0.90]`."""
     if col == "reason" and not isinstance(row[col], str):
         return ""  # a row that did not fail has no reason to give: blank, not a dash among the reasons
+    tight = row.get("memory_tight")
+    if col == "memory_gib" and isinstance(tight, (bool, np.bool_)) and tight:
+        return f"{_cell(row[col], fmt)} tight"  # a plan's estimate within 5% of the usable memory (perf/notes.py)
     lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and pd.notna(row[col]):
         return interval_text(row[col], lo, hi, fmt)
@@ -210,6 +214,10 @@ PRIORITY = (
     "mfu",
     "usd_per_1m_tokens",
 )
+PLAN_PRIORITY = ("variant", "world_size", "tokens_per_s", "memory_gib", "status", "efficiency", "candidate", "nodes")
+"""A plan's order (`launcher plan`, `--search`): the predicted tokens/s and the memory they need first, so
+that at 80 columns the recommended size's figures stay; a search's long candidate label gives way (the
+footer's `Recommended:` line names the candidate). Every other column follows PRIORITY's order."""
 REASON_MIN = 20  # narrower than this a wrapped reason is a column of word fragments: leave it out instead
 _TEXT = ("variant", "candidate", "status", "reason")  # left-aligned; every other column is a number, right-aligned
 _BORDER = 3  # rich's default box: one rule and a space of padding either side per column (+1 for the last rule)
@@ -247,10 +255,11 @@ def _needs(header: Sequence[str], rows: Sequence[Sequence[str]], unit: str, comp
     return needs
 
 
-def _greedy(header: Sequence[str], needs: Sequence[int], width: int) -> list[int]:
-    """Indices of the columns that fit, taken in PRIORITY order; one that does not fit is skipped,
-    and a later, narrower one may still take the room it left."""
-    rank = {c: i for i, c in enumerate([*PRIORITY, *(c for c, _ in DISPLAY if c not in PRIORITY)])}
+def _greedy(header: Sequence[str], needs: Sequence[int], width: int, priority: Sequence[str] = PRIORITY) -> list[int]:
+    """Indices of the columns that fit, taken in `priority` order (then PRIORITY's, then DISPLAY's); one
+    that does not fit is skipped, and a later, narrower one may still take the room it left."""
+    order = list(dict.fromkeys([*priority, *PRIORITY, *(c for c, _ in DISPLAY)]))
+    rank = {c: i for i, c in enumerate(order)}
     used, keep = 1, []
     for i in sorted(range(len(header)), key=lambda i: rank.get(header[i], len(rank))):
         if used + needs[i] + _BORDER <= width:
@@ -259,23 +268,31 @@ def _greedy(header: Sequence[str], needs: Sequence[int], width: int) -> list[int
     return sorted(keep)
 
 
-def fit_columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str = "rank") -> Fit:
+def fit_columns(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    unit: str = "rank",
+    priority: Sequence[str] = PRIORITY,
+) -> Fit:
     """The columns of display_rows() that fit in `width` terminal columns, none cut. Columns with
     nothing in them (all "—") go first: none outlives one that says something (a failure's reason)."""
-    fit = _fit(header, rows, width, unit)
+    fit = _fit(header, rows, width, unit, priority)
     empty = {c for i, c in enumerate(header) if rows and all(r[i] == "—" for r in rows)}
     if not empty or not set(fit.dropped) - empty:
         return fit
     keep = [i for i, c in enumerate(header) if c not in empty]
-    fit = _fit([header[i] for i in keep], [[r[i] for i in keep] for r in rows], width, unit)
+    fit = _fit([header[i] for i in keep], [[r[i] for i in keep] for r in rows], width, unit, priority)
     return Fit(fit.columns, fit.widths, [c for c in header if c not in fit.columns])
 
 
-def _fit(header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str) -> Fit:
+def _fit(
+    header: Sequence[str], rows: Sequence[Sequence[str]], width: int, unit: str, priority: Sequence[str] = PRIORITY
+) -> Fit:
     """Full headers first; only when that drops a column are long headers allowed to wrap to save room."""
     for compact in (False, True):
         needs = _needs(header, rows, unit, compact)
-        keep = _greedy(header, needs, width)
+        keep = _greedy(header, needs, width, priority)
         if len(keep) == len(header):
             break
     widths = [needs[i] for i in keep]
@@ -334,13 +351,15 @@ def print_table(
     *,
     console: Console | None = None,
     everything: str | None = "results.csv",
+    priority: Sequence[str] = PRIORITY,
 ) -> None:
     """The table at the console's width, then its notes and the recommendation. `everything`
-    names where the columns left out can be read (None: nowhere but a wider terminal)."""
+    names where the columns left out can be read (None: nowhere but a wider terminal); `priority`: which
+    columns a narrow terminal keeps first (PLAN_PRIORITY for a plan)."""
     console = console or stdout_console()
     trials, df = df, fold_repeats(df)
     header, rows = display_rows(df)
-    fit = fit_columns(header, rows, console.width, unit)
+    fit = fit_columns(header, rows, console.width, unit, priority)
     table = _table(fit, header, rows, df["status"], title, unit)
     if console.width >= PIPED_WIDTH:  # lines as long as the table, not padded to the console
         console.width = console.measure(table).maximum
