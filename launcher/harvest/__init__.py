@@ -37,6 +37,8 @@ def read_reported(
     """The whole job's throughput after `warmup_steps` optimizer steps, as `metrics` says to read it.
 
     `samples_per_step` (the global batch in samples) is only needed by a regex `step_s` group alone.
+    `rank0_text` is the output of the rank that prints the training log: rank 0, Megatron's last rank
+    (launcher/train/command_record.py printing_rank).
     Raises NoThroughput (one line naming the `metrics` choices) when the program reported none;
     ValueError for an unknown `metrics` or a regex with no usable group (bad input, caught at plan time).
     """

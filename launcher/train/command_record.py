@@ -51,6 +51,12 @@ def _text(path: Path | None) -> str:
         return ""
 
 
+def printing_rank(metrics: str, logs: dict[int, Path]) -> int:
+    """The rank whose output holds the program's training log: Megatron-LM prints it on the last rank
+    (training_log's print_rank_last), so a multi-GPU trial's rank 0 holds none; the other readers rank 0."""
+    return max(logs) if metrics == "megatron" and logs else 0
+
+
 def command_end(exit_code: int, logs: dict[int, Path]) -> tuple[str, str]:
     """(status, reason) of a command that exited with `exit_code` ≠ 0: `oom` when any rank's log
     says out of memory (OOM_MARKERS), else `failed`; the reason quotes the telling rank's last line."""
@@ -134,7 +140,7 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
             reported = read_reported(
                 metrics=str(cfg.job.metrics),
                 trial_dir=tdir,
-                rank0_text=_text(logs.get(0)),
+                rank0_text=_text(logs.get(printing_rank(str(cfg.job.metrics), logs))),
                 warmup_steps=trial.warmup_steps,
                 world_size=trial.world_size,
                 tokens_per_sample=tokens_per_sample(cfg),

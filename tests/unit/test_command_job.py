@@ -234,3 +234,17 @@ def test_rank_logs_of_a_slurm_attempt(tmp_path):
         (tmp_path / name).write_text("")
     assert rank_logs(tmp_path, 0) == {0: tmp_path / "rank0.attempt0.log", 1: tmp_path / "rank1.attempt0.log"}
     assert rank_logs(tmp_path) == {0: tmp_path / "rank0.log"}
+
+
+def test_megatron_is_read_from_the_last_rank_that_prints_it(tmp_path):
+    """Megatron-LM prints its iteration lines on the last rank only (print_rank_last): a 2-rank trial's row
+    reads them from rank1's log. Reading rank 0 (as every other reader does) fails it as 'no throughput'."""
+    tdir = _trial_dir(
+        tmp_path, "job.metrics=megatron", "job.tokens_per_sample=4096", "sweep.world_sizes=[2]", "sweep.warmup_steps=10"
+    )
+    (tdir / "rank0.log").write_text("> building GPT model ...\n")
+    (tdir / "rank1.log").write_text((Path(__file__).parents[1] / "data" / "logs" / "megatron_d98e8a6.log").read_text())
+    record = finish(tdir, exit_code=0)
+    assert record["status"] == "completed", record["reason"]
+    assert record["metrics"]["metrics_source"] == "megatron"
+    assert record["metrics"]["tokens_per_s"] == pytest.approx(20 * 256 * 4096 / (10 * 1.9986 + 10 * 2.0041))
