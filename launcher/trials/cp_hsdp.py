@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
@@ -23,11 +25,16 @@ def check_cp(cfg: LauncherConfig, cp: int, tp: int) -> None:
             f"parallel.layout={layout} splits attention over the sequence, and model.arch=mlp has none; "
             "use model.arch=gpt or llama, or parallel=fsdp"
         )
-    if model.seq_len % (cp * tp):
-        what = f"cp({cp}) × tp({tp}) = {cp * tp}" if tp > 1 else f"parallel.cp={cp}"
+    # torch's causal load balancer gives each cp rank a head and a tail chunk (2·cp chunks a sequence),
+    # and sequence-parallel TP splits a rank's piece into tp parts: both must come out whole.
+    need = math.lcm(2 * cp, cp * tp)
+    if model.seq_len % need:
+        what = f"2·cp = {2 * cp} (torch's load balancer: a head and a tail chunk per cp rank)"
+        if tp > 1:
+            what += f" and cp({cp}) × tp({tp}) = {cp * tp}"
         raise ConfigError(
-            f"model.seq_len={model.seq_len} is not divisible by {what}: each rank holds an equal piece of "
-            f"every sequence; choose a seq_len that is a multiple of {cp * tp}"
+            f"model.seq_len={model.seq_len} is not divisible by {what}: each rank holds equal pieces of "
+            f"every sequence; choose a seq_len that is a multiple of {need}"
         )
 
 

@@ -68,8 +68,15 @@ def test_hsdp_shard_zero_is_a_node_on_a_cluster():
         ),
         (
             ["parallel=fsdp_tp_cp", "parallel.cp=2", "parallel.tp=2", "model.seq_len=34"],
-            "world size 4: model.seq_len=34 is not divisible by cp(2) × tp(2) = 4: each rank holds an equal "
-            "piece of every sequence; choose a seq_len that is a multiple of 4",
+            "world size 4: model.seq_len=34 is not divisible by 2·cp = 4 (torch's load balancer: a head and a tail "
+            "chunk per cp rank) and cp(2) × tp(2) = 4: each rank holds equal pieces of every sequence; choose a "
+            "seq_len that is a multiple of 4",
+        ),
+        (  # divisible by cp (2) but not by 2·cp: torch's load balancer cannot cut 4 equal chunks of 34
+            ["parallel=fsdp_cp", "parallel.cp=2", "model.seq_len=34"],
+            "world size 4: model.seq_len=34 is not divisible by 2·cp = 4 (torch's load balancer: a head and a tail "
+            "chunk per cp rank): each rank holds equal pieces of every sequence; choose a seq_len that is a "
+            "multiple of 4",
         ),
         (
             ["parallel=fsdp_cp", "parallel.cp=2", "model=mlp"],
