@@ -173,9 +173,13 @@ def sweep_trials(
     Strict by default: the first impossible trial raises, naming its size, before anything has
     run. With `skipped` (a sweep over several combinations), an impossible size is appended
     there with its reason instead, and the others are kept."""
-    # Training only (a plan may model fp16 and fp8); `auto`: the local executor or the payload checks the device it got.
-    if cfg.cluster.device != "auto":
-        check_precision_device(str(cfg.precision), str(cfg.cluster.device))
+    # Training only (a plan may model fp16 and fp8); `auto`: the local executor or the payload checks the device it
+    # got, except that a built-in Slurm job asking for GPUs will get CUDA: fp16 is refused now, not after submission.
+    device = str(cfg.cluster.device)
+    if device == "auto" and cfg.job.kind == "builtin" and cfg.cluster.kind == "slurm":
+        device = "cuda" if cfg.cluster.gpus_per_node or cfg.cluster.gpus_per_task else "auto"
+    if device != "auto":
+        check_precision_device(str(cfg.precision), device)
     check_fp8_layout(str(cfg.precision), cfg.parallel.layout)
     sizes: list[tuple[int, int]] = []
     for nodes, world_size in sweep_sizes(cfg):

@@ -20,6 +20,7 @@ from launcher.perf.links import LINKS
 from launcher.perf.shapes import shape_for
 from launcher.perf.step import comm_at
 from launcher.train import loop
+from launcher.trials.spec import sweep_trials
 
 CLIP_MESSAGE = (
     "optim.clip_grad_norm={} must be a finite norm ≥ 0 (0 or null: no clipping); set e.g. optim.clip_grad_norm=1.0"
@@ -113,3 +114,16 @@ def test_fsdp_inside_a_pipeline_stage_gathers_in_the_run_precision(group, monkey
     pipeline.PipelineEngine(model, topo, cfg, torch.device("cpu"))
     assert len(policies) == 3  # two blocks and the stage's root
     assert all(p is not None and p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32 for p in policies)
+
+
+@pytest.mark.parametrize("gpus", ["cluster.gpus_per_node=2", "cluster.gpus_per_task=1"])
+def test_fp16_with_device_auto_on_a_slurm_gpu_job_is_refused_before_submission(gpus, tmp_path, capsys):
+    """cluster.device=auto on Slurm with GPUs asked for: the ranks get CUDA, so fp16 is refused at plan time (before,
+    it reached the payload after sbatch). Without GPUs asked for, auto stays the payload's to decide."""
+    results = tmp_path / "results"
+    argv = ["sweep", "cluster=devcluster", "cluster.device=auto", "precision=fp16", gpus, "sweep.nodes=[1]"]
+    assert main([*argv, f"sweep.results_dir={results}"]) == 2
+    assert capsys.readouterr().err == f"launcher: error: {FP16_MESSAGE}\n"
+    assert not results.exists()
+    no_gpus = compose_config(["cluster=devcluster", "cluster.device=auto", "precision=fp16", "sweep.nodes=[1]"])
+    assert [t.nodes for t in sweep_trials(no_gpus)] == [1]
