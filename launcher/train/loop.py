@@ -328,7 +328,12 @@ def optimizer_step(run: Run, micro_batches: list[torch.Tensor]) -> torch.Tensor 
     max_norm = run.cfg.optim.clip_grad_norm
     if clipping.enabled(max_norm):
         run.grad_norms.append(
-            clipping.clip_grad_norm(run.engine.parameters(), max_norm, pp_group=run.engine.grad_norm_group())
+            clipping.clip_grad_norm(
+                run.engine.parameters(),
+                max_norm,
+                pp_group=run.engine.grad_norm_group(),
+                experts=run.engine.grad_norm_experts(),
+            )
         )
     run.optimizer.step()
     run.schedule.step()

@@ -45,3 +45,22 @@ def test_clipped_training_equals_the_one_process_reference(ref, tmp_path, name, 
     (ref_run, ref_norms) = ref
     torch.testing.assert_close(torch.tensor(norms), torch.tensor(ref_norms), rtol=1e-6, atol=1e-6)
     assert_same(run, ref_run)
+
+
+MOE = ["model=tiny_moe"]
+
+
+@pytest.fixture(scope="module")
+def moe_ref(tmp_path_factory):
+    return clipped_run(tmp_path_factory.mktemp("clip_moe_ref"), "reference", 1, ["parallel=ddp", *MOE])
+
+
+@pytest.mark.parametrize("layout", ["fsdp_ep", "ddp_ep"])
+def test_clipped_expert_parallel_equals_the_one_process_reference(moe_ref, tmp_path, layout):
+    """Each ep rank holds its own experts: the norm adds their squares over the ep group. With this rank's
+    experts only (before), each rank scaled by its own factor: the recorded norm was rank 0's part and the
+    replicated parameters drifted from the reference."""
+    run, norms = clipped_run(tmp_path, layout, 2, [f"parallel={layout}", "parallel.ep=2", "batch.micro=4", *MOE])
+    (ref_run, ref_norms) = moe_ref
+    torch.testing.assert_close(torch.tensor(norms), torch.tensor(ref_norms), rtol=1e-6, atol=1e-6)
+    assert_same(run, ref_run, model=MOE)

@@ -122,6 +122,11 @@ class Engine(ABC):
         where the rank holds the whole model, whole or as DTensor pieces (clipping.py)."""
         return None
 
+    def grad_norm_experts(self) -> Any:
+        """Under expert parallel, this rank's expert parameters and the ep group their squares add over
+        (clipping.ExpertShare); None where every rank holds every parameter (in pieces or not)."""
+        return None
+
     def compute_seconds(self, batch: torch.Tensor) -> float | None:
         """Median forward+backward time of one micro-batch with gradient sync off (for CCR); None
         where a layout cannot separate compute from communication."""

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from launcher.config.schema import LauncherConfig
+from launcher.train.clipping import ExpertShare
 from launcher.train.engines.base import Topology
 from launcher.train.engines.ddp import DDPEngine
 from launcher.train.engines.ep import split_experts, with_group_experts
@@ -34,6 +35,9 @@ class DDPExpertParallelEngine(DDPEngine):
         super().__init__(model, topo, cfg, device)
         # Looked up after materialising: to_empty replaced the meta parameters.
         self.expert_params = [self.model.get_parameter(n) for n in names]
+
+    def grad_norm_experts(self):
+        return ExpertShare(frozenset(map(id, self.expert_params)), self.ep_group)
 
     def forward_backward(self, micro_batches):
         loss = super().forward_backward(micro_batches)

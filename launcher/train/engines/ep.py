@@ -26,6 +26,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from launcher.config.schema import LauncherConfig
+from launcher.train.clipping import ExpertShare
 from launcher.train.dist import mesh_group_options
 from launcher.train.engines.base import Topology
 from launcher.train.engines.fsdp import FSDPEngine
@@ -48,6 +49,9 @@ class ExpertParallelEngine(FSDPEngine):
     def full_state_dict(self):
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
         return with_group_experts(full, self.ep_group)
+
+    def grad_norm_experts(self):
+        return ExpertShare(frozenset(id(p) for e in self.experts for p in e.parameters()), self.ep_group)
 
     def metrics(self):
         return super().metrics() | {"ep": self.ep}
