@@ -77,6 +77,9 @@ REGEX_GROUPS = ("tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_s
 
 @dataclass(kw_only=True, frozen=True)
 class JobConfig:
+    name: str | None = None
+    """The job's name in a sweep's folder and report: the `job` recipe chosen (`job=my_train` → my_train) when the
+    recipe sets none. For the bundled generic `command` recipe, the program's file name (argv) names the sweep."""
     kind: JobKind = JobKind.builtin
     """`builtin`: the launcher's own training loop (model, parallel, batch … say what it trains). `command`: your own
     program (`argv`), started per trial as `launch` says; its throughput read as `metrics` says."""

@@ -14,6 +14,9 @@ Any later command (`status`, `collect`, `sweep --resume`) works from the folder 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
+from launcher.config.job import JobConfig
 from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
@@ -62,14 +66,36 @@ class SweepResult:
 
 def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] = ()) -> str:
     """sweep.name, else `<time>-<model>-<layout>` naming what is swept across `configs` (each
-    combination's config): `...-tiny_gpt-ddp+fsdp`, or a count past three (`...-tiny_gpt-4layouts`)."""
+    combination's config): `...-tiny_gpt-ddp+fsdp`, or a count past three (`...-tiny_gpt-4layouts`).
+    A `job=command` sweep is `<time>-<job>` (job_label): the model and layout are the built-in trainer's."""
     if cfg.sweep.name:
         return cfg.sweep.name
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     configs = list(configs) or [cfg]
+    if any(c.job.kind == "command" for c in configs):
+        return f"{stamp}-{_swept([job_label(c.job) for c in configs], 'jobs')}"
     models = _swept([c.model.name for c in configs], "models")
     layouts = _swept([c.parallel.layout for c in configs], "layouts")
     return f"{stamp}-{models}-{layouts}"
+
+
+def job_label(job: JobConfig) -> str:
+    """What a sweep of this job is called: its recipe's name (job.name), or, for the bundled generic `command`
+    recipe (and a config stored before jobs had names), the program's file name: the first argv word naming a `.py`
+    file, else the module after `-m`, else argv[0]. Characters a folder name should not hold become `_`."""
+    if job.kind != "command":
+        return "builtin"
+    name = job.name if job.name and job.name != "command" else _program_name(job.argv)
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._-") or "command"
+
+
+def _program_name(argv: Sequence[str]) -> str:
+    words = [w for w in argv if "${" not in w]
+    if script := next((w for w in words if w.endswith(".py")), None):
+        return os.path.basename(script)
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1]
+    return os.path.basename(argv[0]) if argv else "command"
 
 
 def _swept(values: list[str], plural: str) -> str:
@@ -230,8 +256,12 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     write_table(df, sweep_dir)
     rec = recommend(df, policy_of(cfg), unknown_spread=UNKNOWN_SWEEP)
     scaling = df["scaling"].iloc[0] if len(df) else "n/a"
+    what = f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`"
+    if cfg.job.kind == "command":
+        described = f", its model `{cfg.model.name}`" if cfg.job.model_describes_program else ""
+        what = f"Job `{job_label(cfg.job)}` (`{shlex.join(cfg.job.argv)}`, launch {cfg.job.launch}{described})"
     summary = (
-        f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`, cluster `{cfg.cluster.name}`; "
+        f"{what}, cluster `{cfg.cluster.name}`; "
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )
