@@ -35,6 +35,7 @@ from launcher.config.job import JobConfig
 from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
+from launcher.config.validate_job import refuse_missing_script
 from launcher.io import atomic_write_json
 from launcher.perf.summary import model_summary
 from launcher.report.markdown import write_report
@@ -171,14 +172,18 @@ def prepare_variants(labelled: Sequence[tuple[str, Sequence[str]]], recipes: str
 
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
     """What no trial can survive, refused whole before any folder exists: what the executor cannot
-    hold (locally, more ranks than this machine's GPUs), and a `_target_` model that does not
-    import, build or take its inputs, or settings that describe another trainer (config/schema_trainer.py)."""
+    hold (locally, more ranks than this machine's GPUs, or a command's script not on this host), and a
+    `_target_` model that does not import, build or take its inputs, or settings that describe another trainer
+    (config/schema_trainer.py)."""
     if lacks := sorted({k for _, c in items for k in builtin_lacks(c)}):
         raise ConfigError(
             f"{', '.join(lacks)} describe(s) a trainer other than the built-in one, whose engines do not implement "
             "it: use it with `launcher plan` for a recipe that trainer runs, or drop it to run the built-in trainer"
         )
     executor_for(cfg).check_trials([t for t, _ in items])
+    if cfg.cluster.kind == "local":  # runs here: a script after `python` that is not here cannot start
+        for job in {id(c.job): c.job for _, c in items}.values():
+            refuse_missing_script(job)
     if any(
         c.model._target_ or c.data._target_ for _, c in items
     ):  # lazy: torch and the user's package, for `_target_`s only

@@ -417,15 +417,39 @@ def test_launcher_run_checks_a_target_model_before_any_job(tmp_path, capsys):
 
 
 def test_a_program_missing_here_is_a_warning_only(tmp_path, capsys):
-    """Compute nodes may have what the submitting host lacks: one warning line, and the plan goes on."""
+    """Compute nodes may have what the submitting host lacks: on Slurm one warning line, and the plan goes on."""
     from launcher.config.compose import compose_config
 
-    compose_config(["job=command", "job.argv=[python,/nonexistent/train.py]", f"sweep.results_dir={tmp_path}"])
+    compose_config(["job=command", "job.argv=[python,/nonexistent/train.py]", "cluster=slurm"])
     compose_config(["job=command", "job.argv=[no-such-program-here,--x]"])
     assert capsys.readouterr().err.splitlines() == [
         "launcher: warning: job.argv[1] '/nonexistent/train.py' does not exist on this host",
         "launcher: warning: job.argv[0] 'no-such-program-here' is not found on this host (PATH)",
     ]
+
+
+def test_a_script_missing_here_stops_a_local_sweep_before_anything_exists(tmp_path, monkeypatch, capsys):
+    """Issue 31 item 6: cluster=local runs the command on this host, so `python trian.py` (a typo) cannot start in
+    any trial: one line naming the script and the folder it is looked up from, exit 2, no sweep folder, and no
+    warning line before it. Fails if refuse_unrunnable does not call validate_job.refuse_missing_script for a
+    local sweep (the sweep then ran every trial to a `failed` row), or if check_job still warns of it locally."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    results = tmp_path / "results"
+    argv = ["job=command", "job.argv=[python,trian.py,--lr,1]", f"sweep.results_dir={results}"]
+    assert main(["sweep", *argv]) == 2
+    assert capsys.readouterr().err == (
+        f"launcher: error: job.argv[1] 'trian.py' does not exist on this host, where cluster=local runs it from "
+        f"{tmp_path}; give the script's path from that folder, or an absolute one\n"
+    )
+    assert main(["run", *argv]) == 2
+    assert "job.argv[1] 'trian.py' does not exist on this host" in capsys.readouterr().err
+    assert not results.exists()
+    # The script that is there plans, without a line (on Slurm the missing one is the warning above).
+    from launcher.run.sweep import prepare_sweep
+
+    assert len(prepare_sweep(["job=command", "job.argv=[python,train.py,--lr,1]"]).items) == 2
+    assert capsys.readouterr().err == ""
 
 
 def test_a_sweep_over_lists_is_still_a_sweep():
