@@ -39,7 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.load import escaped, fold_model_kwargs, load_config, schema
-from launcher.config.messages import describe, override_for
+from launcher.config.messages import describe, override_for, unparsable
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate import validate
 
@@ -294,10 +294,7 @@ def _unparsable(overrides: Sequence[str], msg: str) -> str:
         try:
             parser.parse_overrides([ov])
         except OverrideParseException:
-            return (
-                f"cannot parse override {ov!r}; write key=value, lists as key=[a,b], "
-                "and quote values with special characters"
-            )
+            return unparsable(ov)
     return f"cannot parse the overrides: {msg.splitlines()[0]}"
 
 

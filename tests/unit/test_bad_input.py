@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -450,6 +451,59 @@ def test_a_script_missing_here_stops_a_local_sweep_before_anything_exists(tmp_pa
 
     assert len(prepare_sweep(["job=command", "job.argv=[python,train.py,--lr,1]"]).items) == 2
     assert capsys.readouterr().err == ""
+
+
+QUOTING = [
+    (
+        "job.pattern=tok/s: (?P<tokens_per_s>[0-9.]+)",
+        "\"job.pattern='tok/s: (?P<tokens_per_s>[0-9.]+)'\"",
+        "tok/s: (?P<tokens_per_s>[0-9.]+)",
+    ),
+    ("job.argv=[python,-c,--lr=1]", "\"job.argv=[python,-c,'--lr=1']\"", ["python", "-c", "--lr=1"]),
+    (
+        "job.argv=[python,-c,--ws=${trial.world_size}]",
+        "'job.argv=[python,-c,\"--ws=${trial.world_size}\"]'",
+        ["python", "-c", "--ws=${trial.world_size}"],
+    ),
+    (
+        "job.pattern=it's (?P<step_s>[0-9.]+)",
+        "\"job.pattern='it\\'s (?P<step_s>[0-9.]+)'\"",
+        "it's (?P<step_s>[0-9.]+)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("override", "shown", "meant"), QUOTING)
+def test_an_unparsable_override_is_shown_quoted_as_it_parses(override, shown, meant, tmp_path, capsys):
+    """Issue 31 item 11: "quote values with special characters" shows how, on the user's own override: Hydra's
+    quotes around the value (or each list word that needs them) inside the shell's; where the value holds `$`, the
+    shell's single quotes (its double ones would expand `${trial.…}`). Typed into a shell (shlex.split here), the
+    example composes to the value meant. Fails if messages.unparsable drops the example, or quotes it so that
+    Hydra or the shell reads another value."""
+    from launcher.config.compose import compose_config
+
+    results = tmp_path / "results"
+    assert main(["sweep", "job=command", override, f"sweep.results_dir={results}"]) == 2
+    assert capsys.readouterr().err == (
+        f"launcher: error: cannot parse override {override!r}; write key=value, lists as key=[a,b], and quote "
+        f"values with special characters, e.g. {shown}\n"
+    )
+    assert not results.exists()
+    (typed,) = shlex.split(shown)
+    key = typed.split("=", 1)[0]
+    regex = ["job.metrics=regex"] if key == "job.pattern" else []
+    job = compose_config(["job=command", "job.argv=[python,-c,pass]", *regex, typed]).job
+    assert getattr(job, key.split(".")[1]) == meant
+
+
+def test_a_typo_that_quoting_does_not_mend_gets_no_example(capsys):
+    """An unbalanced bracket is a typo, not a value to quote: the line stays without an example, as it does for a
+    value holding both `$` and a single quote, which neither form of quoting carries through a shell. Fails if
+    messages._quoted offers "batch.micro='['" or a form the shell would change."""
+    from launcher.config.messages import unparsable
+
+    assert unparsable("batch.micro=[").endswith("and quote values with special characters")
+    assert unparsable("job.pattern=x $ y'z").endswith("and quote values with special characters")
 
 
 def test_a_sweep_over_lists_is_still_a_sweep():
