@@ -14,8 +14,6 @@ Any later command (`status`, `collect`, `sweep --resume`) works from the folder 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -31,7 +29,7 @@ from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
-from launcher.config.job import JobConfig
+from launcher.config.job import job_label
 from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
@@ -78,25 +76,6 @@ def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] 
     models = _swept([c.model.name for c in configs], "models")
     layouts = _swept([c.parallel.layout for c in configs], "layouts")
     return f"{stamp}-{models}-{layouts}"
-
-
-def job_label(job: JobConfig) -> str:
-    """What a sweep of this job is called: its recipe's name (job.name), or, for the bundled generic `command`
-    recipe (and a config stored before jobs had names), the program's file name: the first argv word naming a `.py`
-    file, else the module after `-m`, else argv[0]. Characters a folder name should not hold become `_`."""
-    if job.kind != "command":
-        return "builtin"
-    name = job.name if job.name and job.name != "command" else _program_name(job.argv)
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._-") or "command"
-
-
-def _program_name(argv: Sequence[str]) -> str:
-    words = [w for w in argv if "${" not in w]
-    if script := next((w for w in words if w.endswith(".py")), None):
-        return os.path.basename(script)
-    if "-m" in argv[:-1]:
-        return argv[argv.index("-m") + 1]
-    return os.path.basename(argv[0]) if argv else "command"
 
 
 def _swept(values: list[str], plural: str) -> str:

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 from launcher.config.compose import compose_config
-from launcher.run.sweep import create_sweep_dir, finish, job_label, prepare_sweep, sweep_id
+from launcher.config.job import job_label
+from launcher.run.sweep import create_sweep_dir, finish, prepare_sweep, sweep_id
 
 
 def test_layout_sweep_folder_names_every_layout(tmp_path):
