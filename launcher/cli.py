@@ -129,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
         nargs="?",
         const=True,
         metavar="GROUP",
-        help="list the config groups and their options, or GROUP's fields with their docs (--info parallel), and exit",
+        help="list the config groups and their options, or GROUP's fields with their docs (--info parallel; a "
+        "top-level key's, --info precision), and exit",
     )
     p.add_argument("--recipes", help="with --info: your recipes folder (default: $LAUNCHER_RECIPES)")
     # Not required: `launcher --info` needs no verb; main() asks for one otherwise.

@@ -39,7 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.load import escaped, fold_model_kwargs, load_config, schema
-from launcher.config.messages import describe, override_for
+from launcher.config.messages import describe, override_for, unparsable
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate import validate
 
@@ -132,7 +132,8 @@ def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = N
         cfg = compose(config_name="config", overrides=[_add_or_set(ov) for ov in overrides])
         # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses
         # it (and a built-in model's unknown key, which the open model node let through).
-        plain = _job_as_text(_named_model(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides))
+        plain = _named_job(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides)
+        plain = _job_as_text(_named_model(plain, loader, overrides))
         try:
             checked = OmegaConf.merge(schema(), plain)
         except OmegaConfBaseException as exc:
@@ -162,9 +163,14 @@ def _add_or_set(override: str) -> str:
 
 def _model_option(loader: Any, overrides: Sequence[str]) -> str:
     """The model recipe composed: the last `model=` override, else the defaults list's."""
+    return _option(loader, overrides, "model", ModelConfig.name)
+
+
+def _option(loader: Any, overrides: Sequence[str], group: str, default: str) -> str:
+    """The recipe of `group` composed: the last `group=` override, else the defaults list's, else `default`."""
     parser = OverridesParser.create()
-    picked = [p.value() for ov in overrides for p in parser.parse_overrides([ov]) if p.key_or_group == "model"]
-    return str(picked[-1] if picked else default_choices(loader).get("model", ModelConfig.name))
+    picked = [p.value() for ov in overrides for p in parser.parse_overrides([ov]) if p.key_or_group == group]
+    return str(picked[-1] if picked else default_choices(loader).get(group, default))
 
 
 def _where_model_key(exc: OmegaConfBaseException, loader: Any, overrides: Sequence[str]) -> str:
@@ -196,6 +202,14 @@ def _named_model(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
     if model.get("_target_") is None or model.get("name") is not None:
         return data
     return {**data, "model": {**model, "name": _model_option(loader, overrides).rsplit("/", 1)[-1]}}
+
+
+def _named_job(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
+    """A job whose recipe sets no `name` is named after its recipe file (`job=ddp_meter` → ddp_meter)."""
+    job = data.get("job")
+    if not isinstance(job, dict) or job.get("name") is not None:
+        return data
+    return {**data, "job": {**job, "name": _option(loader, overrides, "job", "builtin").rsplit("/", 1)[-1]}}
 
 
 def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:
@@ -280,10 +294,7 @@ def _unparsable(overrides: Sequence[str], msg: str) -> str:
         try:
             parser.parse_overrides([ov])
         except OverrideParseException:
-            return (
-                f"cannot parse override {ov!r}; write key=value, lists as key=[a,b], "
-                "and quote values with special characters"
-            )
+            return unparsable(ov)
     return f"cannot parse the overrides: {msg.splitlines()[0]}"
 
 

@@ -13,7 +13,7 @@ from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.messages import is_list_key
+from launcher.config.messages import is_list_key, unparsable
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -43,10 +43,7 @@ def expand(overrides: Sequence[str]) -> list[Variant]:
         try:
             (parsed,) = parser.parse_overrides([ov])
         except OverrideParseException:
-            raise ConfigError(
-                f"cannot parse override {ov!r}; write key=value, lists as key=[a,b], "
-                "and quote values with special characters"
-            ) from None
+            raise ConfigError(unparsable(ov)) from None
         if parsed.is_sweep_override():
             _refuse_scalar_sweep_of_a_list(ov, parsed)
             values = list(parsed.sweep_string_iterator())

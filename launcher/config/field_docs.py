@@ -77,11 +77,29 @@ def _kind(f: dataclasses.Field, hint: Any) -> str:
     return str(f.type)
 
 
+def top_level_keys() -> dict[str, dataclasses.Field]:
+    """LauncherConfig's own scalar fields (seed, precision, …), set as `key=value` beside the groups."""
+    hints = typing.get_type_hints(schema.LauncherConfig)
+    return {f.name: f for f in dataclasses.fields(schema.LauncherConfig) if not dataclasses.is_dataclass(hints[f.name])}
+
+
 def group_text(group: str) -> str:
-    """`launcher --info GROUP`: each field of the group, its type and default, and its doc."""
-    known = groups()
+    """`launcher --info GROUP`: each field of the group, its type and default, and its doc; for a top-level key
+    (`--info precision`), that key's."""
+    known, keys = groups(), top_level_keys()
+    if group in keys:
+        f, hint = keys[group], typing.get_type_hints(schema.LauncherConfig)[group]
+        doc = field_docs().get("LauncherConfig", {}).get(group, "(no doc)")
+        lines = [
+            f"{group} (a top-level key of LauncherConfig, set as {group}=value): its type = default, then what it does"
+        ]
+        lines.append(f"  {group}: {_kind(f, hint)} = {_default(f)}")
+        return "\n".join([*lines, *(f"      {line}" for line in doc.splitlines())]) + "\n"
     if group not in known:
-        raise ConfigError(f"--info {group!r} is no config group; the groups are {', '.join(known)}")
+        raise ConfigError(
+            f"--info {group!r} is no config group or top-level key; the groups are {', '.join(known)}, "
+            f"the top-level keys {', '.join(keys)}"
+        )
     cls = known[group]
     hints, docs = typing.get_type_hints(cls), field_docs().get(cls.__name__, {})
     lines = [f"{group} ({cls.__name__}): each field as `{group}.<field>: type = default`, then what it does"]

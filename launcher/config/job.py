@@ -11,8 +11,9 @@ value is that value. A key that is neither stops the sweep before anything is cr
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,9 @@ REGEX_GROUPS = ("tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_s
 
 @dataclass(kw_only=True, frozen=True)
 class JobConfig:
+    name: str | None = None
+    """The job's name in a sweep's folder and report: the `job` recipe chosen (`job=my_train` → my_train) when the
+    recipe sets none. For the bundled generic `command` recipe, the program's file name (argv) names the sweep."""
     kind: JobKind = JobKind.builtin
     """`builtin`: the launcher's own training loop (model, parallel, batch … say what it trains). `command`: your own
     program (`argv`), started per trial as `launch` says; its throughput read as `metrics` says."""
@@ -113,3 +117,22 @@ class JobConfig:
     the row's busbw_gbps and allreduce_time_s, which `launcher plan --from` calibrates the links from."""
     probe_bytes: int = 64 * 2**20
     """command: bytes of the link probe's all-reduce (float32 elements × 4); 64 MiB by default."""
+
+
+def job_label(job: JobConfig) -> str:
+    """What a sweep of this job is called: its recipe's name (job.name), or, for the bundled generic `command`
+    recipe (and a config stored before jobs had names), the program's file name: the first argv word naming a `.py`
+    file, else the module after `-m`, else argv[0]. Characters a folder name should not hold become `_`."""
+    if job.kind != "command":
+        return "builtin"
+    name = job.name if job.name and job.name != "command" else _program_name(job.argv)
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._-") or "command"
+
+
+def _program_name(argv: Sequence[str]) -> str:
+    words = [w for w in argv if "${" not in w]
+    if script := next((w for w in words if w.endswith(".py")), None):
+        return os.path.basename(script)
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1]
+    return os.path.basename(argv[0]) if argv else "command"

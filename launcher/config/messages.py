@@ -14,6 +14,8 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -169,3 +171,58 @@ def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(exc, (ValidationError, ConfigTypeError)) and key:  # type: a mapping for a list, ...
         return bad_value(key, getattr(exc, "value", None), overrides)
     return f"bad configuration: {first}"
+
+
+def unparsable(override: str) -> str:
+    """The one line for an override Hydra's grammar cannot parse, with the user's own override quoted as it
+    parses, where quoting mends it: `"job.pattern='tok/s: (?P<tokens_per_s>[0-9.]+)'"` (the shell's quotes
+    outside, Hydra's inside; in a list, each word that needs them)."""
+    line = (
+        f"cannot parse override {override!r}; write key=value, lists as key=[a,b], "
+        "and quote values with special characters"
+    )
+    fixed = _quoted(override)
+    return f"{line}, e.g. {fixed}" if fixed else line
+
+
+def _parses(override: str) -> bool:
+    try:
+        OverridesParser.create().parse_overrides([override])
+    except OverrideParseException:
+        return False
+    return True
+
+
+def _hydra_quoted(value: str, quote: str = "'") -> str:
+    """`value` in Hydra's quotes: the quote escaped, and the backslashes before one (or at the end) doubled;
+    other backslashes (a regex's `\\d`) are kept as they are by Hydra's grammar."""
+    value = re.sub(rf"(\\+)(?={quote}|$)", lambda m: m.group(1) * 2, value)
+    return quote + value.replace(quote, "\\" + quote) + quote
+
+
+_SHELL_SPECIAL_IN_DOUBLE = '"$`\\!'
+"""What a shell's double quotes do not keep as it is."""
+
+
+def _quoted(override: str) -> str | None:
+    """`override` with its value (or each list word that needs it) in Hydra's quotes, inside the shell's: Hydra's
+    single quotes in the shell's double ones, or (where the value holds `$`, a backtick, … and no single quote)
+    Hydra's double quotes in the shell's single ones. None where quoting cannot mend it (`key=[` is a typo)."""
+    key, sep, value = override.partition("=")
+    if not sep or not re.fullmatch(r"[+~]{0,2}[A-Za-z_][\w.]*(@[\w.]+)?", key):
+        return None
+    inner = "'" if not any(c in value for c in _SHELL_SPECIAL_IN_DOUBLE) else '"'
+    if inner == '"' and "'" in value:
+        return None
+    if value[:1] in "[{":
+        words = value[1:-1].split(",")
+        plain = re.sub(r"\$\{[^{}]*\}", "", value[1:-1])  # a `${trial.KEY}` in a word is no nested node
+        if not (value.startswith("[") and value.endswith("]")) or any(c in plain for c in "[]{}'\""):
+            return None
+        text = "[" + ",".join(w if _parses(f"k={w}") else _hydra_quoted(w, inner) for w in words) + "]"
+    else:
+        text = _hydra_quoted(value, inner)
+    fixed = f"{key}={text}"
+    if not _parses(fixed):
+        return None
+    return f'"{fixed}"' if inner == "'" else f"'{fixed}'"

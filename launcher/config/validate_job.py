@@ -48,7 +48,7 @@ def check_job(cfg: LauncherConfig) -> None:
     if job.flops_per_token is not None:
         positive("job.flops_per_token", job.flops_per_token, "6.2e9")
     at_least("job.probe_bytes", job.probe_bytes, 4, 64 * 2**20)
-    _warn_missing_program(job.argv)
+    _warn_missing_program(job.argv, local=cfg.cluster.kind == "local")
 
 
 def _check_word(where: str, text: str) -> None:
@@ -111,12 +111,32 @@ def _check_launch(job: JobConfig) -> None:
         )
 
 
-def _warn_missing_program(argv: list[str]) -> None:
-    """A warning line, not an error: the compute nodes may have what this host lacks."""
-    program = argv[0]
-    if _PYTHONS.fullmatch(os.path.basename(program)) and len(argv) > 1 and not argv[1].startswith("-"):
+def _missing_script(argv: list[str]) -> str | None:
+    """The script after `python` (argv[1]) when it does not exist here (relative: from this folder)."""
+    if _PYTHONS.fullmatch(os.path.basename(argv[0])) and len(argv) > 1 and not argv[1].startswith("-"):
         script = argv[1]
         if "${" not in script and not Path(script).exists():
+            return script
+    return None
+
+
+def refuse_missing_script(job: JobConfig) -> None:
+    """cluster=local runs a command on this host, from this folder: a script after `python` that is not here
+    cannot start in any trial, so it stops the sweep (one line) before anything is created. Slurm: a warning only
+    (check_job), as the compute nodes may have it."""
+    if job.kind == "command" and job.argv and (script := _missing_script(job.argv)) is not None:
+        raise ConfigError(
+            f"job.argv[1] {script!r} does not exist on this host, where cluster=local runs it from {os.getcwd()}; "
+            "give the script's path from that folder, or an absolute one"
+        )
+
+
+def _warn_missing_program(argv: list[str], *, local: bool) -> None:
+    """A warning line, not an error: the compute nodes may have what this host lacks. Locally, a missing script
+    is refused before any trial (refuse_missing_script), so it is not warned of here."""
+    program = argv[0]
+    if _PYTHONS.fullmatch(os.path.basename(program)) and len(argv) > 1 and not argv[1].startswith("-"):
+        if not local and (script := _missing_script(argv)) is not None:
             print(f"launcher: warning: job.argv[1] {script!r} does not exist on this host", file=sys.stderr)
         return
     if "${" not in program and shutil.which(program) is None and not Path(program).exists():

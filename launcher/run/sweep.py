@@ -14,6 +14,7 @@ Any later command (`status`, `collect`, `sweep --resume`) works from the folder 
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,9 +29,11 @@ from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
+from launcher.config.job import job_label
 from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
+from launcher.config.validate_job import refuse_missing_script
 from launcher.io import atomic_write_json
 from launcher.perf.summary import model_summary
 from launcher.report.markdown import write_report
@@ -62,11 +65,14 @@ class SweepResult:
 
 def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] = ()) -> str:
     """sweep.name, else `<time>-<model>-<layout>` naming what is swept across `configs` (each
-    combination's config): `...-tiny_gpt-ddp+fsdp`, or a count past three (`...-tiny_gpt-4layouts`)."""
+    combination's config): `...-tiny_gpt-ddp+fsdp`, or a count past three (`...-tiny_gpt-4layouts`).
+    A `job=command` sweep is `<time>-<job>` (job_label): the model and layout are the built-in trainer's."""
     if cfg.sweep.name:
         return cfg.sweep.name
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     configs = list(configs) or [cfg]
+    if any(c.job.kind == "command" for c in configs):
+        return f"{stamp}-{_swept([job_label(c.job) for c in configs], 'jobs')}"
     models = _swept([c.model.name for c in configs], "models")
     layouts = _swept([c.parallel.layout for c in configs], "layouts")
     return f"{stamp}-{models}-{layouts}"
@@ -145,14 +151,18 @@ def prepare_variants(labelled: Sequence[tuple[str, Sequence[str]]], recipes: str
 
 def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
     """What no trial can survive, refused whole before any folder exists: what the executor cannot
-    hold (locally, more ranks than this machine's GPUs), and a `_target_` model that does not
-    import, build or take its inputs, or settings that describe another trainer (config/schema_trainer.py)."""
+    hold (locally, more ranks than this machine's GPUs, or a command's script not on this host), and a
+    `_target_` model that does not import, build or take its inputs, or settings that describe another trainer
+    (config/schema_trainer.py)."""
     if lacks := sorted({k for _, c in items for k in builtin_lacks(c)}):
         raise ConfigError(
             f"{', '.join(lacks)} describe(s) a trainer other than the built-in one, whose engines do not implement "
             "it: use it with `launcher plan` for a recipe that trainer runs, or drop it to run the built-in trainer"
         )
     executor_for(cfg).check_trials([t for t, _ in items])
+    if cfg.cluster.kind == "local":  # runs here: a script after `python` that is not here cannot start
+        for job in {id(c.job): c.job for _, c in items}.values():
+            refuse_missing_script(job)
     if any(
         c.model._target_ or c.data._target_ for _, c in items
     ):  # lazy: torch and the user's package, for `_target_`s only
@@ -230,8 +240,12 @@ def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
     write_table(df, sweep_dir)
     rec = recommend(df, policy_of(cfg), unknown_spread=UNKNOWN_SWEEP)
     scaling = df["scaling"].iloc[0] if len(df) else "n/a"
+    what = f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`"
+    if cfg.job.kind == "command":
+        described = f", its model `{cfg.model.name}`" if cfg.job.model_describes_program else ""
+        what = f"Job `{job_label(cfg.job)}` (`{shlex.join(cfg.job.argv)}`, launch {cfg.job.launch}{described})"
     summary = (
-        f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`, cluster `{cfg.cluster.name}`; "
+        f"{what}, cluster `{cfg.cluster.name}`; "
         f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
         f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
     )

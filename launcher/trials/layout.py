@@ -141,9 +141,11 @@ def _check_pipeline(cfg: LauncherConfig, pp: int, source: str = "parallel.microb
     if v < 1:
         raise ConfigError(f"parallel.virtual_stages={v} must be a positive integer; set e.g. parallel.virtual_stages=2")
     if model._target_ is None and model.n_layers % stages:  # a `_target_` model's stages: its parallel.pp_split
+        # pp is the world size under `pipeline`; a layout that sets it (dp_pp, fsdp_pp, …) takes parallel.pp.
+        pp_from = "the world size" if traits(par.layout).pp == Degree.world else "parallel.pp"
         raise ConfigError(
             f"model.n_layers={model.n_layers} is not divisible by pipeline stages pp({pp}) × v({v}) = {stages}; "
-            "change model.n_layers, the world size or parallel.virtual_stages"
+            f"change model.n_layers, {pp_from} or parallel.virtual_stages"
         )
     plain = source == "parallel.microbatches"
     what = f"{source}={par.microbatches}" if plain else f"{source} = {par.microbatches} micro-batches"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -417,15 +418,92 @@ def test_launcher_run_checks_a_target_model_before_any_job(tmp_path, capsys):
 
 
 def test_a_program_missing_here_is_a_warning_only(tmp_path, capsys):
-    """Compute nodes may have what the submitting host lacks: one warning line, and the plan goes on."""
+    """Compute nodes may have what the submitting host lacks: on Slurm one warning line, and the plan goes on."""
     from launcher.config.compose import compose_config
 
-    compose_config(["job=command", "job.argv=[python,/nonexistent/train.py]", f"sweep.results_dir={tmp_path}"])
+    compose_config(["job=command", "job.argv=[python,/nonexistent/train.py]", "cluster=slurm"])
     compose_config(["job=command", "job.argv=[no-such-program-here,--x]"])
     assert capsys.readouterr().err.splitlines() == [
         "launcher: warning: job.argv[1] '/nonexistent/train.py' does not exist on this host",
         "launcher: warning: job.argv[0] 'no-such-program-here' is not found on this host (PATH)",
     ]
+
+
+def test_a_script_missing_here_stops_a_local_sweep_before_anything_exists(tmp_path, monkeypatch, capsys):
+    """Issue 31 item 6: cluster=local runs the command on this host, so `python trian.py` (a typo) cannot start in
+    any trial: one line naming the script and the folder it is looked up from, exit 2, no sweep folder, and no
+    warning line before it. Fails if refuse_unrunnable does not call validate_job.refuse_missing_script for a
+    local sweep (the sweep then ran every trial to a `failed` row), or if check_job still warns of it locally."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    results = tmp_path / "results"
+    argv = ["job=command", "job.argv=[python,trian.py,--lr,1]", f"sweep.results_dir={results}"]
+    assert main(["sweep", *argv]) == 2
+    assert capsys.readouterr().err == (
+        f"launcher: error: job.argv[1] 'trian.py' does not exist on this host, where cluster=local runs it from "
+        f"{tmp_path}; give the script's path from that folder, or an absolute one\n"
+    )
+    assert main(["run", *argv]) == 2
+    assert "job.argv[1] 'trian.py' does not exist on this host" in capsys.readouterr().err
+    assert not results.exists()
+    # The script that is there plans, without a line (on Slurm the missing one is the warning above).
+    from launcher.run.sweep import prepare_sweep
+
+    assert len(prepare_sweep(["job=command", "job.argv=[python,train.py,--lr,1]"]).items) == 2
+    assert capsys.readouterr().err == ""
+
+
+QUOTING = [
+    (
+        "job.pattern=tok/s: (?P<tokens_per_s>[0-9.]+)",
+        "\"job.pattern='tok/s: (?P<tokens_per_s>[0-9.]+)'\"",
+        "tok/s: (?P<tokens_per_s>[0-9.]+)",
+    ),
+    ("job.argv=[python,-c,--lr=1]", "\"job.argv=[python,-c,'--lr=1']\"", ["python", "-c", "--lr=1"]),
+    (
+        "job.argv=[python,-c,--ws=${trial.world_size}]",
+        "'job.argv=[python,-c,\"--ws=${trial.world_size}\"]'",
+        ["python", "-c", "--ws=${trial.world_size}"],
+    ),
+    (
+        "job.pattern=it's (?P<step_s>[0-9.]+)",
+        "\"job.pattern='it\\'s (?P<step_s>[0-9.]+)'\"",
+        "it's (?P<step_s>[0-9.]+)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("override", "shown", "meant"), QUOTING)
+def test_an_unparsable_override_is_shown_quoted_as_it_parses(override, shown, meant, tmp_path, capsys):
+    """Issue 31 item 11: "quote values with special characters" shows how, on the user's own override: Hydra's
+    quotes around the value (or each list word that needs them) inside the shell's; where the value holds `$`, the
+    shell's single quotes (its double ones would expand `${trial.…}`). Typed into a shell (shlex.split here), the
+    example composes to the value meant. Fails if messages.unparsable drops the example, or quotes it so that
+    Hydra or the shell reads another value."""
+    from launcher.config.compose import compose_config
+
+    results = tmp_path / "results"
+    assert main(["sweep", "job=command", override, f"sweep.results_dir={results}"]) == 2
+    assert capsys.readouterr().err == (
+        f"launcher: error: cannot parse override {override!r}; write key=value, lists as key=[a,b], and quote "
+        f"values with special characters, e.g. {shown}\n"
+    )
+    assert not results.exists()
+    (typed,) = shlex.split(shown)
+    key = typed.split("=", 1)[0]
+    regex = ["job.metrics=regex"] if key == "job.pattern" else []
+    job = compose_config(["job=command", "job.argv=[python,-c,pass]", *regex, typed]).job
+    assert getattr(job, key.split(".")[1]) == meant
+
+
+def test_a_typo_that_quoting_does_not_mend_gets_no_example(capsys):
+    """An unbalanced bracket is a typo, not a value to quote: the line stays without an example, as it does for a
+    value holding both `$` and a single quote, which neither form of quoting carries through a shell. Fails if
+    messages._quoted offers "batch.micro='['" or a form the shell would change."""
+    from launcher.config.messages import unparsable
+
+    assert unparsable("batch.micro=[").endswith("and quote values with special characters")
+    assert unparsable("job.pattern=x $ y'z").endswith("and quote values with special characters")
 
 
 def test_a_sweep_over_lists_is_still_a_sweep():

@@ -539,3 +539,55 @@ def test_every_verb_the_docs_name_exists():
     calls = [p for _, _, c in shown_commands() for p in c.split(" && ")]
     launcher = [p for p in calls if re.match(r"(?:[A-Z_]+=\S+\s+)*(?:\.venv/bin/)?launcher\s", p)]
     assert launcher and [p for p in launcher if verb(p) not in known] == []
+
+
+# --- the framework callbacks (launcher/integrations): shown where users look -------------------------------
+
+INTEGRATIONS = REPO / "launcher" / "integrations"
+
+
+def _callback_keywords(module: str) -> set[str]:
+    """The keyword arguments of `MeterCallback.__init__` in launcher/integrations/<module>.py, read from its source
+    (importing it would import the framework)."""
+    tree = ast.parse((INTEGRATIONS / f"{module}.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MeterCallback")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return {a.arg for a in init.args.args[1:] + init.args.kwonlyargs}
+
+
+def _callback_modules() -> list[str]:
+    return sorted(p.stem for p in INTEGRATIONS.glob("*.py") if "class MeterCallback" in p.read_text())
+
+
+def test_own_command_shows_each_callbacks_two_lines_as_the_module_spells_them():
+    """Issue 31 item 7: docs/own-command.md shows, per framework, the import and the line that adds the callback,
+    in python blocks, with MeterCallback's own keyword (tokens_per_sample). Fails if a framework's callback is not
+    shown, or if a shown line imports a module or passes an argument the callback does not have."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "own-command.md").read_text(), flags=re.S)
+    shown: dict[str, set[str]] = {}
+    for block in (b for b in blocks if "MeterCallback" in b):
+        tree = ast.parse(block)
+        (imported,) = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
+        assert imported.module.startswith("launcher.integrations.") and [a.name for a in imported.names] == [
+            "MeterCallback"
+        ]
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "MeterCallback"]
+        assert len(calls) == 1 and not calls[0].args, block
+        shown[imported.module.rsplit(".", 1)[1]] = {k.arg for k in calls[0].keywords}
+    assert sorted(shown) == _callback_modules() == ["hf", "lightning"]
+    assert all(keywords == {"tokens_per_sample"} <= _callback_keywords(m) for m, keywords in shown.items())
+
+
+def test_readme_names_each_callback_and_the_extra_that_brings_its_framework():
+    """Issue 31 item 7: README's "Bring your training" names MeterCallback(tokens_per_sample=…), each integration
+    module and each extra pyproject.toml declares for them (`hf`, `lightning`). Fails if one is left out there, or
+    if an extra is renamed in pyproject.toml and not in the README."""
+    import tomllib
+
+    readme = (REPO / "README.md").read_text()
+    part = readme.split("## Bring your training", 1)[1].split("\n## ", 1)[0]
+    extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    assert "`MeterCallback(tokens_per_sample=…)`" in part
+    for module in _callback_modules():
+        assert f"`launcher.integrations.{module}`" in part, module
+        assert module in extras and f"`{module}`" in part and "extra" in part, module

@@ -60,8 +60,9 @@ def test_a_sweep_of_multiples_of_tp_times_pp_plans_each_size():
         (
             ["model.n_layers=3"],
             4,
-            "model.n_layers=3 is not divisible by pipeline stages pp(2) × v(1) = 2; change model.n_layers, the world "
-            "size or parallel.virtual_stages",
+            # parallel.pp sets pp here, not the world size (issue 31 item 13: the hint named the world size)
+            "model.n_layers=3 is not divisible by pipeline stages pp(2) × v(1) = 2; change model.n_layers, "
+            "parallel.pp or parallel.virtual_stages",
         ),
     ],
 )

@@ -1,6 +1,9 @@
 """CI must run exactly what the README tells a user."""
 
+import re
 from pathlib import Path
+
+from launcher.config.choices import Precision
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,3 +25,20 @@ def test_ci_runs_the_readme_test_command():
         ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
     ]
     assert ci_lines == [second]
+
+
+def _row(readme: str, head: str) -> set[str]:
+    """The options a README table row names: its backticked plain names (`parallel.ep` and other keys left out)."""
+    (row,) = [ln for ln in readme.splitlines() if ln.startswith(f"| {head} |")]
+    return set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[2]))
+
+
+def test_the_readme_lists_every_bundled_model_layout_cluster_and_precision():
+    """Issue 31 item 13: the README's key table named neither llama3_405b, hsdp, the *_cp layouts, gb200_nvl72 nor
+    precision=fp8. Its rows must name exactly the recipe files of recipes/model, parallel and cluster, and every
+    Precision choice, so a new recipe (or one removed) without a README change fails here."""
+    readme = (REPO / "README.md").read_text()
+    for group in ("model", "parallel", "cluster"):
+        files = {p.stem for p in (REPO / "recipes" / group).glob("*.yaml")}
+        assert _row(readme, f"`{group}=`") == files, group
+    assert _row(readme, "`precision`") == {p.value for p in Precision}
