@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from launcher.config.checks import at_least, positive
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.errors import ConfigError
 from launcher.config.job import REFERENCE, REGEX_GROUPS, TRIAL_ALIASES, TRIAL_KEYS, JobConfig, config_value, unknown_key
 from launcher.config.plain import to_dict
@@ -48,7 +49,7 @@ def check_job(cfg: LauncherConfig) -> None:
     if job.flops_per_token is not None:
         positive("job.flops_per_token", job.flops_per_token, "6.2e9")
     at_least("job.probe_bytes", job.probe_bytes, 4, 64 * 2**20)
-    _warn_missing_program(job.argv, local=cfg.cluster.kind == "local")
+    _warn_missing_program(job.argv, local=cluster_traits(cfg.cluster).ranks_here)
 
 
 def _check_word(where: str, text: str) -> None:

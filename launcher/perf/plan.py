@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher.config.cluster_schema import ClusterKind
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.compose import compose_config
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
@@ -79,7 +79,7 @@ def check_nodes(cfg: LauncherConfig, sizes: Sequence[int], gpus: str) -> None:
     nodes, every collective on the network: refused in one line naming `cluster=`."""
     c = cfg.cluster
     gpu = planned_device(cfg) == "cuda" and (c.device_name or "cpu").lower() != "cpu"
-    if c.kind == ClusterKind.local and gpu and ranks_per_node(c) == 1 and max(sizes) > 1:
+    if cluster_traits(c).ranks_here and gpu and ranks_per_node(c) == 1 and max(sizes) > 1:
         n = max(sizes)
         raise ConfigError(
             f"launcher plan --gpus {gpus} of cluster.device_name={c.device_name} plans {n} GPUs as {n} one-GPU "

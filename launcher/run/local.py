@@ -21,7 +21,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
-from launcher.trials.ends import NEAR_LIMIT, log_reason, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
+from launcher.trials.ends import NEAR_LIMIT, failure_tails, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
 from launcher.trials.payload import Payload, builtin_payload
 
@@ -374,9 +374,9 @@ def run_trial_dir(
         raise
     reason = outcome.reason()
     culprit = outcome.culprit()
-    if culprit is not None:
-        tail = log_reason(tdir / f"rank{culprit}.log")
-        reason = f"{reason}; rank {culprit} log ends: {tail}" if tail else reason
+    if culprit is not None:  # the first rank to fail first, then the others in the order they did
+        failed = sorted((r for r in outcome.ranks if r.returncode not in (0, None)), key=lambda r: r.exit_seq)
+        reason = f"{reason}{failure_tails(tdir, [culprit, *(r.rank for r in failed if r.rank != culprit)])}"
     doc = {
         "executor": "local",
         "final": True,

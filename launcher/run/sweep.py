@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from launcher import __version__
 from launcher.config.builtin_support import builtin_lacks
+from launcher.config.cluster_traits import cluster_traits
 from launcher.config.compose import compose_config, user_recipes
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
@@ -71,7 +72,7 @@ def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] 
         return cfg.sweep.name
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     configs = list(configs) or [cfg]
-    if any(c.job.kind == "command" for c in configs):
+    if any(job.kind == "command" for job in (c.job for c in configs)):
         return f"{stamp}-{_swept([job_label(c.job) for c in configs], 'jobs')}"
     models = _swept([c.model.name for c in configs], "models")
     layouts = _swept([c.parallel.layout for c in configs], "layouts")
@@ -160,7 +161,7 @@ def refuse_unrunnable(cfg: LauncherConfig, items: Sequence[tuple[Trial, Launcher
             "it: use it with `launcher plan` for a recipe that trainer runs, or drop it to run the built-in trainer"
         )
     executor_for(cfg).check_trials([t for t, _ in items])
-    if cfg.cluster.kind == "local":  # runs here: a script after `python` that is not here cannot start
+    if cluster_traits(cfg.cluster).ranks_here:  # runs here: a script after `python` that is not here cannot start
         for job in {id(c.job): c.job for _, c in items}.values():
             refuse_missing_script(job)
     if any(

@@ -33,6 +33,19 @@ def mentions_oom(text: str | None) -> bool:
     return any(m in (text or "") for m in OOM_MARKERS)
 
 
+def failure_tails(tdir: Path, ranks: list[int]) -> str:
+    """`; rank N log ends: <line>` of the first of `ranks` (the culprit), and where its line does not say out
+    of memory, of the first other whose does: on a busy host the rank a peer's OOM broke can exit first,
+    and the row must still read `oom` (failure_status)."""
+    tails = [(rank, log_reason(tdir / f"rank{rank}.log")) for rank in ranks]
+    told = (
+        tails[:1]
+        if tails and mentions_oom(tails[0][1])
+        else [*tails[:1], *[t for t in tails if mentions_oom(t[1])][:1]]
+    )
+    return "".join(f"; rank {rank} log ends: {tail}" for rank, tail in told if tail)
+
+
 def failure_status(status: str, *reasons: str | None) -> str:
     """A `failed` trial whose reasons (the executor's word on the rank that failed first, its log's end,
     the payload's own) say out of memory ended `oom`: one rank's OOM makes rank 0 fail in the next

@@ -176,7 +176,7 @@ def sweep_trials(
     # Training only (a plan may model fp16 and fp8); `auto`: the local executor or the payload checks the device it
     # got, except that a built-in Slurm job asking for GPUs will get CUDA: fp16 is refused now, not after submission.
     device = str(cfg.cluster.device)
-    if device == "auto" and cfg.job.kind == "builtin" and cfg.cluster.kind == "slurm":
+    if device == "auto" and cfg.job.kind == "builtin" and not cluster_traits(cfg.cluster).ranks_here:
         device = "cuda" if cfg.cluster.gpus_per_node or cfg.cluster.gpus_per_task else "auto"
     if device != "auto":
         check_precision_device(str(cfg.precision), device)

@@ -25,7 +25,8 @@ def test_rank1_out_of_memory_makes_an_oom_row_naming_rank1(tmp_path, monkeypatch
     record = read_record(tmp_path).doc
     row = trial_row({"trial_id": "t", "world_size": 2, "nodes": 1}, record, outcome)
     assert row["status"] == "oom"
-    assert row["reason"].startswith("rank 1 exited with code 1; then rank 0 exited with code 1")  # rank 1 first
+    # Rank 1 fails first on a quiet host; on a busy one rank 0, broken by it, can exit first: either way both say so.
+    assert "rank 1 exited with code 1" in row["reason"] and "rank 0 exited with code 1" in row["reason"]
     assert "rank 1 log ends: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in row["reason"]
     # Rank 0 failed in the collective rank 1 left, and said so: `failed`, its own words no OOM.
     assert record["status"] == "failed" and "OutOfMemoryError" not in record["reason"]

@@ -68,3 +68,18 @@ def test_slurm_culprit_is_the_task_srun_named(tmp_path):
         "task 3 on n2: Exited with exit code 1 (srun); srun exit 1; rank3 log ends: Cuda failure 2 'out of memory'"
     )
     assert failure_status("failed", detail) == "oom"
+
+
+def test_a_peer_that_exits_before_the_oom_rank_still_leaves_an_oom_reason(tmp_path):
+    """On a busy host the rank a peer's OOM broke (its collective closed) can exit first: the local row's reason
+    adds the OOM rank's line after the first rank's, so failure_status reads `oom` (before: `failed`, and
+    test_oom_other_rank failed in a clean-clone run under load)."""
+    from launcher.trials.ends import failure_status, failure_tails
+
+    (tmp_path / "rank0.log").write_text("step 1\nRuntimeError: [../gloo] Connection closed by peer\n")
+    (tmp_path / "rank1.log").write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    oom = "; rank 1 log ends: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
+    peer = "; rank 0 log ends: RuntimeError: [../gloo] Connection closed by peer"
+    assert failure_tails(tmp_path, [0, 1]) == peer + oom
+    assert failure_tails(tmp_path, [1, 0]) == oom  # the OOM rank first: its line alone, as before
+    assert failure_status("failed", "rank 0 exited with code 1" + failure_tails(tmp_path, [0, 1])) == "oom"
