@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
+from launcher import torch_compat
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import Degree, traits
 from launcher.train.dist import mesh_group_options
@@ -75,7 +76,13 @@ class Topology:
         elif traits(getattr(trial, "layout", "ddp")).replicate != Degree.none:
             hsdp = (trial.dp // shard, shard)
             options = mesh_group_options(hsdp, ("replicate", "shard"), timeout_s)
-            fsdp_mesh = mesh["dp"]._unflatten(0, hsdp, ("replicate", "shard"), backend_override=options)
+            if torch_compat.mesh_unflattens():
+                fsdp_mesh = mesh["dp"]._unflatten(0, hsdp, ("replicate", "shard"), backend_override=options)
+            else:  # torch < 2.10: the same (replicate, shard) split of dp, as a second mesh over the world
+                shape4, names4 = (*hsdp, trial.pp, trial.tp), ("replicate", "shard", "pp", "tp")
+                override4 = mesh_group_options(shape4, names4, timeout_s)
+                whole = init_device_mesh(device.type, shape4, mesh_dim_names=names4, backend_override=override4)
+                fsdp_mesh = whole["replicate", "shard"]
         else:
             fsdp_mesh = mesh["dp"]
         return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh, cp=cp, shard=shard, fsdp_mesh=fsdp_mesh)
