@@ -144,3 +144,24 @@ def ring_attention(version: tuple[int, int, int] | None = None) -> tuple[Any, di
         return module, module.customized_ops
     module = importlib.import_module("torch.distributed.tensor.experimental._context_parallel._attention")
     return module, module.custom_ops
+
+
+FSDP_TP_CP = (2, 10)
+"""Before torch 2.10 DeviceMesh cannot slice a flattened dim whose parts are not adjacent: FSDP of
+tensor-parallel weights over "dp_cp" (dp and cp flattened, pp between them) fails ("only allows
+slicing out a contiguous flattened dim"). The layouts with both tp and cp (fsdp_tp_cp,
+fsdp_tp_pp_cp) are refused on such torch; fsdp_cp and fsdp_tp run."""
+
+
+def tp_cp_refusal(layout: str, version: tuple[int, int, int] | None = None) -> str | None:
+    """The one line refusing `layout` (one that splits both tp and cp under FSDP) on a torch before
+    FSDP_TP_CP; None where this torch runs it."""
+    version = torch_version() if version is None else version
+    if not older_than(*FSDP_TP_CP, version):
+        return None
+    need = "{}.{}".format(*FSDP_TP_CP)
+    have = ".".join(map(str, version))
+    return (
+        f"parallel.layout={layout} needs torch >= {need} (FSDP over dp × cp of tensor-parallel weights), "
+        f"this torch is {have}: upgrade torch, or split one of them (parallel=fsdp_cp or parallel=fsdp_tp)"
+    )

@@ -70,6 +70,8 @@ class Topology:
         shape = (trial.dp, trial.pp, cp, trial.tp) if cp > 1 else (trial.dp, trial.pp, trial.tp)
         override = mesh_group_options(shape, names, timeout_s)
         mesh = init_device_mesh(device.type, shape, mesh_dim_names=names, backend_override=override)
+        if cp > 1 and trial.tp > 1 and (refusal := torch_compat.tp_cp_refusal(trial.layout)):
+            raise ValueError(refusal)  # config validation refused it already where the submitting torch is this one
         if cp > 1:
             flat = mesh_group_options((trial.dp * cp,), ("dp_cp",), timeout_s).get("dp_cp")
             fsdp_mesh = mesh["dp", "cp"]._flatten("dp_cp", backend_override=flat)
