@@ -22,7 +22,7 @@ from launcher.config.schema import (
 )
 from launcher.config.validate_byo import check_byo
 from launcher.config.validate_job import check_job
-from launcher.config.validate_layout import check_byo_layout, set_degrees
+from launcher.config.validate_layout import check_byo_layout, check_torch_release, set_degrees
 from launcher.config.validate_moe import check_moe
 from launcher.config.validate_precision import check_fp8_model
 from launcher.config.validate_slurm import check_slurm
@@ -139,6 +139,7 @@ def _check_parallel(cfg: LauncherConfig) -> None:
     if cfg.model._target_ is not None:
         check_byo_layout(cfg.model._target_, cfg.parallel)
     set_degrees(cfg.parallel)
+    check_torch_release(cfg.parallel)
     at_least("parallel.fsdp_min_params", cfg.parallel.fsdp_min_params, 1, 1000000)
 
 

@@ -5,9 +5,10 @@ layout. Per-size checks
 
 from __future__ import annotations
 
+from launcher import torch_compat
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ParallelConfig
-from launcher.layouts import layout_names, traits
+from launcher.layouts import Degree, layout_names, traits
 
 
 def either(names: list[str], key: str = "parallel=") -> str:
@@ -27,6 +28,13 @@ def set_degrees(par: ParallelConfig) -> tuple[int, int]:
         raise ConfigError(f"parallel.layout={par.layout} needs {needs}; set e.g. {example}")
     degree = {"tp": 1, "pp": 1} | {k: getattr(par, k) for k in keys}
     return degree["tp"], degree["pp"]
+
+
+def check_torch_release(par: ParallelConfig) -> None:
+    """A layout this torch cannot run, refused before any trial (the releases: launcher/torch_compat.py)."""
+    row = traits(par.layout)
+    if row.tp != Degree.none and row.cp != Degree.none and (refusal := torch_compat.tp_cp_refusal(par.layout)):
+        raise ConfigError(refusal)
 
 
 def check_byo_layout(target: str, par: ParallelConfig) -> None:

@@ -19,10 +19,16 @@ import sys
 
 import pytest
 
+from launcher import torch_compat
+from launcher.cli import main
 from launcher.io import read_json
 from tests.support.layout_parity import assert_same, launch
 
 pytestmark = pytest.mark.torch_dist
+
+TP_CP_REFUSED = torch_compat.tp_cp_refusal("fsdp_tp_cp") is not None
+"""This torch predates FSDP over dp × cp of tensor-parallel weights (launcher/torch_compat.py FSDP_TP_CP)."""
+needs_tp_cp = pytest.mark.skipif(TP_CP_REFUSED, reason="tp with cp under FSDP needs torch >= 2.10 (refused here)")
 
 
 def layout_of(tmp, name: str) -> tuple[dict, dict]:
@@ -50,7 +56,7 @@ def test_hsdp_equals_reference(parity_ref, tmp_path, ranks, shard, micro, replic
     [
         (2, "fsdp_cp", ["batch.micro=8"]),
         (4, "fsdp_cp", ["batch.micro=4"]),
-        (4, "fsdp_tp_cp", ["parallel.tp=2", "batch.micro=8"]),
+        pytest.param(4, "fsdp_tp_cp", ["parallel.tp=2", "batch.micro=8"], marks=needs_tp_cp),
         # Full checkpointing replays each block, RoPE and the forward ring with it, in backward.
         (2, "fsdp_cp", ["batch.micro=8", "model.activation_checkpointing=full"]),
     ],
@@ -63,6 +69,7 @@ def test_context_parallel_equals_reference(parity_ref, tmp_path, ranks, layout, 
     assert metrics["cp"] == 2
 
 
+@needs_tp_cp
 def test_four_d_layout_equals_reference(parity_ref, tmp_path):
     """fsdp_tp_pp_cp on 8 ranks: 2 pipeline stages, each tensor-parallel over 2 ranks and running the
     ring over 2 more (dp 1): every stage's pieces of the sequence cross the pipeline as they are."""
@@ -70,6 +77,16 @@ def test_four_d_layout_equals_reference(parity_ref, tmp_path):
     assert_same(launch(tmp_path, "fsdp_tp_pp_cp", 8, over), parity_ref)
     trial = read_json(tmp_path / "fsdp_tp_pp_cp" / "record.json")["trial"]
     assert (trial["dp"], trial["pp"], trial["cp"], trial["tp"]) == (1, 2, 2, 2)
+
+
+@pytest.mark.skipif(not TP_CP_REFUSED, reason="this torch runs tp with cp under FSDP")
+@pytest.mark.parametrize("layout", ["fsdp_tp_cp", "fsdp_tp_pp_cp"])
+def test_tp_with_cp_is_refused_on_torch_before_2_10_in_one_line(layout, tmp_path, capsys):
+    """On such torch (the floor, 2.9) the sweep stops at config validation, before any rank starts."""
+    over = [f"parallel={layout}", "parallel.tp=2", "parallel.cp=2", *(["parallel.pp=2"] if "pp" in layout else [])]
+    assert main(["sweep", *over, f"sweep.results_dir={tmp_path}", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"launcher: error: {torch_compat.tp_cp_refusal(layout)}\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_context_parallel_llama_rope_equals_reference(llama_parity_ref, tmp_path):

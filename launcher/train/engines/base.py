@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
+from launcher import torch_compat
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import Degree, traits
 from launcher.train.dist import mesh_group_options
@@ -69,13 +70,21 @@ class Topology:
         shape = (trial.dp, trial.pp, cp, trial.tp) if cp > 1 else (trial.dp, trial.pp, trial.tp)
         override = mesh_group_options(shape, names, timeout_s)
         mesh = init_device_mesh(device.type, shape, mesh_dim_names=names, backend_override=override)
+        if cp > 1 and trial.tp > 1 and (refusal := torch_compat.tp_cp_refusal(trial.layout)):
+            raise ValueError(refusal)  # config validation refused it already where the submitting torch is this one
         if cp > 1:
             flat = mesh_group_options((trial.dp * cp,), ("dp_cp",), timeout_s).get("dp_cp")
             fsdp_mesh = mesh["dp", "cp"]._flatten("dp_cp", backend_override=flat)
         elif traits(getattr(trial, "layout", "ddp")).replicate != Degree.none:
             hsdp = (trial.dp // shard, shard)
             options = mesh_group_options(hsdp, ("replicate", "shard"), timeout_s)
-            fsdp_mesh = mesh["dp"]._unflatten(0, hsdp, ("replicate", "shard"), backend_override=options)
+            if torch_compat.mesh_unflattens():
+                fsdp_mesh = mesh["dp"]._unflatten(0, hsdp, ("replicate", "shard"), backend_override=options)
+            else:  # torch < 2.10: the same (replicate, shard) split of dp, as a second mesh over the world
+                shape4, names4 = (*hsdp, trial.pp, trial.tp), ("replicate", "shard", "pp", "tp")
+                override4 = mesh_group_options(shape4, names4, timeout_s)
+                whole = init_device_mesh(device.type, shape4, mesh_dim_names=names4, backend_override=override4)
+                fsdp_mesh = whole["replicate", "shard"]
         else:
             fsdp_mesh = mesh["dp"]
         return cls(dp=trial.dp, tp=trial.tp, pp=trial.pp, rank=rank, mesh=mesh, cp=cp, shard=shard, fsdp_mesh=fsdp_mesh)

@@ -31,6 +31,7 @@ from torch import fx, nn
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from launcher import torch_compat
 from launcher.compute.flop_count import random_tensor
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate_byo import TARGET_KEY
@@ -253,7 +254,7 @@ class ByoPipelineEngine(PipelineEngine):
                 # The schedule indexes a target per microbatch even for a model's own loss.
                 samples = len(batch[next(iter(self.cfg.model.inputs))])
                 kwargs |= {"target": batch.get(TARGET_KEY, torch.zeros(samples, device=self.device)), "losses": losses}
-            self.schedule.step(return_outputs=False, **kwargs)
+            self.schedule.step(**kwargs, **torch_compat.schedule_step_options())
             if self.has_last:
                 total += torch.stack([loss.detach() for loss in losses]).sum()
         self._state.sync_grads = True

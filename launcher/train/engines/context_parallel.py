@@ -22,9 +22,11 @@ from contextlib import contextmanager
 import torch
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.experimental import context_parallel
-from torch.distributed.tensor.experimental._context_parallel import _attention as ring
 
+from launcher import torch_compat
 from launcher.train.models.common import SEQUENCE_POSITIONS
+
+ring, _handlers = torch_compat.ring_attention()  # torch's private module, moved in 2.10
 
 SEQ_DIM = 2
 """The sequence dim of SDPA's [batch, heads, seq, head_dim] inputs, as torch's ring assumes."""
@@ -81,8 +83,8 @@ def _cpu_ring_backward(op_call, args, kwargs):
 
 
 # torch reads this table each time a context_parallel block opens (its _enable_cp_dtensor_dispatcher).
-ring.custom_ops[_aten._scaled_dot_product_flash_attention_for_cpu.default] = _cpu_ring_forward
-ring.custom_ops[_aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = _cpu_ring_backward
+_handlers[_aten._scaled_dot_product_flash_attention_for_cpu.default] = _cpu_ring_forward
+_handlers[_aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = _cpu_ring_backward
 
 
 @contextmanager

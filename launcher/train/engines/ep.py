@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from launcher import torch_compat
 from launcher.config.schema import LauncherConfig
 from launcher.train.clipping import ExpertShare
 from launcher.train.dist import mesh_group_options
@@ -41,7 +42,8 @@ class ExpertParallelEngine(FSDPEngine):
 
     def shard_inner(self, mp: MixedPrecisionPolicy) -> None:
         for experts in self.experts:
-            fully_shard(experts, mesh=self.ep_mesh["edp"], reshard_after_forward=self.reshard, mp_policy=mp)
+            unit = experts if torch_compat.fsdp_takes_module_dict() else list(experts.values())  # one unit either way
+            fully_shard(unit, mesh=self.ep_mesh["edp"], reshard_after_forward=self.reshard, mp_policy=mp)
             # FSDP averages over the dp ÷ ep holders; the mean over dp needs 1/ep more. Not
             # set_gradient_divide_factor: it reduces with PREMUL_SUM, which gloo lacks.
             experts.weight_grad_scale = 1.0 / self.ep

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
+from launcher import torch_compat
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import traits
 from launcher.train.dist import sync
@@ -271,10 +272,12 @@ def replay_seconds(ops: Counter, group, device: torch.device) -> float:
         small = torch.ones(shard, dtype=dtype, device=device)
         big = torch.ones(shard * n, dtype=dtype, device=device)
         if name == "_allgather_base_":
-            seconds = time_collective(group, device, lambda o=big, i=small: dist.all_gather_single(o, i, group=group))
+            seconds = time_collective(
+                group, device, lambda o=big, i=small: torch_compat.all_gather_single(o, i, group=group)
+            )
         else:
             seconds = time_collective(
-                group, device, lambda o=small, i=big: dist.reduce_scatter_single(o, i, group=group)
+                group, device, lambda o=small, i=big: torch_compat.reduce_scatter_single(o, i, group=group)
             )
         total += count * seconds
     return total

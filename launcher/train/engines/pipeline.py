@@ -45,6 +45,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from launcher import torch_compat
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import DataParallel, traits
 from launcher.train.dist import sync
@@ -115,6 +116,13 @@ class _Stage(PipelineStage):
             with module.no_sync():
                 return super()._compute_outputs(*args, module=module, **kwargs)
         return super()._compute_outputs(*args, module=module, **kwargs)
+
+    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
+        ops = super()._get_init_p2p_neighbors_ops()
+        if torch_compat.pipeline_init_sends_int64():  # torch < 2.10 sends int64 into a float32 receive
+            for op in ops:
+                op.tensor = op.tensor.float()
+        return ops
 
     def forward_maybe_with_nosync(self, *args, **kwargs):
         with self._state.busy():
@@ -244,7 +252,7 @@ class PipelineEngine(Engine):
                     )
                 args = (x,) if self.has_first else ()
                 kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.has_last else {}
-                self.schedule.step(*args, return_outputs=False, **kwargs)
+                self.schedule.step(*args, **kwargs, **torch_compat.schedule_step_options())
             if self.has_last:
                 total += torch.stack([local_scalar(loss) for loss in losses]).sum()
         self._state.sync_grads = True
@@ -258,6 +266,8 @@ class PipelineEngine(Engine):
         """Inputs and labels of `batch`; under context parallel (fsdp_tp_pp_cp) this cp rank's pieces of
         every sequence, SDPA running as ring attention for the schedule step (engines/context_parallel.py)."""
         x, y = batch[:, :-1], batch[:, 1:]
+        if torch_compat.pipeline_checks_input_strides():  # torch < 2.12 refuses the view's strides
+            x = x.contiguous()
         if self.topo.cp == 1:
             yield x, y
             return
