@@ -57,12 +57,24 @@ def printing_rank(metrics: str, logs: dict[int, Path]) -> int:
     return max(logs) if metrics == "megatron" and logs else 0
 
 
-def command_end(exit_code: int, logs: dict[int, Path]) -> tuple[str, str]:
+def agent_logs(tdir: Path, attempt: int | None = None) -> list[Path]:
+    """torchrun's own output: `agent.log` (local), each node's agent's `node<n>.attempt<a>.log` (Slurm)."""
+    if attempt is None:
+        return [tdir / "agent.log"] if (tdir / "agent.log").exists() else []
+    return sorted(tdir.glob(f"node*.attempt{attempt}.log"))
+
+
+def command_end(exit_code: int, logs: dict[int, Path], agents: list[Path] | None = None) -> tuple[str, str]:
     """(status, reason) of a command that exited with `exit_code` ≠ 0: `oom` when any rank's log
-    says out of memory (OOM_MARKERS), else `failed`; the reason quotes the telling rank's last line."""
+    says out of memory (OOM_MARKERS), else `failed`; the reason quotes the telling rank's last line, or,
+    where no rank's log tells (torchrun refused its own arguments before starting one), torchrun's."""
     texts = {r: _text(p) for r, p in logs.items()}
     oom = [r for r, t in texts.items() if mentions_oom(t)]
     told = oom or [r for r, t in texts.items() if any(w in t for w in _FAILURE_WORDS)] or list(texts)[:1]
+    if not oom and not any(any(w in texts[r] for w in _FAILURE_WORDS) for r in told):
+        for path in agents or []:
+            if any(w in _text(path) for w in _FAILURE_WORDS) and (line := log_reason(path)):
+                return "failed", f"the command exited with code {exit_code}; torchrun's log ends: {line}"
     said = ""
     if told:
         rank = told[0]
@@ -134,7 +146,7 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
     probe = _probe(tdir)
     fields: dict[str, Any] = {"metrics": {}}
     if exit_code != 0:
-        status, reason = command_end(exit_code, logs)
+        status, reason = command_end(exit_code, logs, agent_logs(tdir, attempt))
     else:
         try:
             reported = read_reported(

@@ -248,3 +248,22 @@ def test_megatron_is_read_from_the_last_rank_that_prints_it(tmp_path):
     assert record["status"] == "completed", record["reason"]
     assert record["metrics"]["metrics_source"] == "megatron"
     assert record["metrics"]["tokens_per_s"] == pytest.approx(20 * 256 * 4096 / (10 * 1.9986 + 10 * 2.0041))
+
+
+def test_torchrun_refusing_its_own_arguments_is_the_reason(tmp_path):
+    """torchrun's argparse error (captured from torch 2.13's torch.distributed.run, an ambiguous `--nproc`) is in
+    its own log (agent.log locally, node<n>.attempt<a>.log on Slurm), and no rank ever started: the row's reason
+    quotes it. Before, the row read only 'the command exited with code 2'."""
+    tdir = _trial_dir(tmp_path)
+    captured = (Path(__file__).parents[1] / "data" / "logs" / "torchrun_ambiguous_option.log").read_text()
+    (tdir / "agent.log").write_text(captured)
+    record = finish(tdir, exit_code=2)
+    assert (record["status"], record["reason"]) == (
+        "failed",
+        "the command exited with code 2; torchrun's log ends: run.py: error: ambiguous option: --nproc could match "
+        "--nproc-per-node, --nproc_per_node",
+    )
+    (tdir / "node0.attempt1.log").write_text(captured)  # Slurm: the node's agent, attempt 1
+    assert finish(tdir, exit_code=2, attempt=1)["reason"].endswith(
+        "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"
+    )
