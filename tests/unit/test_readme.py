@@ -42,3 +42,11 @@ def test_the_readme_lists_every_bundled_model_layout_cluster_and_precision():
         files = {p.stem for p in (REPO / "recipes" / group).glob("*.yaml")}
         assert _row(readme, f"`{group}=`") == files, group
     assert _row(readme, "`precision`") == {p.value for p in Precision}
+
+
+def test_the_sample_says_what_a_two_core_machine_shows():
+    """The sample table (0.96 at 2 ranks) is not what the README's own command shows on CI's kind of machine: the
+    paragraph after it says so (issue 31, item 14). Fails on a README that shows the sample alone."""
+    readme = (REPO / "README.md").read_text()
+    after = readme.split("## What you get", 1)[1].split("```", 2)[2].split("\n\n", 2)[1]
+    assert "2-core machine" in after and "0.4–0.8" in after and "`busy host`" in after and "1 rank" in after
