@@ -4,7 +4,6 @@ from this checkout. The editable install (`pip install -e .`) is what every othe
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,26 +14,13 @@ import pytest
 
 from launcher.config.compose import PACKAGED_RECIPES
 from launcher.slurm.render import TEMPLATES
-
-REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "launcher", "recipes", "sbatch_templates")
+from tests.support.wheel import REPO, build_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of the sources: the build writes build/ and *.egg-info beside them."""
-    src = tmp_path_factory.mktemp("src")
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / name, src / name)
-    out = tmp_path_factory.mktemp("wheel")
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)]
-    proc = subprocess.run(build, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    (built,) = out.glob("launcher-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,10 +25,9 @@ import torch
 
 from launcher.cli import main
 from launcher.io import read_json
-from launcher.run.sweep import execute
 from launcher.slurm.devcluster import containers
 from launcher.slurm.devcluster.lifecycle import up
-from tests.slurm.test_requeue_torchrun import submit_run, usr1_mid_run
+from tests.slurm.test_requeue_torchrun import resumed_row, submit_run, usr1_mid_run
 from tests.support.command_job import PROGRAM
 from tests.support.example_sweep import REPO, check_rows, sweep
 
@@ -121,19 +119,7 @@ def test_requeued_trial_in_the_image_resumes_to_the_uninterrupted_parameters(
     overrides = ["cluster.launch=torchrun", "cluster.nodes=2", f"cluster.container_image={path}"]
     cfg, trials, sweep_dir, tdir, job = submit_run(tmp_path, env, overrides)
     assert usr1_mid_run(env, tdir, job, "node*.attempt0.log") == "0"
-    on_signal = read_json(tdir / "checkpointed.attempt0")["step"]
-    result = execute(sweep_dir, cfg, trials, progress_bars=False)
-    row = result.table.iloc[0]
-    assert (row["status"], row["reason"]) == (
-        "completed",
-        f"requeued 1×, then completed (resumed from step {on_signal})",
-    )
+    resumed_row(cfg, trials, sweep_dir, tdir)
     _ran_in_image(read_json(tdir / "record.json"), info)
     final = torch.load(sweep_dir / "params.pt")
     assert max((final[k] - uninterrupted[k]).abs().max().item() for k in uninterrupted) <= 1e-6
-
-
-def test_the_image_has_no_launcher_hydra_or_omegaconf(image):
-    _, info = image
-    assert set(info["absent"]) >= {"launcher", "hydra", "omegaconf"}
-    assert Path(image[0]).stat().st_size > 0

@@ -69,6 +69,16 @@ def usr1_mid_run(env: dict[str, str], tdir: Path, job: str, logs: str) -> str:
     return (tdir / "exit_code.attempt0").read_text().strip()
 
 
+def resumed_row(cfg, trials, sweep_dir: Path, tdir: Path) -> None:
+    """Collect the requeued run: its one row completed, requeued once, resumed from the step it checkpointed at."""
+    on_signal = read_json(tdir / "checkpointed.attempt0")["step"]
+    row = execute(sweep_dir, cfg, trials, progress_bars=False).table.iloc[0]
+    assert (row["status"], row["reason"]) == (
+        "completed",
+        f"requeued 1×, then completed (resumed from step {on_signal})",
+    )
+
+
 def test_torchrun_agents_survive_usr1_and_the_run_resumes_to_the_uninterrupted_parameters(
     devcluster,
     tmp_path,
@@ -77,14 +87,7 @@ def test_torchrun_agents_survive_usr1_and_the_run_resumes_to_the_uninterrupted_p
     env = devcluster.env()
     cfg, trials, sweep_dir, tdir, job = submit_run(tmp_path, env, ["cluster.launch=torchrun", "cluster.nodes=2"])
     assert usr1_mid_run(env, tdir, job, "node*.attempt0.log") == "0"  # no agent died of USR1: srun exited 0
-    on_signal = read_json(tdir / "checkpointed.attempt0")["step"]
-
-    result = execute(sweep_dir, cfg, trials, progress_bars=False)
-    row = result.table.iloc[0]
-    assert (row["status"], row["reason"]) == (
-        "completed",
-        f"requeued 1×, then completed (resumed from step {on_signal})",
-    )
+    resumed_row(cfg, trials, sweep_dir, tdir)
     for log in tdir.glob("node*.log"):
         assert "User defined signal" not in log.read_text(errors="replace"), log
     final = torch.load(sweep_dir / "params.pt")

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,6 +28,7 @@ from packaging.version import Version
 from benchmarks import torch_compat as bench
 from launcher import torch_compat
 from launcher.cli import main
+from tests.support.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "benchmarks" / "results" / "torch_compat.json"
@@ -110,18 +110,7 @@ def pip(venv_python: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def launcher_wheel(tmp_path_factory) -> Path:
     """The launcher's wheel built from this checkout: its metadata is what pip resolves against."""
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md", "launcher", "recipes", "sbatch_templates"):
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
-    out = tmp_path_factory.mktemp("wheel")
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)]
-    proc = subprocess.run(build, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    (wheel,) = out.glob("launcher-*.whl")
-    return wheel
+    return build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel"))
 
 
 def site_venv(tmp_path: Path, launcher_wheel: Path, torch_version: str, offered: tuple[str, ...]) -> tuple[Path, Path]:
