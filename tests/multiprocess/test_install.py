@@ -19,7 +19,7 @@ from tests.support.wheel import REPO, build_wheel
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """A wheel built from a copy of the sources: the build writes build/ and *.egg-info beside them."""
+    """A wheel built as `pip wheel .` builds it, from a copy of the sources (tests/support/wheel.py)."""
     return build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel"))
 
 
