@@ -1,7 +1,9 @@
 """`python -m launcher.train --trial trial.json --record record.json`: the job payload.
 
-Rank 0 writes ONE record, atomically, before the process group is torn down, so a rank that
-dies during teardown cannot make a finished trial look lost.
+Rank 0 writes ONE record, atomically, before the ranks' closing barrier, so a rank that dies
+after it cannot make a finished trial look lost. After that barrier the process leaves without
+torch's teardown (train/dist.py `leave`): nothing is left to tear down, and gloo's teardown is
+where a rank rarely aborted ("terminate called without an active exception") or hung.
 """
 
 from __future__ import annotations
@@ -116,13 +118,11 @@ def run(payload: Payload, *, save_params: Path | None, checkpoint_dir: Path | No
         print(f"launcher: {exc}", flush=True)
         if payload.renv.rank == 0:
             atomic_write_json(ckpt.requeue_marker(payload.record.parent), {"step": exc.step, "at": time.time()})
-        dist.destroy_process_group()
-        return 0
+        return 0  # no teardown: tdist.leave
     except NonFiniteLoss as exc:
         # Every rank agreed on it at the same step: a clean, early end, not a crash.
         payload.write("nan", str(exc), stopped_at_step=exc.step)
-        dist.destroy_process_group()
-        return 0
+        return 0  # no teardown: tdist.leave
     except Exception as exc:
         traceback.print_exc()
         if not payload.record.exists():  # a failure after the record was written does not undo it
@@ -158,8 +158,7 @@ def train_and_record(
         backend=backend,
         **out,
     )
-    dist.barrier()  # the record is on disk before any rank starts tearing down
-    dist.destroy_process_group()
+    dist.barrier()  # the record is on disk before any rank leaves (tdist.leave: no teardown after this)
     return 0
 
 
@@ -205,4 +204,4 @@ def versions() -> dict[str, Any]:
 if __name__ == "__main__":
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    tdist.leave(main())

@@ -76,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                 "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             },
         )
-    dist.barrier()
-    dist.destroy_process_group()
+    dist.barrier()  # probe.json is on disk before any rank leaves (tdist.leave: no teardown after this)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    tdist.leave(main())
