@@ -31,6 +31,7 @@ from pathlib import Path
 
 from launcher.compute.flops import ModelParts, model_parts, routed_expert_params, stage_params
 from launcher.compute.peaks import device_memory_gb
+from launcher.config.choices import JobKind
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.derived import pipeline_batch
 from launcher.config.schema import ClusterConfig, LauncherConfig, ModelConfig
@@ -225,8 +226,14 @@ def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: f
     """The reason `trial` cannot fit (its estimate over the room less MEMORY_MARGIN), or None when it
     fits or the room is unknown. A `_target_` model is not estimated: no config field describes its
     activations, and a guess from the built-in defaults would pass anything; its trials run, and an
-    OOM is recorded as it happens."""
+    OOM is recorded as it happens. Nor is a command trial whose recipe does not describe its program
+    (job.model_describes_program false): its model, layout and optimizer groups are then the built-in
+    trainer's defaults, and an 8B program sharded by FSDP would read as DDP with AdamW, `oom` at every
+    size. Where the recipe does describe it, the reason says the estimate is the recipe's."""
     if cfg.model._target_ is not None:
+        return None
+    command = cfg.job.kind == JobKind.command
+    if command and not cfg.job.model_describes_program:
         return None
     where = room(cfg, trial, gpu=gpu, host_bytes=host_bytes)
     if where is None:
@@ -234,8 +241,9 @@ def predicted_oom(cfg: LauncherConfig, trial: Trial, *, gpu: bool, host_bytes: f
     need = estimate(cfg, trial, "cuda" if gpu else "cpu")
     if need.total <= where.bytes_per_rank * (1 - MEMORY_MARGIN):
         return None
+    of = " from the recipe's model and layout (job.model_describes_program)" if command else ""
     return (
-        f"oom (predicted): estimate {need.total / GIB:.1f} GiB > {where.bytes_per_rank / GIB:.1f} GiB × "
+        f"oom (predicted{of}): estimate {need.total / GIB:.1f} GiB > {where.bytes_per_rank / GIB:.1f} GiB × "
         f"(1 − {MEMORY_MARGIN:.0%} margin) ({where.source}); {need.describe()}"
     )
 

@@ -213,3 +213,14 @@ def test_sweep_of_gpt_1_3b_here_is_refused_at_once_without_starting_a_rank(tmp_p
         assert reason.startswith("oom (predicted): estimate ") and "cluster.host_memory_gb" in reason
         assert not list(tdir.glob("rank*.log")) and not (tdir / "record.json").exists()
     assert rows.count(",oom,") == 2 and rows.count("oom (predicted): estimate ") == 2
+
+
+def test_a_command_trial_is_estimated_only_where_its_recipe_describes_the_program():
+    # An 8B program on one 80 GB GPU: the built-in trainer's DDP with AdamW cannot hold it (16 B/param = 128 GB).
+    words = ["job=command", "job.argv=[python,train.py]", "model=llama3_8b", "cluster.device_memory_gb=80"]
+    cfg, t = trial_of(words, 1)
+    assert predicted_oom(cfg, t, gpu=True, host_bytes=HOST_24G) is None  # the recipe says nothing of its layout
+    cfg, t = trial_of([*words, "job.model_describes_program=true"], 1)
+    reason = predicted_oom(cfg, t, gpu=True, host_bytes=HOST_24G)
+    assert reason is not None
+    assert reason.startswith("oom (predicted from the recipe's model and layout (job.model_describes_program)): ")
