@@ -87,10 +87,15 @@ def command_end(exit_code: int, logs: dict[int, Path], agents: list[Path] | None
     return "failed", f"the command exited with code {exit_code}{said}"
 
 
-def speed_metrics(reported: Reported, *, trial: Trial, cfg: LauncherConfig, device: str | None) -> dict[str, Any]:
+def speed_metrics(
+    reported: Reported, *, trial: Trial, cfg: LauncherConfig, device: str | None, detected: str | None = None
+) -> dict[str, Any]:
     """The record's throughput fields from what the program reported; MFU with job.flops_per_token
-    (or the model group's count, where it describes the program) and a known peak
-    (cluster.peak_flops_per_device, or the table's row for the GPU the probe saw)."""
+    (or the model group's count, where it describes the program) and a known peak:
+    cluster.peak_flops_per_device, else the table's row for the GPU the probe saw (`detected`, torch's
+    name for it; it also wins over a cluster.device_name naming another device, flagged), else
+    cluster.device_name's row. A GPU cluster's recipe rarely names its device (the default is
+    "cpu"), so without the probe's name the MFU column was blank on every GPU cluster."""
     tokens_s = reported.tokens_per_s
     steps = list(reported.step_s)
     stats = (
@@ -103,7 +108,10 @@ def speed_metrics(reported: Reported, *, trial: Trial, cfg: LauncherConfig, devi
     precision = resolve_precision(str(cfg.precision), device or "cpu")  # what the recipe says the program runs in
     dtype = math_dtype(precision, tf32=cuda)
     peak = choose_peak(
-        device_name=cfg.cluster.device_name if cuda else None, dtype=dtype, explicit=cfg.cluster.peak_flops_per_device
+        device_name=cfg.cluster.device_name if cuda else None,
+        dtype=dtype,
+        explicit=cfg.cluster.peak_flops_per_device,
+        detected=detected if cuda else None,
     )
     fpt = cfg.job.flops_per_token or (flops_per_token(cfg.model) if cfg.job.model_describes_program else None)
     mfu = None
@@ -162,7 +170,9 @@ def finish(tdir: Path, *, exit_code: int, attempt: int | None = None, started: f
             status, reason = "failed", f"the command exited 0 but reported no throughput: {exc}"
         else:
             status, reason = "completed", None
-            fields["metrics"] = speed_metrics(reported, trial=trial, cfg=cfg, device=probe.get("device"))
+            fields["metrics"] = speed_metrics(
+                reported, trial=trial, cfg=cfg, device=probe.get("device"), detected=probe.get("cuda_device_name")
+            )
     fields["metrics"].update({k: probe[k] for k in _PROBE_METRICS if k in probe})
     if probe.get("hosts"):
         fields.update(hosts=probe["hosts"], nodes=len(set(probe["hosts"])))

@@ -3,7 +3,8 @@ link probe. Before the user's program, on the same ranks (same nodes, launched t
 all-reduce of job.probe_bytes is timed as the built-in trainer times its gradient's
 (allreduce_probe.time_allreduce), with two smaller sizes for the latency; rank 0 writes the
 record's allreduce fields, the hosts, the device and how the ranks share their machines' cores
-(measure.machine_metrics) into `--out` (command_record.py merges them).
+(measure.machine_metrics) into `--out` (command_record.py merges them). A one-rank trial times no
+all-reduce; its probe records the device and host alone.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     renv = process_env(os.environ)
     torch.set_num_threads(cfg.cluster.threads_per_rank)
     device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
+    if renv.world_size == 1:  # one rank moves nothing over a link: the row still gets its device and host
+        atomic_write_json(args.out, _facts([_rank_facts()], device))
+        return 0
     tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
     numel = max(1, cfg.job.probe_bytes // 4)
     group = dist.group.WORLD
@@ -60,24 +64,24 @@ def main(argv: list[str] | None = None) -> int:
     points = [(n, time_allreduce(n, group, device)) for n in (numel // 64, numel // 8) if n]
     everyone: list[dict] = [{}] * renv.world_size
     dist.all_gather_object(everyone, _rank_facts())
-    hosts = [r["host"] for r in everyone]
     if renv.rank == 0:
         comm = Comm(numel=numel, seconds=seconds, probe=points, ranks=renv.world_size)
-        atomic_write_json(
-            args.out,
-            {
-                **comm_metrics(comm),
-                "allreduce_of": "link_probe",  # job.probe_bytes, not the program's gradient (perf/calibrate.py)
-                # How many ranks share a machine's cores, as the built-in trainer records it: plan --from's
-                # compute at another size on a bed whose nodes share one machine (perf/calibrate.py _contention).
-                **machine_metrics(everyone, device),
-                "hosts": hosts,
-                "device": device.type,
-                "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            },
-        )
+        # The probe's bytes, not the program's gradient (perf/calibrate.py reads allreduce_of).
+        atomic_write_json(args.out, {**comm_metrics(comm), "allreduce_of": "link_probe", **_facts(everyone, device)})
     dist.barrier()  # probe.json is on disk before any rank leaves (tdist.leave: no teardown after this)
     return 0
+
+
+def _facts(everyone: list[dict], device: torch.device) -> dict[str, Any]:
+    """The ranks' hosts and device (its name: the peak of the row's MFU), and how many ranks share a
+    machine's cores, as the built-in trainer records it: plan --from's compute at another size on a
+    bed whose nodes share one machine (perf/calibrate.py _contention)."""
+    return {
+        **machine_metrics(everyone, device),
+        "hosts": [r["host"] for r in everyone],
+        "device": device.type,
+        "cuda_device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
 
 
 if __name__ == "__main__":

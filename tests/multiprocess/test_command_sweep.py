@@ -62,6 +62,9 @@ def test_link_probe_gives_the_two_rank_row_busbw(torchrun_sweep):
     assert pd_isna(rows["busbw_gbps"].iloc[0]) and rows["busbw_gbps"].iloc[1] > 0
     record = json.loads((torchrun_sweep / "trials" / rows["trial_id"].iloc[1] / "record.json").read_text())
     assert record["metrics"]["allreduce_bytes"] == 64 * 2**20 and len(record["hosts"]) == 2
+    # The one-rank trial's probe timed nothing but recorded its device and host (a GPU's name sets MFU's peak).
+    one = json.loads((torchrun_sweep / "trials" / rows["trial_id"].iloc[0] / "record.json").read_text())
+    assert one["device"] == "cpu" and len(one["hosts"]) == 1 and "allreduce_bytes" not in one["metrics"]
 
 
 def pd_isna(value) -> bool:

@@ -267,3 +267,14 @@ def test_torchrun_refusing_its_own_arguments_is_the_reason(tmp_path):
     assert finish(tdir, exit_code=2, attempt=1)["reason"].endswith(
         "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"
     )
+
+
+def test_mfu_uses_the_gpu_the_probe_saw_where_the_recipe_names_none(tmp_path):
+    """cluster.device_name defaults to "cpu": the peak is the table's row for torch's name of the GPU."""
+    tdir = _trial_dir(tmp_path, "job.flops_per_token=1e9", "precision=bf16")
+    _meter(tdir, [10.0, 10.5, 11.0, 11.5, 12.0, 12.5])
+    probe = {"busbw_gbps": 300.0, "hosts": ["a", "b"], "device": "cuda", "cuda_device_name": "NVIDIA H100 80GB HBM3"}
+    (tdir / "probe.json").write_text(json.dumps(probe))
+    m = finish(tdir, exit_code=0, started=1.0)["metrics"]
+    assert m["peak_flops_per_device"] == pytest.approx(989.4e12, rel=1e-3)  # H100 SXM dense bf16
+    assert m["peak_source"].startswith("H100") and m["mfu"] == pytest.approx(2000.0 * 1e9 / (989.4e12 * 2), rel=1e-3)
