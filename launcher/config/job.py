@@ -112,6 +112,12 @@ class JobConfig:
     env: dict[str, str] = field(default_factory=dict)
     """command: NAME → value for every rank (after cluster.env), `${trial.KEY}` resolved per trial; quoted data in a
     job script. LAUNCHER_METER_FILE is set by the launcher (the trial's meter.jsonl)."""
+    signal: bool = False
+    """command: true when your program handles SIGUSR1 (saves and exits, or requeues itself, as Lightning's
+    auto-requeue does): on Slurm every rank then gets it cluster.signal_warning_s before the time limit
+    (`--signal`), as under `launcher run --requeue`. False: no warning is sent (USR1's default action
+    would kill a program that does not handle it, and its row would read `failed`); a program still
+    running at the limit is stopped by Slurm and its row reads `timeout`."""
     probe: bool = True
     """command: before the program, time an all-reduce of `probe_bytes` on the trial's ranks (same nodes, same ranks):
     the row's busbw_gbps and allreduce_time_s, which `launcher plan --from` calibrates the links from."""

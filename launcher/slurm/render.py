@@ -89,8 +89,8 @@ class JobRequest:
     """Interpreter on the nodes: runs the payload (srun) or torchrun's module and so every rank (torchrun)."""
     threads_per_rank: int = 1
     """OMP/MKL threads per rank."""
-    signal_warning_s: int = 120
-    """USR1 this many seconds before the time limit."""
+    signal_warning_s: int | None = 120
+    """USR1 this many seconds before the time limit; None: no warning (the payload does not ask for it)."""
     output: str
     """Batch log path pattern (%j, %A, %a expand)."""
     trials: tuple[TrialStep, ...]
@@ -267,7 +267,7 @@ def job_request(
         setup=tuple(cluster.setup),
         python=payload_python(cluster, python),
         threads_per_rank=cluster.threads_per_rank,
-        signal_warning_s=cluster.signal_warning_s,
+        signal_warning_s=cluster.signal_warning_s if payload.warning_signal else None,
         output=output,
         trials=tuple(
             TrialStep(dir=str(d), nodes=t.nodes, argv=c.argv if c else (), env=c.env if c else ())

@@ -67,6 +67,10 @@ class Payload:
     command: bool = False
     """The user's own program (job=command): started through launcher.trials.rank_exec, launched as
     `launch` says locally too, its record written after its ranks end (launcher/train/command_record.py)."""
+    warning_signal: bool = True
+    """Whether it asks for Slurm's USR1 before the time limit: the built-in trainer does (a
+    checkpointing run saves and requeues on it; a sweep trial ignores it), a command as job.signal
+    (or `launcher run --requeue`) says."""
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -128,5 +132,6 @@ def payload_for(
             raise ValueError("a command's payload is per trial: give payload_for the trial and its folder")
         argv, env = command_words(cfg.job, trial, trial_dir, to_dict(cfg))
         words: list[Word] = [PYTHON if i == 0 and w in PYTHONS else w for i, w in enumerate(argv)]
-        return Payload(argv=tuple(words), env=tuple(env), launch=str(cfg.job.launch), command=True)
+        asks = cfg.job.signal or cfg.run.requeue  # for Slurm's USR1 before the time limit
+        return Payload(argv=tuple(words), env=tuple(env), launch=str(cfg.job.launch), command=True, warning_signal=asks)
     return builtin_payload(launch=cfg.cluster.launch, extra_args=extra_args)

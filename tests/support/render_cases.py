@@ -3,6 +3,7 @@ valid on the dev cluster (partition debug, account dev, qos normal, feature dev,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from launcher.config.compose import compose_config
@@ -161,10 +162,11 @@ RUNS = {"run_requeue_env"}  # planned as `launcher run` plans its one trial
 PAYLOAD_ARGS = {"quoted_payload_args": ("--save-params", "/scratch/it's here/$(params).pt")}
 
 
-def scripts(name: str, sweep_dir: Path = SWEEP_DIR) -> list[tuple[JobRequest, str]]:
+def scripts(name: str, sweep_dir: Path = SWEEP_DIR, extra: Sequence[str] = ()) -> list[tuple[JobRequest, str]]:
+    """The (request, script) of each job case `name` renders, its overrides followed by `extra`."""
     from launcher.run.run import as_sweep, run_trials
 
-    cfg = compose_config(CASES[name])
+    cfg = compose_config([*CASES[name], *extra])
     if name in RUNS:
         cfg = as_sweep(cfg)
     trials = run_trials(cfg) if name in RUNS else sweep_trials(cfg)

@@ -70,6 +70,17 @@ def test_per_attempt_logs_and_time_limit_warning():
     assert "#SBATCH --signal=USR1@60\n" in script
 
 
+def test_usr1_before_the_limit_reaches_only_a_payload_that_asks_for_it():
+    """A command that does not handle USR1 would die of its default action 60 s before the limit and read
+    `failed`; without the warning Slurm stops it at the limit and the row reads `timeout` (job.signal)."""
+    ((_, builtin),) = scripts("devcluster_2nodes")
+    ((_, command),) = scripts("command_srun_gpus")
+    ((_, asking),) = scripts("command_srun_gpus", extra=["job.signal=true", "cluster.signal_warning_s=300"])
+    assert "#SBATCH --signal=USR1@60\n" in builtin
+    assert "--signal" not in command
+    assert "#SBATCH --signal=USR1@300\n" in asking
+
+
 def test_setup_lines_run_verbatim_before_strict_mode():
     ((_, script),) = scripts("gpu_torchrun_all_options")
     setup = script.index("source $(conda info --base)/etc/profile.d/conda.sh\nconda activate train\n")
