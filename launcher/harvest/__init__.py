@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.harvest.logs import GROUPS, megatron_intervals, regex_intervals, torchtitan_intervals
+from launcher.harvest.logs import GROUPS, megatron_intervals, regex_intervals, regex_warmup, torchtitan_intervals
 from launcher.harvest.meter_file import FILE, meter_intervals
 from launcher.harvest.reported import METRICS, NoThroughput, Reported, combine, no_throughput
 
@@ -55,6 +55,7 @@ def read_reported(
             tokens_per_sample=tokens_per_sample,
             samples_per_step=samples_per_step,
         )
+        warmup_steps = regex_warmup(metrics, pattern, intervals, warmup_steps)
     elif metrics == "torchtitan":
         intervals = torchtitan_intervals(metrics, rank0_text, world_size=world_size)
     elif metrics == "megatron":
