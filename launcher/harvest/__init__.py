@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from launcher.harvest.logs import GROUPS, megatron_intervals, regex_intervals, regex_warmup, torchtitan_intervals
-from launcher.harvest.meter_file import FILE, meter_intervals
+from launcher.harvest.meter_file import FILE, METER_SOURCES, meter_intervals
 from launcher.harvest.reported import METRICS, NoThroughput, Reported, combine, no_throughput
 
 __all__ = ["FILE", "GROUPS", "METRICS", "PRINTED", "NoThroughput", "Reported", "read_reported"]
@@ -42,7 +42,7 @@ def read_reported(
     Raises NoThroughput (one line naming the `metrics` choices) when the program reported none;
     ValueError for an unknown `metrics` or a regex with no usable group (bad input, caught at plan time).
     """
-    if metrics in ("meter", "hf", "lightning"):
+    if metrics in METER_SOURCES:
         intervals = meter_intervals(metrics, Path(trial_dir), tokens_per_sample=tokens_per_sample)
     elif metrics == "regex":
         if not pattern:
@@ -69,7 +69,7 @@ def read_reported(
 
 def _nothing(metrics: str, pattern: str | None) -> str:
     """Why no step was found, in the user's terms."""
-    if metrics in ("meter", "hf", "lightning"):
+    if metrics in METER_SOURCES:
         return f"{FILE} holds fewer than 2 steps (step 1 has no start time); run more steps"
     if metrics == "regex":
         return f"job.pattern {pattern!r} matched nothing in rank 0's output"

@@ -13,7 +13,7 @@ from launcher.harvest.reported import Interval, no_throughput
 GROUPS = ("tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_s")
 
 # The colour codes torchtitan's logger wraps each field in (torchtitan/tools/utils.py Color).
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # torchtitan/components/metrics.py MetricsProcessor.log, a line every `metrics.log_freq` steps and at step 1:
 #   step: {step:2}  loss: {loss:8.5f}  grad_norm: {g:7.4f}  memory: {GiB:5.2f}GiB({pct:.2f}%)  tps: {round(tps):,}
@@ -107,7 +107,7 @@ def regex_intervals(
             f"samples_per_step={samples_per_step}); set both, or match a tokens_per_s group",
         )
     out: list[Interval] = []
-    for m, step, steps in _numbered(metrics, compiled.finditer(_ANSI.sub("", text))):
+    for m, step, steps in _numbered(metrics, compiled.finditer(ANSI.sub("", text))):
         if steps == 0:
             out = []
             steps = step
