@@ -97,7 +97,9 @@ class JobConfig:
     output), `torchtitan` / `megatron` (their own log lines), `hf` / `lightning` (the launcher's callbacks)."""
     pattern: str | None = None
     """metrics=regex: a Python regex matched on rank 0's output, with a named group `tokens_per_s` (the whole job's),
-    `tokens_per_s_per_gpu`, `samples_per_s` or `step_s`, e.g. 'tok/s: (?P<tokens_per_s>[0-9.]+)'."""
+    `tokens_per_s_per_gpu`, `samples_per_s` or `step_s`, e.g. 'tok/s: (?P<tokens_per_s>[0-9.]+)'; and `step`, the step
+    number, where the line has it: the warm-up is then counted in steps (without it, a match is a step). A pattern
+    that matches once (a summary line) is that figure (docs/own-command.md)."""
     tokens_per_sample: int | None = None
     """command: tokens in one sample, where the program counts samples or steps (samples_per_s, step_s, meter's
     samples=): tokens/s = samples/s × this. Null: such a count gives no tokens/s (the trial fails, saying so)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.harvest.logs import GROUPS, megatron_intervals, regex_intervals, torchtitan_intervals
-from launcher.harvest.meter_file import FILE, meter_intervals
+from launcher.harvest.logs import GROUPS, megatron_intervals, regex_intervals, regex_warmup, torchtitan_intervals
+from launcher.harvest.meter_file import FILE, METER_SOURCES, meter_intervals
 from launcher.harvest.reported import METRICS, NoThroughput, Reported, combine, no_throughput
 
 __all__ = ["FILE", "GROUPS", "METRICS", "PRINTED", "NoThroughput", "Reported", "read_reported"]
@@ -42,7 +42,7 @@ def read_reported(
     Raises NoThroughput (one line naming the `metrics` choices) when the program reported none;
     ValueError for an unknown `metrics` or a regex with no usable group (bad input, caught at plan time).
     """
-    if metrics in ("meter", "hf", "lightning"):
+    if metrics in METER_SOURCES:
         intervals = meter_intervals(metrics, Path(trial_dir), tokens_per_sample=tokens_per_sample)
     elif metrics == "regex":
         if not pattern:
@@ -55,6 +55,7 @@ def read_reported(
             tokens_per_sample=tokens_per_sample,
             samples_per_step=samples_per_step,
         )
+        warmup_steps = regex_warmup(metrics, pattern, intervals, warmup_steps)
     elif metrics == "torchtitan":
         intervals = torchtitan_intervals(metrics, rank0_text, world_size=world_size)
     elif metrics == "megatron":
@@ -68,7 +69,7 @@ def read_reported(
 
 def _nothing(metrics: str, pattern: str | None) -> str:
     """Why no step was found, in the user's terms."""
-    if metrics in ("meter", "hf", "lightning"):
+    if metrics in METER_SOURCES:
         return f"{FILE} holds fewer than 2 steps (step 1 has no start time); run more steps"
     if metrics == "regex":
         return f"job.pattern {pattern!r} matched nothing in rank 0's output"

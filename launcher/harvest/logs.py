@@ -13,7 +13,7 @@ from launcher.harvest.reported import Interval, no_throughput
 GROUPS = ("tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_s")
 
 # The colour codes torchtitan's logger wraps each field in (torchtitan/tools/utils.py Color).
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # torchtitan/components/metrics.py MetricsProcessor.log, a line every `metrics.log_freq` steps and at step 1:
 #   step: {step:2}  loss: {loss:8.5f}  grad_norm: {g:7.4f}  memory: {GiB:5.2f}GiB({pct:.2f}%)  tps: {round(tps):,}
@@ -49,19 +49,38 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def _numbered(matches: Iterator[re.Match[str]]) -> Iterator[tuple[re.Match[str], int, int]]:
+def _numbered(metrics: str, matches: Iterator[re.Match[str]]) -> Iterator[tuple[re.Match[str], int, int]]:
     """(match, last step, steps) of each match of the program's last run: by its `step` group where the pattern
     has one (a line every N steps covers N), else a match a step. A step number that does not rise starts a new
     run (a restart), and the earlier ones are dropped by the caller's reset."""
     before = 0
     for i, m in enumerate(matches):
-        step = int(m["step"]) if "step" in m.re.groupindex and m["step"] is not None else i + 1
+        step = _step(metrics, m)
+        step = i + 1 if step is None else step
         yield m, step, step - before if step > before else 0
         before = step
 
 
-def _number(text: str) -> float:
-    return float(text.replace(",", ""))
+def _step(metrics: str, m: re.Match[str]) -> int | None:
+    """The match's `step` group as a number; None where the pattern has none (or it took no part)."""
+    if "step" not in m.re.groupindex or m["step"] is None:
+        return None
+    if not (m["step"].isascii() and m["step"].isdigit()):
+        raise no_throughput(
+            metrics,
+            f"the step group matched {m['step']!r}, not a step number; capture the digits alone, (?P<step>\\d+)",
+        )
+    return int(m["step"])
+
+
+def _number(metrics: str, m: re.Match[str], group: str) -> float:
+    """The figure a group captured ("1,234.5" reads 1234.5)."""
+    try:
+        return float(m[group].replace(",", ""))
+    except ValueError:
+        raise no_throughput(
+            metrics, f"the {group} group matched {m[group]!r}, not a number; capture the digits alone, e.g. [0-9.,]+"
+        ) from None
 
 
 def regex_intervals(
@@ -88,12 +107,12 @@ def regex_intervals(
             f"samples_per_step={samples_per_step}); set both, or match a tokens_per_s group",
         )
     out: list[Interval] = []
-    for m, step, steps in _numbered(compiled.finditer(_ANSI.sub("", text))):
+    for m, step, steps in _numbered(metrics, compiled.finditer(ANSI.sub("", text))):
         if steps == 0:
             out = []
             steps = step
-        seconds = _number(m["step_s"]) * steps if "step_s" in compiled.groupindex and m["step_s"] else None
-        value = _number(m[group])
+        seconds = _number(metrics, m, "step_s") * steps if "step_s" in compiled.groupindex and m["step_s"] else None
+        value = _number(metrics, m, group)
         if group == "step_s":
             rate = tokens_per_sample * samples_per_step / value if value > 0 else 0.0  # type: ignore[operator]
         else:
@@ -101,6 +120,24 @@ def regex_intervals(
             rate = value * (scale[group] or 0)
         out.append(Interval(last_step=step, steps=steps, tokens_per_s=rate, seconds=seconds))
     return out
+
+
+def regex_warmup(metrics: str, pattern: str | re.Pattern[str], intervals: list[Interval], warmup_steps: int) -> int:
+    """The warm-up steps a `metrics=regex` reading leaves out of `intervals` (regex_intervals'). A pattern that
+    matched once (in the program's last run) matched a summary, the program's own figure for its run: it is that
+    rate, its warm-up the program's to leave out, so none. Otherwise the warm-up is counted in steps, which a
+    pattern without a `step` group knows only as its matches (a match a step); when they all fall inside it, the
+    reason says so, since a line every N steps is the likely cause."""
+    if len(intervals) == 1:
+        return 0
+    compiled = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern)
+    if intervals and "step" not in compiled.groupindex and intervals[-1].last_step <= warmup_steps:
+        raise no_throughput(
+            metrics,
+            f"job.pattern matched {len(intervals)} lines, each counted as one step as it has no step group, none "
+            f"after the {warmup_steps} warm-up steps; capture the step number, (?P<step>\\d+), or run more steps",
+        )
+    return warmup_steps
 
 
 def torchtitan_intervals(metrics: str, text: str, *, world_size: int) -> list[Interval]:
@@ -117,11 +154,11 @@ def megatron_intervals(metrics: str, text: str, *, tokens_per_sample: int | None
         reason = "Megatron logs samples (global batch size); set job.tokens_per_sample (its seq length)"
         raise no_throughput(metrics, reason)
     out: list[Interval] = []
-    for m, step, steps in _numbered(MEGATRON.finditer(text)):
+    for m, step, steps in _numbered(metrics, MEGATRON.finditer(text)):
         if steps == 0:
             out = []
             steps = step
-        step_s = _number(m["ms"]) / 1000
+        step_s = _number(metrics, m, "ms") / 1000
         rate = int(m["gbs"]) * tokens_per_sample / step_s if step_s > 0 else 0.0
         out.append(Interval(last_step=step, steps=steps, tokens_per_s=rate, seconds=step_s * steps))
     return out

@@ -8,6 +8,8 @@ from pathlib import Path
 from launcher.harvest.reported import Interval, no_throughput
 
 FILE = "meter.jsonl"
+METER_SOURCES = ("meter", "hf", "lightning")
+"""The `job.metrics` choices read from this file (the callbacks of hf and lightning call launcher.meter)."""
 
 
 def _lines(metrics: str, path: Path) -> list[dict]:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.config.schema import LauncherConfig
+from launcher.harvest.progress import steps_so_far
 from launcher.run.local import (
     LocalOutcome,
     Process,
@@ -28,8 +29,7 @@ from launcher.run.local import (
     run_trial_dir,
     trial_env,
 )
-from launcher.train.command_record import finish
-from launcher.trials.command import METER_FILE
+from launcher.train.command_record import finish, printing_rank, rank_logs
 from launcher.trials.folder import write_outcome
 from launcher.trials.payload import Payload, payload_for, probe_payload
 from launcher.trials.spec import Trial
@@ -55,13 +55,23 @@ def command_processes(payload: Payload, tdir: Path, *, world_size: int, threads:
     return [Process(argv=[*agent, *wrap, *argv], env=env, log=tdir / "agent.log")]
 
 
+def _look(tdir: Path, cfg: LauncherConfig, on_step: Callable[[int], None]) -> None:
+    """Show the step the program has reported so far (its own count: sweep.steps need not be its), where its
+    output numbers its steps (launcher.harvest.progress); nothing where it does not, and the row says running."""
+    metrics = str(cfg.job.metrics)
+    logs = rank_logs(tdir)
+    step = steps_so_far(metrics, trial_dir=tdir, log=logs.get(printing_rank(metrics, logs)), pattern=cfg.job.pattern)
+    if step is not None:
+        on_step(step)
+
+
 def run_command_trial(tdir: Path, cfg: LauncherConfig, trial: Trial, *, on_step: Callable[[int], None]) -> dict:
     """Probe, command, record; returns the outcome.json written (run_trial_dir's)."""
     c = cfg.cluster
     payload = payload_for(cfg, trial=trial, trial_dir=tdir)
     started = time.time()
 
-    def run(poll: Callable[[], None]) -> LocalOutcome:
+    def run(_poll: Callable[[], None]) -> LocalOutcome:
         if cfg.job.probe:  # at one rank it times nothing, and records the device and host
             probe = probe_payload(launch=payload.launch)
             run_local(
@@ -76,22 +86,13 @@ def run_command_trial(tdir: Path, cfg: LauncherConfig, trial: Trial, *, on_step:
         plan = command_processes(
             payload, tdir, world_size=trial.world_size, threads=c.threads_per_rank, user_env=user_env
         )
-        meter = tdir / METER_FILE
+        outcome = run_processes(plan, timeout_s=c.trial_timeout_s, on_poll=lambda: _look(tdir, cfg, on_step))
+        _look(tdir, cfg, on_step)  # the steps after the last look: a short program may end between two
+        return outcome
 
-        def poll_meter() -> None:  # the steps the program reported, for a program that prints no `step k/N`
-            poll()
-            if meter.exists():
-                on_step(meter.read_bytes().count(b"\n"))
-
-        return run_processes(plan, timeout_s=c.trial_timeout_s, on_poll=poll_meter)
-
+    # on_step=None: the built-in trainer's `step k/N` lines are not the user's program's to print
     doc = run_trial_dir(
-        tdir,
-        world_size=trial.world_size,
-        threads=c.threads_per_rank,
-        timeout_s=c.trial_timeout_s,
-        on_step=on_step,
-        run=run,
+        tdir, world_size=trial.world_size, threads=c.threads_per_rank, timeout_s=c.trial_timeout_s, run=run
     )
     if doc["timed_out"]:  # a trial the launcher stopped has its reason in the outcome, not a record
         return doc

@@ -95,6 +95,8 @@ def _show(progress: Progress, tasks: dict[str, TaskID], outcomes: dict[str, dict
             shown[trial_id], changed = text, True
             if trial_id in tasks:
                 progress.update(tasks[trial_id], description=text)
+                if doc.get("final"):  # its clock ends with it, not with the sweep
+                    progress.stop_task(tasks[trial_id])
     return changed
 
 

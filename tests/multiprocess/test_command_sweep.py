@@ -91,3 +91,29 @@ def test_ends_with_reasons(fail, status, reason, tmp_path):
     rows = table(tmp_path / fail)
     assert rows["status"].tolist() == [status]
     assert reason in rows["reason"].iloc[0] and rows["reason"].iloc[0].count(reason) == 1
+
+
+def test_a_program_of_its_own_step_count_shows_its_steps_and_a_summary_pattern_is_its_figure(tmp_path, capsys):
+    """Issue 31 items 2 and 3, with a real program of 12 steps under sweep.steps=25. Its progress row reads the
+    meter file's `step 12` (before: `12/25`, sweep.steps, from a `step k/N` line meant for the built-in trainer);
+    a pattern matching its one summary line is that line's figure (before: 'run more steps', the one match counted
+    as step 1, inside the 5 warm-up steps)."""
+    meter = _sweep(
+        tmp_path, "own", argv("--steps", "12"), "job.probe=false", "job.launch=srun", "sweep.world_sizes=[1]"
+    )
+    assert meter == 0
+    row = next(ln for ln in capsys.readouterr().err.splitlines() if "000-ws1 (1 ranks)" in ln)
+    assert " ".join(row.replace("━", " ").split()).startswith("000-ws1 (1 ranks) done step 12 0:00:")
+    summary = "job.pattern='program tokens_per_s=(?P<tokens_per_s>[0-9.]+)'"
+    once = _sweep(
+        tmp_path,
+        "summary",
+        argv("--steps", "12"),
+        "job.probe=false",
+        "sweep.world_sizes=[1]",
+        "job.metrics=regex",
+        summary,
+    )
+    rows = table(tmp_path / "summary")
+    assert once == 0 and rows["status"].tolist() == ["completed"], rows["reason"].tolist()
+    assert rows["tokens_per_s"].iloc[0] == pytest.approx(printed(tmp_path / "summary" / "trials" / "000-ws1"), abs=1e-3)

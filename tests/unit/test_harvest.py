@@ -243,3 +243,84 @@ def test_a_log_with_no_training_line_says_so(tmp_path, metrics, reason):
     with pytest.raises(NoThroughput) as e:
         _read(metrics, tmp_path, "W1125 rank 0 starting\n", tokens_per_sample=8)
     assert str(e.value) == _no_throughput(reason, metrics)
+
+
+# --- issue 31 item 2: what a regex's matches mean (docs/own-command.md, "What a metrics=regex pattern's matches mean")
+
+OWN_COMMAND = Path(__file__).resolve().parents[2] / "docs" / "own-command.md"
+DOC_SECTION = OWN_COMMAND.read_text().split("### What a `metrics=regex` pattern's matches mean", 1)[1]
+EVERY_5 = DOC_SECTION.split("```text\n", 1)[1].split("```", 1)[0]
+"""The docs' log: a line every 5 steps (steps 5-20), then a summary line."""
+WITH_STEP = r"step (?P<step>\d+) loss \S+ (?P<tokens_per_s>[0-9.]+) tok/s"
+NO_STEP = r"(?P<tokens_per_s>[0-9.]+) tok/s$"
+SUMMARY = r"trained \d+ steps: (?P<tokens_per_s>[0-9.]+) tok/s overall"
+
+
+def test_the_docs_show_each_pattern_and_log_this_test_reads():
+    """The patterns and the log below are the docs' own, so what the docs say each reads is what this file checks."""
+    assert EVERY_5.splitlines()[0] == "step 5 loss 2.31 1800.0 tok/s" and len(EVERY_5.splitlines()) == 5
+    for pattern in (WITH_STEP, NO_STEP, SUMMARY):
+        assert f"`'{pattern}'`" in " ".join(DOC_SECTION.split()), pattern
+
+
+def test_a_step_group_counts_the_warm_up_in_steps_not_lines(tmp_path):
+    # warm-up 5: the line at step 5 (steps 1-5) is left out, the three after it (steps 6-20, 15 steps) read
+    got = _read("regex", tmp_path, EVERY_5, pattern=WITH_STEP, warmup_steps=5)
+    assert got.tokens_per_s == 2000.0
+
+
+def test_without_a_step_group_lines_that_all_fall_in_the_warm_up_name_the_step_group(tmp_path):
+    """Fails on the code before: the reason read '4 steps reported, none measured after the 5 warm-up steps; run
+    more steps', counting lines as steps without saying so."""
+    with pytest.raises(NoThroughput) as e:
+        _read("regex", tmp_path, EVERY_5, pattern=NO_STEP, warmup_steps=5)
+    assert str(e.value) == _no_throughput(
+        "job.pattern matched 4 lines, each counted as one step as it has no step group, none after the 5 warm-up "
+        "steps; capture the step number, (?P<step>\\d+), or run more steps",
+        "regex",
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "kw", "expected"),
+    [
+        ("tokens_per_s", {}, 1975.5),
+        ("tokens_per_s_per_gpu", {"world_size": 4}, 4 * 1975.5),
+        ("samples_per_s", {"tokens_per_sample": 64}, 64 * 1975.5),
+    ],
+)
+def test_a_pattern_that_matches_once_is_the_programs_summary_figure(tmp_path, group, kw, expected):
+    """Fails on the code before: one match counted as step 1, inside the warm-up, and the trial failed with
+    'run more steps'."""
+    pattern = SUMMARY.replace("tokens_per_s", group)
+    got = _read("regex", tmp_path, EVERY_5, pattern=pattern, warmup_steps=5, **kw)
+    assert got.source == "regex" and got.tokens_per_s == expected and got.step_s == ()
+
+
+def test_a_summary_after_a_restart_is_the_last_runs(tmp_path):
+    # the step group falls at the restart: only the last run's one line counts, and it is that run's summary
+    text = "step 10 tps 900\nstep 20 tps 950\nstep 20 tps 1000\n"
+    got = _read("regex", tmp_path, text, pattern=r"step (?P<step>\d+) tps (?P<tokens_per_s>\d+)", warmup_steps=5)
+    assert got.tokens_per_s == 1000.0
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        (
+            r"step (?P<step>\S+) \S+ (?P<tokens_per_s>[0-9.]+)",
+            "the step group matched '5/40', not a step number; capture the digits alone, (?P<step>\\d+)",
+        ),
+        (
+            r"step \S+ \S+ (?P<tokens_per_s>\S+)",
+            "the tokens_per_s group matched '1.2k', not a number; capture the digits alone, e.g. [0-9.,]+",
+        ),
+    ],
+)
+def test_a_capture_that_is_not_a_number_is_the_trials_reason(tmp_path, pattern, reason):
+    """Fails on the code before: int()/float() raised ValueError, which the record step (command_record.finish) does
+    not catch: no record said why."""
+    text = "step 5/40 loss 1.2k\nstep 10/40 loss 1.3k\n"
+    with pytest.raises(NoThroughput) as e:
+        _read("regex", tmp_path, text, pattern=pattern, warmup_steps=0)
+    assert str(e.value) == _no_throughput(reason, "regex")

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import rich.console
+
 from launcher.slurm import track as track_mod
 
 
@@ -47,3 +49,31 @@ def test_a_change_during_a_poll_brings_the_next_poll_forward(tmp_path: Path, mon
     assert polls[6] - polls[5] == 30.0  # …to its 30 s cap
     assert polls[7] - polls[6] == 1.0  # the folder changed during poll 7: woken at the first tick
     assert polls[8] - polls[7] == 1.0  # and the backoff starts again at 1 s, not 30
+
+
+def test_a_trials_clock_stops_when_it_ends_not_when_the_sweep_does(tmp_path: Path, monkeypatch, capsys):
+    """Issue 31 item 3, on Slurm: job 1 ends 3 s in (at a poll), job 2 runs on; job 1's row keeps its 3 s.
+    Fails on the code before: every row's clock ran until the last job ended (0:00:10 here)."""
+    clock = FakeClock()
+    monkeypatch.setattr(track_mod.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(track_mod.time, "sleep", clock.sleep)
+    monkeypatch.setattr(rich.console, "monotonic", clock.monotonic)  # rich's clock, for the rows' times
+    for name in ("000-ws1", "001-ws2"):
+        (tmp_path / "trials" / name).mkdir(parents=True)
+
+    def refresh(sweep_dir, cfg, known):
+        def doc(job: str, ends_at: float) -> dict:
+            done = clock.now >= ends_at
+            return {"job": job, "status": "completed" if done else "running", "source": "sacct", "final": done}
+
+        return {"000-ws1": doc("1", 3.0), "001-ws2": doc("2", 10.0)}
+
+    monkeypatch.setattr(track_mod, "refresh", refresh)
+    cfg = SimpleNamespace(sweep=SimpleNamespace(pending_timeout_s=0))
+    trials = [SimpleNamespace(trial_id=t, nodes=1, world_size=w) for t, w in (("000-ws1", 1), ("001-ws2", 2))]
+    track_mod.track(tmp_path, cfg, trials, progress_bars=True)
+    rows = {
+        ln.split(":")[0].split()[-1]: " ".join(ln.split()) for ln in capsys.readouterr().err.splitlines() if "job" in ln
+    }
+    assert rows["000-ws1"].endswith("000-ws1: job 1 completed (sacct) 0:00:03")
+    assert rows["001-ws2"].endswith("001-ws2: job 2 completed (sacct) 0:00:10")

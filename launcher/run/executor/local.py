@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_precision import check_fp8_device
 from launcher.run.executor.base import Executor, NothingToCancel
+from launcher.run.executor.rows import TrialRows, columns
 from launcher.run.local import check_gpu_count, cuda_devices, rank_env, run_trial_dir
 from launcher.run.local_command import command_processes, run_command_trial
 from launcher.trials.folder import trial_dir
@@ -41,13 +42,12 @@ class LocalExecutor(Executor):
     def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
         c = self.cfg.cluster
         payload = payload_for(self.cfg) if self.cfg.job.kind != "command" else None
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         console = Console(stderr=True)
-        with Progress(*columns, console=console, disable=not progress_bars, refresh_per_second=2) as progress:
-            overall = progress.add_task("sweep", total=len(trials))
+        with Progress(*columns(), console=console, disable=not progress_bars, refresh_per_second=2) as progress:
+            rows = TrialRows(progress, trials)
             for t in trials:
-                task = progress.add_task(f"{t.trial_id} ({t.world_size} ranks) steps", total=t.steps)
-                on_step = lambda k, task=task: progress.update(task, completed=k)  # noqa: E731
+                total = None if self.cfg.job.kind == "command" else t.steps  # a program's own count is not sweep.steps
+                task, on_step = rows.start(t, total=total)
                 tdir = trial_dir(sweep_dir, t.trial_id)
                 if self.cfg.job.kind == "command":
                     outcome = run_command_trial(tdir, self.cfg, t, on_step=on_step)
@@ -60,9 +60,7 @@ class LocalExecutor(Executor):
                         on_step=on_step,
                         payload=payload,
                     )
-                status = "done" if outcome["reason"] is None else "[red]failed[/red]"
-                progress.update(task, description=f"{t.trial_id} ({t.world_size} ranks) {status}")
-                progress.advance(overall)
+                rows.end(task, t, total=total, ok=outcome["reason"] is None)
 
     def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial]) -> None:
         self.check_detach()
