@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.schema import LauncherConfig
-from launcher.perf.calibrate import fit_layouts, load_measured, mape, predictions
+from launcher.perf.calibrate import NOTHING, calibration, fit_layouts, mape, predictions
 from launcher.perf.step import PerfModel
 from launcher.report.markdown import ModelSummary
 from launcher.trials.folder import read_sweep_spec
@@ -55,13 +55,16 @@ def layout_line(layout: str, m: PerfModel) -> str:
 
 def model_summary(sweep_dir: Path, cfg: LauncherConfig) -> ModelSummary | None:
     """Fit the performance model on the sweep's completed trials and predict the grid's sizes
-    plus 2× and 4× the largest; None when nothing completed. Trials left out for damaged files
-    and a fit that failed are said in the lines, never dropped in silence."""
-    unreadable: list[str] = []
-    measured = load_measured(sweep_dir, unreadable)
-    skipped = [f"Left out of the fit (damaged files): {'; '.join(unreadable)}."] if unreadable else []
-    if not measured:
-        return ModelSummary(predictions=None, lines=skipped) if skipped else None
+    plus 2× and 4× the largest; None when nothing completed. A sweep `plan --from` refuses
+    (calibrate.calibration, the one rule for both) has no model here either, and says why; trials
+    left out for damaged files and a fit that failed are said in the lines, never dropped in silence."""
+    found = calibration(sweep_dir)
+    measured = found.measured
+    skipped = [f"Left out of the fit (damaged files): {'; '.join(found.unreadable)}."] if found.unreadable else []
+    if found.refusal == NOTHING:  # nothing completed: no model to speak of, as the table shows
+        return None
+    if found.refusal:
+        return ModelSummary(predictions=None, lines=[f"No model: this sweep {found.refusal}.", *skipped])
     try:
         models = fit_layouts(measured, cfg.cluster.intra_link, cfg.cluster.inter_link)
     except ValueError as exc:
