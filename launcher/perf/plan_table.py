@@ -32,11 +32,11 @@ from launcher.perf.calibrate import calibration, fit_layouts, shape_at
 from launcher.perf.links import LINKS
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
-from launcher.perf.notes import no_fit, tight
+from launcher.perf.notes import plan_words, tight
 from launcher.perf.presets import from_presets
 from launcher.perf.shapes import planned_device, shape_for
 from launcher.perf.step import PerfModel, Shape
-from launcher.perf.summary import interval_phrase, residual_phrase
+from launcher.perf.summary import interval_phrase, no_dof_line, residual_phrase
 from launcher.perf.terms import term_shares
 from launcher.results.cost import add_cost, pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
@@ -73,7 +73,7 @@ class Forecast:
     source: str
     """Where the model came from, one line."""
     notes: tuple[str, ...] = ()
-    """What the model's figures need said beside them: trials left out of the fit."""
+    """What the model's figures need said beside them: a fit nothing tested, trials left out of it."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -354,7 +354,7 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
             else f"{template.ranks_per_node} ranks per node as measured"
         )
     )
-    notes = tuple(line for line in (damaged,) if line)
+    notes = tuple(line for line in (no_dof_line(model), damaged) if line)
     return _finish(rows, cfg, source, work_of(cfg), notes)
 
 
@@ -371,7 +371,7 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work, note
     df["mfu"] = df["tokens_per_s_per_device"] * work.model_flops / peak if peak else math.nan
     df["hfu"] = df["tokens_per_s_per_device"] * work.hardware_flops / peak if peak else math.nan
     df["memory_tight"] = tight(df, limit_of(cfg))
-    rec = no_fit(recommend(df, policy_of(cfg), unit="GPU"), df, cfg)
+    rec = plan_words(recommend(df, policy_of(cfg), unit="GPU"), df, cfg)
     # Judged like measured rows, shown as what they are.
     df["status"] = df["status"].replace({"completed": "predicted", "oom": OOM})
     return Forecast(table=df, recommendation=rec, source=source, notes=notes)
@@ -382,5 +382,5 @@ def joined(planned: Sequence[tuple[str, tuple[LauncherConfig, Forecast]]], cfg: 
     the pick made over all of them by `cfg`'s policy, as a sweep's table is judged."""
     df = pd.concat([fc.table.assign(variant=v) for v, (_, fc) in planned], ignore_index=True)
     judged = df.assign(status=df["status"].replace({"predicted": "completed", OOM: "oom"}))
-    rec = no_fit(recommend(judged, policy_of(cfg), unit="GPU"), judged, cfg)
+    rec = plan_words(recommend(judged, policy_of(cfg), unit="GPU"), judged, cfg)
     return Forecast(table=df, recommendation=rec, source="; ".join(fc.source for _, (_, fc) in planned))

@@ -26,6 +26,21 @@ def residual_phrase(model: PerfModel) -> str:
     return f"residual {model.rel_sigma_measured:.1%}"
 
 
+def no_dof_line(model: PerfModel) -> str | None:
+    """A fit with no degrees of freedom left (no more trials than parameters) passes through what was
+    measured, so nothing tests it and its interval rests on a scatter it did not measure: `plan --from` says
+    so on its own line, not only in the source's "no residual" (None: the fit has spare trials, or is presets)."""
+    if model.level is None or model.rel_sigma_measured is not None:
+        return None
+    n, p = _count(model.n_observations, "trial"), _count(model.n_parameters, "fitted parameter")
+    leave = "leaves" if model.n_observations == 1 else "leave"
+    return (
+        f"untested fit: {n} for {p} {leave} no degrees of freedom (n ≤ p), so the model passes through what was "
+        f"measured and nothing tests it; the interval's σ: {model.source('interval')}, not measured; measure "
+        "another size (or repeats, sweep.repeats=3) before trusting these predictions"
+    )
+
+
 def interval_phrase(model: PerfModel) -> str:
     """What a fitted model's intervals rest on, e.g. "90% intervals ±2.35σ, σ from held-out error
     5.1% (leave one shape out, t on 3 dof)"; empty for presets, whose interval is a stated

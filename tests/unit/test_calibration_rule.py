@@ -1,7 +1,7 @@
 """One rule decides whether a sweep's trials can calibrate the performance model, and `launcher plan --from`
 and the report both follow it (issue 31, item 4): a command whose model the recipe does not describe, or
 trials that recorded rates but no step time, are refused by the plan and drawn by no report, each saying the
-same why.
+same why. A plan's one predicted size is called predicted, and a fit with no degrees of freedom left says so.
 
 The sweeps are made from literal records: the regex ones by the command record itself (command_record.finish
 on rank 0's log, as a trial's last step writes it), the meter ones as test_command_model's are."""
@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
+from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json
+from launcher.perf.plan_table import from_sweep_forecast
 from launcher.run.sweep import create_sweep_dir, prepare_sweep
 from launcher.train.command_record import finish
+from tests.support.cli import launch_printed
 
 DESCRIBED = "job.model_describes_program=true"
 UNDESCRIBED = (
@@ -97,6 +100,30 @@ def test_a_sweep_the_plan_calibrates_on_is_the_one_the_report_fits(tmp_path, cap
     assert "- `ddp`: " in report and "No model" not in report and (sweep / "predicted.png").is_file()
 
 
+def test_one_predicted_size_is_called_predicted_and_an_untested_fit_says_so(tmp_path):
+    sweep = _meter_sweep(tmp_path, "1,2", DESCRIBED)
+    cfg = compose_config(json.loads((sweep / "sweep.json").read_text())["overrides"])
+    fc = from_sweep_forecast(sweep, cfg, [8])
+    assert fc.recommendation.reason == "8 GPUs: the only size predicted to run"
+    assert fc.notes == (
+        "untested fit: 2 trials for 2 fitted parameters leave no degrees of freedom (n ≤ p), so the model passes "
+        "through what was measured and nothing tests it; the interval's σ: assumed 10% (too few shapes to hold one "
+        "out, no repeats), not measured; measure another size (or repeats, sweep.repeats=3) before trusting these "
+        "predictions",
+    )
+    rc, out = launch_printed(["plan", "--from", str(sweep), "--gpus", "8"])
+    said = " ".join(out.split())  # the footer is wrapped at the table's width
+    assert rc == 0 and "Recommended GPUs: 8 — 8 GPUs: the only size predicted to run" in said
+    assert fc.notes[0] in said and "the only size that completed" not in said
+
+
+def test_a_fit_with_a_degree_of_freedom_left_has_no_such_line(tmp_path):
+    sweep = _meter_sweep(tmp_path, "1,2,4", DESCRIBED)
+    cfg = compose_config(json.loads((sweep / "sweep.json").read_text())["overrides"])
+    fc = from_sweep_forecast(sweep, cfg, [8, 16])
+    assert fc.notes == () and fc.recommendation.world_size is not None
+
+
 def test_an_adaptive_search_takes_no_model_bound_from_a_sweep_the_rule_refuses(tmp_path):
     from launcher.run.adaptive import run_adaptive  # lazy: only this test drives a search
 
@@ -122,3 +149,19 @@ def test_an_adaptive_search_takes_no_model_bound_from_a_sweep_the_rule_refuses(t
     }
     # 16 was never needed, and no model prices it: the estimate of the whole grid says why.
     assert doc["cost"]["estimate_note"] == f"this sweep {UNDESCRIBED}"
+
+
+def test_plan_from_names_the_trials_it_left_out_for_damaged_files(tmp_path, capsys):
+    sweep = _meter_sweep(tmp_path, "1,2,4", DESCRIBED)
+    cfg = compose_config(json.loads((sweep / "sweep.json").read_text())["overrides"])
+    (sweep / "trials" / "002-ws4" / "record.json").write_bytes(b"")
+    fc = from_sweep_forecast(sweep, cfg, [8])
+    assert fc.notes[-1] == "left out of the fit (damaged files): 002-ws4: record.json is truncated (0 bytes)"
+    for tid in ("000-ws1", "001-ws2"):
+        (sweep / "trials" / tid / "record.json").write_bytes(b"")
+    assert main(["plan", "--from", str(sweep), "--gpus", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"launcher: error: --from {str(sweep)!r} has no completed trial it can read to calibrate on; left out of "
+        "the fit (damaged files): 000-ws1: record.json is truncated (0 bytes); 001-ws2: record.json is truncated "
+        "(0 bytes); 002-ws4: record.json is truncated (0 bytes)"
+    )
