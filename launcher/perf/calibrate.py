@@ -17,7 +17,6 @@ import pandas as pd
 
 from launcher.config.cluster_traits import recorded_traits
 from launcher.config.derived import BatchMath
-from launcher.config.errors import ConfigError
 from launcher.config.schema import ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.fit import fit
@@ -70,28 +69,81 @@ class Measured:
         return -(-self.trial["world_size"] // max(1, self.trial["nodes"]))
 
 
-def check_model_known(m: Measured, sweep_dir: Path) -> None:
-    """ConfigError when trial `m` ran a command whose model the recipe does not describe: its gradient
-    (what the links carry per step) and FLOPs are then unknown, and the model group's would be a guess."""
-    job = m.config.get("job") or {}
-    if job.get("kind") == "command" and not job.get("model_describes_program"):
-        raise ConfigError(
-            f"--from {str(sweep_dir)!r} ran job=command without job.model_describes_program, so its program's "
-            "gradient size is unknown; sweep it with the program's model described (model=… or model.* overrides "
-            "matching it, job.model_describes_program=true)"
+UNDESCRIBED = (
+    "ran job=command without job.model_describes_program, so its program's gradient size is unknown; sweep it "
+    "with the program's model described (model=… or model.* overrides matching it, job.model_describes_program=true)"
+)
+NOTHING = "has no completed trial to calibrate on; run the sweep (or collect it) first"
+UNREADABLE = "has no completed trial it can read to calibrate on"
+METER = "report through launcher.meter (job.metrics=meter), which times each step"
+TIME_STEPS = {"regex": f"add a step_s group (seconds a step) to job.pattern, or {METER}"}
+"""How a source that recorded rates only can time its steps (any other: METER)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Calibration:
+    """What a sweep offers the performance model, by the one rule `plan --from` and the report share:
+    the trials it can be fitted on, or why it cannot be fitted at all."""
+
+    measured: list[Measured]
+    """The trials to fit on (empty when `refusal` is set)."""
+    refusal: str | None
+    """Why the sweep cannot be calibrated, a predicate of the sweep ("has no completed trial …"); None: it can."""
+    unreadable: list[str]
+    """`<trial-id>: <reason>` of each completed trial left out for a damaged file (the caller names them)."""
+
+    @property
+    def refused_for_good(self) -> bool:
+        """Refused for what the sweep is (its job, what it recorded), not for want of completed trials yet."""
+        return self.refusal not in (None, NOTHING, UNREADABLE)
+
+
+def calibration(sweep_dir: Path) -> Calibration:
+    """Whether the sweep's completed trials can calibrate the model. Not when a completed trial ran a
+    command whose model the recipe does not describe (its gradient, what the links carry per step, and its
+    FLOPs are unknown, so the model group's would be a guess), nor when no completed trial recorded a step
+    time (the model is fitted on step times: a source that logs rates alone gives none)."""
+    unreadable: list[str] = []
+    untimed: list[dict[str, Any]] = []
+    measured = load_measured(sweep_dir, unreadable, untimed)
+    configs = [m.config for m in measured] + [rec.get("config") or {} for rec in untimed]
+    refusal = None
+    if any(_undescribed(c) for c in configs):
+        refusal = UNDESCRIBED
+    elif not measured and untimed:
+        sources = sorted({str((rec.get("metrics") or {}).get("metrics_source")) for rec in untimed})
+        fix = TIME_STEPS.get(sources[0], METER)
+        refusal = (
+            f"recorded no step time in its {len(untimed)} completed trial(s) (job.metrics={', '.join(sources)} "
+            f"reported rates only), and the model is fitted on step times; {fix}"
         )
+    elif not measured:
+        refusal = UNREADABLE if unreadable else NOTHING
+    return Calibration(measured=[] if refusal else measured, refusal=refusal, unreadable=unreadable)
 
 
-def load_measured(sweep_dir: Path, unreadable: list[str] | None = None) -> list[Measured]:
-    """Every trial of the sweep whose payload completed (record present, status completed).
-    A trial whose record.json or trial.json is damaged cannot be calibrated on: it is left out,
-    and `<trial-id>: <reason>` is appended to `unreadable` (when given) so the caller can say so."""
+def _undescribed(config: dict[str, Any]) -> bool:
+    job = config.get("job") or {}
+    return job.get("kind") == "command" and not job.get("model_describes_program")
+
+
+def load_measured(
+    sweep_dir: Path, unreadable: list[str] | None = None, untimed: list[dict[str, Any]] | None = None
+) -> list[Measured]:
+    """Every trial of the sweep whose payload completed (record present, status completed) with a
+    step time. A trial whose record.json or trial.json is damaged cannot be calibrated on: it is left
+    out, and `<trial-id>: <reason>` is appended to `unreadable` (when given) so the caller can say so;
+    a completed record without a step time is appended to `untimed` (when given)."""
     out = []
     for tdir in trial_dirs(sweep_dir):
         rec = read_record(tdir)
         m = (rec.doc or {}).get("metrics") or {}
-        if rec.missing or (rec.ok and (rec.doc["status"] != "completed" or not m.get("step_time_median_s"))):
+        if rec.missing or (rec.ok and rec.doc["status"] != "completed"):
             continue  # not completed: nothing to calibrate on, and nothing wrong with the files
+        if rec.ok and not m.get("step_time_median_s"):
+            if untimed is not None:
+                untimed.append(rec.doc)
+            continue
         spec = read_trial(tdir)
         if rec.doc is None or spec.doc is None:
             if unreadable is not None:

@@ -11,7 +11,18 @@ from launcher.config.schema import LauncherConfig
 from launcher.layouts import LAYOUTS, DataParallel, traits
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of
-from launcher.results.policy import Recommendation
+from launcher.results.policy import ONLY, Recommendation
+
+ONLY_PREDICTED = "the only size predicted to run"
+"""policy.ONLY in a plan's words: nothing completed, the size was predicted."""
+
+
+def plan_words(rec: Recommendation, table: pd.DataFrame, cfg: LauncherConfig) -> Recommendation:
+    """A recommendation made on predicted rows (judged as if completed), said in plan words: the one size
+    predicted to run is not "the only size that completed", and a plan with none says why (no_fit)."""
+    if rec.world_size is None:
+        return no_fit(rec, table, cfg)
+    return dataclasses.replace(rec, reason=rec.reason.replace(ONLY, ONLY_PREDICTED))
 
 
 def no_fit(rec: Recommendation, table: pd.DataFrame, cfg: LauncherConfig) -> Recommendation:

@@ -163,6 +163,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
         result, label = joined(planned, cfg), ", ".join(v for v, _ in planned)
     footer = [f"model{f' ({v})' if len(planned) > 1 else ''}: {fc.source}" for v, (_, fc) in planned]
     footer = list(dict.fromkeys(footer)) if len({fc.source for _, (_, fc) in planned}) > 1 else footer[:1]
+    footer += list(dict.fromkeys(f"{v}: {n}" if len(planned) > 1 else n for v, (_, fc) in planned for n in fc.notes))
     for v, (c, fc) in planned:
         lines = dominant_lines(fc.table, c.parallel.layout, c.parallel.reshard_after_forward)
         footer += [f"{v}: {line}" if len(planned) > 1 else line for line in lines]

@@ -28,15 +28,15 @@ from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text
 from launcher.layouts import layout_names, traits
 from launcher.perf import preset_fit
-from launcher.perf.calibrate import check_model_known, fit_layouts, load_measured, shape_at
+from launcher.perf.calibrate import calibration, fit_layouts, shape_at
 from launcher.perf.links import LINKS
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
-from launcher.perf.notes import no_fit, tight
+from launcher.perf.notes import plan_words, tight
 from launcher.perf.presets import from_presets
 from launcher.perf.shapes import planned_device, shape_for
 from launcher.perf.step import PerfModel, Shape
-from launcher.perf.summary import interval_phrase, residual_phrase
+from launcher.perf.summary import interval_phrase, no_dof_line, residual_phrase
 from launcher.perf.terms import term_shares
 from launcher.results.cost import add_cost, pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
@@ -72,6 +72,8 @@ class Forecast:
     """The pick under the config's policy, on predicted figures."""
     source: str
     """Where the model came from, one line."""
+    notes: tuple[str, ...] = ()
+    """What the model's figures need said beside them: a fit nothing tested, trials left out of it."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -309,15 +311,14 @@ def _fp8_split(work: Work) -> str:
 def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[int]) -> Forecast:
     """Every size the sweep's recipe can run predicted by the model calibrated on the sweep's
     trials of its first variant's layout; a size the sweep itself would refuse is impossible."""
-    measured = load_measured(sweep_dir)
-    if not measured:
-        raise ConfigError(
-            f"{str(sweep_dir)!r} has no completed trial to calibrate on; run the sweep (or collect it) first"
-        )
+    found = calibration(sweep_dir)
+    damaged = f"left out of the fit (damaged files): {'; '.join(found.unreadable)}" if found.unreadable else None
+    if found.refusal:
+        raise ConfigError(f"--from {str(sweep_dir)!r} {found.refusal}" + (f"; {damaged}" if damaged else ""))
+    measured = found.measured
     variant = sorted({m.variant for m in measured})[0]
     mine = sorted((m for m in measured if m.variant == variant), key=lambda m: m.trial["world_size"])
     template = mine[-1]
-    check_model_known(template, sweep_dir)
     models = fit_layouts(
         [m for m in measured if m.layout == template.layout], cfg.cluster.intra_link, cfg.cluster.inter_link
     )
@@ -353,10 +354,11 @@ def from_sweep_forecast(sweep_dir: Path, cfg: LauncherConfig, sizes: Sequence[in
             else f"{template.ranks_per_node} ranks per node as measured"
         )
     )
-    return _finish(rows, cfg, source, work_of(cfg))
+    notes = tuple(line for line in (no_dof_line(model), damaged) if line)
+    return _finish(rows, cfg, source, work_of(cfg), notes)
 
 
-def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work) -> Forecast:
+def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work, notes: tuple[str, ...] = ()) -> Forecast:
     df = pd.DataFrame(rows)
     df["scaling"] = "weak" if cfg.batch.global_batch is None else "strong"
     for col in ("tokens_per_s", "tokens_per_s_per_device", "model_lo", "model_hi"):
@@ -369,10 +371,10 @@ def _finish(rows: list[dict], cfg: LauncherConfig, source: str, work: Work) -> F
     df["mfu"] = df["tokens_per_s_per_device"] * work.model_flops / peak if peak else math.nan
     df["hfu"] = df["tokens_per_s_per_device"] * work.hardware_flops / peak if peak else math.nan
     df["memory_tight"] = tight(df, limit_of(cfg))
-    rec = no_fit(recommend(df, policy_of(cfg), unit="GPU"), df, cfg)
+    rec = plan_words(recommend(df, policy_of(cfg), unit="GPU"), df, cfg)
     # Judged like measured rows, shown as what they are.
     df["status"] = df["status"].replace({"completed": "predicted", "oom": OOM})
-    return Forecast(table=df, recommendation=rec, source=source)
+    return Forecast(table=df, recommendation=rec, source=source, notes=notes)
 
 
 def joined(planned: Sequence[tuple[str, tuple[LauncherConfig, Forecast]]], cfg: LauncherConfig) -> Forecast:
@@ -380,5 +382,5 @@ def joined(planned: Sequence[tuple[str, tuple[LauncherConfig, Forecast]]], cfg: 
     the pick made over all of them by `cfg`'s policy, as a sweep's table is judged."""
     df = pd.concat([fc.table.assign(variant=v) for v, (_, fc) in planned], ignore_index=True)
     judged = df.assign(status=df["status"].replace({"predicted": "completed", OOM: "oom"}))
-    rec = no_fit(recommend(judged, policy_of(cfg), unit="GPU"), judged, cfg)
+    rec = plan_words(recommend(judged, policy_of(cfg), unit="GPU"), judged, cfg)
     return Forecast(table=df, recommendation=rec, source="; ".join(fc.source for _, (_, fc) in planned))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.schema import LauncherConfig
-from launcher.perf.calibrate import fit_layouts, load_measured, mape, predictions
+from launcher.perf.calibrate import NOTHING, calibration, fit_layouts, mape, predictions
 from launcher.perf.step import PerfModel
 from launcher.report.markdown import ModelSummary
 from launcher.trials.folder import read_sweep_spec
@@ -24,6 +24,21 @@ def residual_phrase(model: PerfModel) -> str:
         n, p = model.n_observations, model.n_parameters
         return f"no residual (n ≤ p: {_count(n, 'trial')}, {_count(p, 'parameter')})"
     return f"residual {model.rel_sigma_measured:.1%}"
+
+
+def no_dof_line(model: PerfModel) -> str | None:
+    """A fit with no degrees of freedom left (no more trials than parameters) passes through what was
+    measured, so nothing tests it and its interval rests on a scatter it did not measure: `plan --from` says
+    so on its own line, not only in the source's "no residual" (None: the fit has spare trials, or is presets)."""
+    if model.level is None or model.rel_sigma_measured is not None:
+        return None
+    n, p = _count(model.n_observations, "trial"), _count(model.n_parameters, "fitted parameter")
+    leave = "leaves" if model.n_observations == 1 else "leave"
+    return (
+        f"untested fit: {n} for {p} {leave} no degrees of freedom (n ≤ p), so the model passes through what was "
+        f"measured and nothing tests it; the interval's σ: {model.source('interval')}, not measured; measure "
+        "another size (or repeats, sweep.repeats=3) before trusting these predictions"
+    )
 
 
 def interval_phrase(model: PerfModel) -> str:
@@ -55,13 +70,16 @@ def layout_line(layout: str, m: PerfModel) -> str:
 
 def model_summary(sweep_dir: Path, cfg: LauncherConfig) -> ModelSummary | None:
     """Fit the performance model on the sweep's completed trials and predict the grid's sizes
-    plus 2× and 4× the largest; None when nothing completed. Trials left out for damaged files
-    and a fit that failed are said in the lines, never dropped in silence."""
-    unreadable: list[str] = []
-    measured = load_measured(sweep_dir, unreadable)
-    skipped = [f"Left out of the fit (damaged files): {'; '.join(unreadable)}."] if unreadable else []
-    if not measured:
-        return ModelSummary(predictions=None, lines=skipped) if skipped else None
+    plus 2× and 4× the largest; None when nothing completed. A sweep `plan --from` refuses
+    (calibrate.calibration, the one rule for both) has no model here either, and says why; trials
+    left out for damaged files and a fit that failed are said in the lines, never dropped in silence."""
+    found = calibration(sweep_dir)
+    measured = found.measured
+    skipped = [f"Left out of the fit (damaged files): {'; '.join(found.unreadable)}."] if found.unreadable else []
+    if found.refusal == NOTHING:  # nothing completed: no model to speak of, as the table shows
+        return None
+    if found.refusal:
+        return ModelSummary(predictions=None, lines=[f"No model: this sweep {found.refusal}.", *skipped])
     try:
         models = fit_layouts(measured, cfg.cluster.intra_link, cfg.cluster.inter_link)
     except ValueError as exc:

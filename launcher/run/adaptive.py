@@ -22,7 +22,7 @@ import pandas as pd
 
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json
-from launcher.perf.calibrate import Measured, fit_layouts, load_measured, predictions
+from launcher.perf.calibrate import Measured, calibration, fit_layouts, predictions
 from launcher.results.cost import pricing_of
 from launcher.results.table import build_table
 from launcher.run.next_size import Decision, next_size
@@ -61,8 +61,11 @@ def _efficiencies(df: pd.DataFrame, trials: list[Trial], done: Callable[[Trial],
 
 def _upper_bound(sweep_dir: Path, cfg: LauncherConfig, variant: str) -> Bound:
     """The model's upper bound on efficiency at unmeasured sizes, once ≥ 2 sizes completed."""
-    unreadable: list[str] = []
-    measured = [m for m in load_measured(sweep_dir, unreadable) if m.variant == variant]
+    found = calibration(sweep_dir)  # the rule plan --from and the report follow
+    unreadable = found.unreadable
+    if found.refused_for_good:  # not for want of trials yet: the sweep can never be fitted
+        return Bound(upper=None, state=f"off: this sweep {found.refusal}", unreadable=tuple(unreadable))
+    measured = [m for m in found.measured if m.variant == variant]
     if len({m.trial["world_size"] for m in measured}) < 2:
         return Bound(upper=None, state=NOT_YET, unreadable=tuple(unreadable))
     try:
@@ -144,7 +147,8 @@ def _cost(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> dict:
     spent = float(df["device_hours"].fillna(0).sum())
     estimate, note = spent, None
     skipped = [t for t in trials if df.loc[t.trial_id, "status"] == "skipped"]
-    measured = load_measured(sweep_dir, [])
+    found = calibration(sweep_dir)
+    measured = found.measured
     try:
         models = fit_layouts(measured, cfg.cluster.intra_link, cfg.cluster.inter_link) if measured else {}
         pred = predictions(measured, models, sorted({t.world_size for t in skipped}))
@@ -154,7 +158,7 @@ def _cost(sweep_dir: Path, cfg: LauncherConfig, trials: list[Trial]) -> dict:
     except ValueError as exc:
         estimate, note = math.nan, f"the model fit failed: {exc}"
     if note is None and math.isnan(estimate):
-        note = "the model cannot predict some skipped size"
+        note = f"this sweep {found.refusal}" if found.refused_for_good else "the model cannot predict some skipped size"
     cost = {
         "trials_run": len(trials) - len(skipped),
         "trials_in_grid": len(trials),
