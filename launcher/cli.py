@@ -172,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "info", False):
             print(show.groups_text(args.recipes))
             return 0
+        if getattr(args, "cfg", False) and getattr(args, "from_sweep", None):
+            raise ConfigError(
+                f"--cfg with --from {args.from_sweep}: --cfg composes only the overrides given here, not the sweep's "
+                "that --from reads; drop --cfg (launcher run --from … --dry-run prints what it would run and why)"
+            )
         if getattr(args, "cfg", False):
             print(show.resolved_yamls(args.overrides, args.recipes), end="")
             return 0

@@ -173,3 +173,15 @@ def test_a_slurm_layout_that_cannot_checkpoint_runs_without_requeue_and_says_so(
         "  cluster.nodes=2   (the recommended size)",
         "  not requeued: parallel.layout=pipeline cannot be checkpointed yet",
     ]
+
+
+def test_cfg_with_from_is_refused_rather_than_showing_a_config_that_would_not_run(tmp_path, capsys):
+    sweep_dir = _sweep(tmp_path, LAYOUTS)
+    for verb in ("run", "plan"):
+        assert main([verb, "--from", str(sweep_dir), "--cfg"]) == 2
+        assert capsys.readouterr() == (
+            "",
+            f"launcher: error: --cfg with --from {sweep_dir}: --cfg composes only the overrides given here, not "
+            "the sweep's that --from reads; drop --cfg (launcher run --from … --dry-run prints what it would run "
+            "and why)\n",
+        )
