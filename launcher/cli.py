@@ -47,6 +47,7 @@ EXAMPLES = """examples:
   launcher plan model=gpt_1_3b parallel=fsdp cluster=example_gpu_site --gpus 8..16384 --output plan.csv
   launcher plan --from results/<sweep-id> --gpus 1..64 cluster.usd_per_device_hour=2
   launcher run cluster=devcluster cluster.nodes=2 --dry-run
+  launcher run --from results/<sweep-id> run.steps=20000
   launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as '[a,b]'."""
 
@@ -76,6 +77,13 @@ def _sweep_and_run(add) -> None:
         "--requeue",
         action="store_true",
         help="Slurm: on the USR1 warning checkpoint, requeue, and resume (sets run.requeue=true)",
+    )
+    rp.add_argument(
+        "--from",
+        dest="from_sweep",
+        metavar="SWEEP_DIR",
+        help="run the size and layout this sweep recommends, with its recipe and overrides (requeued on Slurm); "
+        "overrides given here win",
     )
 
 
@@ -164,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "info", False):
             print(show.groups_text(args.recipes))
             return 0
+        if getattr(args, "cfg", False) and getattr(args, "from_sweep", None):
+            raise ConfigError(
+                f"--cfg with --from {args.from_sweep}: --cfg composes only the overrides given here, not the sweep's "
+                "that --from reads; drop --cfg (launcher run --from … --dry-run prints what it would run and why)"
+            )
         if getattr(args, "cfg", False):
             print(show.resolved_yamls(args.overrides, args.recipes), end="")
             return 0

@@ -57,6 +57,15 @@ def upgraded(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
+def current_spelling(override: str) -> str:
+    """A stored override (a sweep's sweep.json) with a key renamed since (RENAMED) respelled: a sweep
+    measured before the rename still plans and runs from its folder."""
+    key, sep, value = override.partition("=")
+    prefix = key[: len(key) - len(key.lstrip("+~"))]
+    new = RENAMED.get(key.lstrip("+~"))
+    return f"{prefix}{new}{sep}{value}" if new else override
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)

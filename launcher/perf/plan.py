@@ -13,7 +13,7 @@ from launcher.config.compose import compose_config
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
-from launcher.config.plain import RENAMED
+from launcher.config.plain import current_spelling
 from launcher.config.schema import LauncherConfig
 from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_search import Verify, memory_line, search_main
@@ -105,7 +105,7 @@ def sweep_overrides(sweep_dir: Path, user: Sequence[str]) -> list[str]:
         raise ConfigError(
             f"--from {str(sweep_dir)!r}: {spec.reason}; its overrides cannot be read, so nothing can be planned"
         )
-    return [*map(_current_spelling, expand(spec.doc["overrides"])[0].overrides), *user]
+    return [*map(current_spelling, expand(spec.doc["overrides"])[0].overrides), *user]
 
 
 def sweep_recipes(sweep_dir: Path, given: str | None) -> str | None:
@@ -118,14 +118,6 @@ def sweep_recipes(sweep_dir: Path, given: str | None) -> str | None:
             "pass --recipes DIR with the recipes it used"
         )
     return given or stored
-
-
-def _current_spelling(override: str) -> str:
-    """A sweep measured before a key was renamed still plans: its stored override is respelled."""
-    key, sep, value = override.partition("=")
-    prefix = key[: len(key) - len(key.lstrip("+~"))]
-    new = RENAMED.get(key.lstrip("+~"))
-    return f"{prefix}{new}{sep}{value}" if new else override
 
 
 def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:

@@ -3,6 +3,7 @@
 A run is a one-trial sweep (same folder layout, record and table) that checkpoints when asked
 to; `--dry-run` prints the sbatch script (Slurm) or each rank's command line (local). After a
 run it prints the run's own figures, from its record, and where its checkpoints and logs are.
+`--from results/<sweep-id>` runs what that sweep recommends (run_from.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.io import read_json
 from launcher.run import sweep as sw
 from launcher.run.executor import executor_for
+from launcher.run.run_from import choose
 from launcher.trials.folder import read_record, read_submission, trial_dir
 from launcher.trials.spec import Trial, sweep_trials
 
@@ -51,14 +54,19 @@ def dry_run(cfg: LauncherConfig, overrides: list[str]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    overrides = [*args.overrides, *(["run.requeue=true"] if args.requeue else [])]
-    cfg = as_sweep(compose_config(overrides, args.recipes))
+    given, recipes = list(args.overrides), args.recipes
+    if getattr(args, "from_sweep", None):  # the sweep's recommendation, said before anything runs
+        chosen = choose(Path(args.from_sweep), given, recipes)
+        print("\n".join(chosen.lines), file=sys.stderr)
+        given, recipes = chosen.overrides, chosen.recipes
+    overrides = [*given, *(["run.requeue=true"] if args.requeue else [])]
+    cfg = as_sweep(compose_config(overrides, recipes))
     if args.dry_run:
         return dry_run(cfg, overrides)
     items = [(t, cfg) for t in run_trials(cfg)]
     sw.refuse_unrunnable(cfg, items)  # as a sweep does: a `_target_` that does not import is one line, before any job
     prepared = sw.PreparedSweep(cfg=cfg, items=items, skipped=[])
-    result = sw.run_sweep(prepared, args.overrides, progress_bars=not args.quiet)
+    result = sw.run_sweep(prepared, given, progress_bars=not args.quiet)
     if result is None:
         return 0
     row = result.table.iloc[0]

@@ -164,6 +164,17 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_site_launch_run.py::test_run_prints_its_figures_checkpoints_and_logs",),
         args=("run.world_size=2", "run.steps"),
     ),
+    "launcher run --from results/<sweep-id> run.steps=20000": Ran(
+        tests=("test_run_from_sweep.py::test_run_from_a_sweep_runs_the_size_and_layout_it_recommends",),
+        args=("--from", "run.steps"),
+    ),
+    "launcher run --from results/<sweep-id> run.steps=20000 --dry-run": Ran(
+        tests=(
+            "test_run_from.py::test_a_slurm_sweep_runs_its_recommended_nodes_requeued_in_the_dry_run_script",
+            "test_run_from.py::test_the_run_dry_run_prints_the_choice_and_the_chosen_ranks_and_runs_nothing",
+        ),
+        args=("--from", "run.steps", "--dry-run"),
+    ),
     "launcher run run.world_size=2 --dry-run": Ran(
         tests=("test_doc_commands.py::test_a_local_run_dry_run_prints_each_ranks_command_and_creates_nothing",),
         args=("run.world_size=2", "--dry-run"),
