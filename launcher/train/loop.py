@@ -76,6 +76,8 @@ class Run:
     grad_norms: list[torch.Tensor] = dataclasses.field(default_factory=list)
     """Each optimizer step's global gradient norm before clipping (optim.clip_grad_norm on), on
     the device: read once, after the timed steps."""
+    fp8_scales: float8.ScalePrecompute | None = None
+    """precision=fp8 under FSDP: the fp8 weights' scales, precomputed after each optimizer step."""
 
 
 def train(
@@ -101,6 +103,7 @@ def train(
         trained = run_steps(run, start_step=resume(run))
     memory = measure.memory_peaks(device)  # before the full state and the probes allocate for the harness
     clipped = clipping.metrics(run.grad_norms, cfg.optim.clip_grad_norm)  # the timed steps' (profile's come after)
+    fp8 = float8.metrics(run.fp8_scales)
     compiled = compile_metrics(
         run.compile_clock,
         units=run.compiled_units,
@@ -133,7 +136,7 @@ def train(
         ),
         **traced,
     }
-    out["metrics"].update(compiled | clipped)
+    out["metrics"].update(compiled | clipped | fp8)
     return out
 
 
@@ -190,6 +193,7 @@ def build(
         log=log,
         compile_clock=CompileClock() if units else None,
         compiled_units=units,
+        fp8_scales=float8.precompute_after_steps(model, optimizer, cfg),
     )
 
 

@@ -26,7 +26,7 @@ from launcher.train import metrics, nvml
 from launcher.train.allreduce_probe import comm_metrics, time_comm
 from launcher.train.dist import rank_binding
 from launcher.train.engines.base import Engine
-from launcher.train.models.byo import counted_flops_per_token, is_byo, tokens_per_sample
+from launcher.train.models.byo import HOST_BUILT, counted_flops_per_token, is_byo, tokens_per_sample
 from launcher.trials.spec import Trial
 
 
@@ -142,6 +142,7 @@ def summarize(
             "compute_time_s": compute_s,
             "ccr": metrics.ccr(comm_s=comm.seconds, compute_s=compute_s) if compute_s is not None else None,
             **memory_metrics(everyone, device),
+            "host_init_elements_per_rank": [r["host_init"] for r in everyone],
             "nvml": nvml.merge([r["nvml"] for r in everyone]),
             "loss_first": losses[0],
             "loss_last": losses[-1],
@@ -180,6 +181,7 @@ def gather_ranks(
         "cpu_group": quota.group,
         "binding": rank_binding(device),
         "nvml": asdict(gpu),
+        "host_init": sum(HOST_BUILT),  # byo.ReferenceValues: a `_target_` model's tensors without a rule
     }
     everyone: list[dict[str, Any]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)

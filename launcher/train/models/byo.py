@@ -32,11 +32,13 @@ The recipe (recipes/model/<name>.yaml, or model/<name>.yaml in your --recipes fo
 
 Initial values are the same whatever the layout and rank count (so the parity tests hold): the
 module types the launcher knows (Linear, Embedding, LayerNorm, RMSNorm, Conv, BatchNorm,
-GroupNorm: init.initial_value) get theirs from (seed, name) as the built-in models do; anything
-else a module holds (a parameter of a module type the launcher does not know, a buffer computed
-in __init__) is copied from one reference build of the model on the CPU under the seed
-(`ReferenceValues`, built only when such a tensor exists: one CPU copy of the model per rank at
-start-up)."""
+GroupNorm: init.RULE_TYPES) get theirs from (seed, name) as the built-in models do, each rank drawing
+only its own piece; anything else a module holds (a parameter of a module type the launcher does not
+know, such as a Hugging Face RMSNorm's weight, or a buffer computed in __init__, such as a rotary
+table) is copied from one build of the model on the CPU under the seed in which the known types stay
+on the meta device (`ReferenceValues`, made only when such a tensor exists): a rank allocates on the
+host those unknown tensors alone, never the model. Where they are a large part of the model
+(over HOST_INIT_LIMIT elements), the plan refuses it, naming their module types (byo_check.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ from torch.utils.data import Dataset
 from launcher.compute.flop_count import FlopCount, cached_flops, count_flops, flops_key, random_tensor, torch_dtype
 from launcher.config.schema import InputSpec, ModelConfig, ParallelConfig
 from launcher.config.validate_byo import TARGET_KEY  # the batch key of model.target; the others are inputs
-from launcher.train.models.init import param_seed
+from launcher.train.models.init import has_rule, param_seed, rule_types_on_meta
 from launcher.train.models.target import instantiate
 
 
@@ -226,20 +228,48 @@ def checkpoint_modules(modules: list[nn.Module]) -> None:
 
 class ReferenceValues:
     """Full initial values of the tensors init.initial_value has no rule for, by name: from one
-    build of the model on the CPU under torch.manual_seed(seed) (made on first use)."""
+    build of the model on the CPU under torch.manual_seed(seed) (made on first use) in which the
+    module types that have a rule stay on the meta device (init.rule_types_on_meta)."""
 
     def __init__(self, m: ModelConfig, seed: int) -> None:
         self.m, self.seed = m, seed
         self._values: dict[str, torch.Tensor] | None = None
+        self.built = 0
+        """Elements the reference build allocated on the host (the record's host_init_elements)."""
 
     def __call__(self, name: str) -> torch.Tensor:
         if self._values is None:
-            with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+            with torch.random.fork_rng(devices=[]), torch.device("cpu"), rule_types_on_meta():
                 torch.manual_seed(param_seed(self.seed, "<reference build>"))
                 built = build_target(self.m)
-            self._values = dict(built.named_parameters(remove_duplicate=False))
-            self._values |= dict(built.named_buffers(remove_duplicate=False))
+            tensors = dict(built.named_parameters(remove_duplicate=False))
+            tensors |= dict(built.named_buffers(remove_duplicate=False))
+            self._values = {k: t for k, t in tensors.items() if not t.is_meta}
+            self.built = sum(t.numel() for t in {id(t): t for t in self._values.values()}.values())
+            HOST_BUILT.append(self.built)
+        if name not in self._values:  # a known module type's tensor that its rule does not cover
+            raise TypeError(f"materialise: no initialisation for {name} (its module type's constructor ran on meta)")
         return self._values[name].detach()
+
+
+HOST_BUILT: list[int] = []
+"""Elements each reference build of this process allocated on the host, for the record
+(measure.py: `host_init_elements`, per rank): what start-up cost beside the rank's own piece."""
+HOST_INIT_LIMIT = 1 << 28
+"""Most elements of tensors without a rule (built whole on every rank's host) a `_target_` model may
+hold: 1 GiB in fp32 per rank. A Hugging Face Llama-70B holds 1.3M (its norms and rotary table)."""
+
+
+def unruled(model: nn.Module) -> dict[str, int]:
+    """Elements of the tensors no rule initialises (what ReferenceValues builds), by module type name."""
+    found: dict[str, int] = {}
+    seen: set[int] = set()
+    for owner in model.modules():
+        for name, t in [*owner.named_parameters(recurse=False), *owner.named_buffers(recurse=False)]:
+            if id(t) not in seen and not has_rule(owner, name):
+                found[type(owner).__name__] = found.get(type(owner).__name__, 0) + t.numel()
+            seen.add(id(t))
+    return found
 
 
 def reference_values(m: ModelConfig, seed: int) -> ReferenceValues | None:

@@ -20,7 +20,16 @@ from launcher.compute.flop_count import random_tensor
 from launcher.config.derived import derives_microbatches
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
-from launcher.train.models.byo import build_target, can_be_unit, is_integer, loss_fn, own_loss, unit_classes
+from launcher.train.models.byo import (
+    HOST_INIT_LIMIT,
+    build_target,
+    can_be_unit,
+    is_integer,
+    loss_fn,
+    own_loss,
+    unit_classes,
+    unruled,
+)
 from launcher.train.models.target import first_line as _first
 from launcher.train.models.target import locate
 
@@ -95,12 +104,30 @@ def check_target(
                 _raised(m, "building it", exc, f"check its keyword arguments (model.kwargs={m.kwargs})")
             ) from None
     check_input_names(m, model)
+    check_host_init(m, model)
     check_vocabulary(m)
     check_forward(m, model)
     check_units(m, model, fsdp_units)
     check_plan(m, model, dict(tp_plan or {}))
     if pp_split:
         check_split(m, model, list(pp_split), pp_micro)
+
+
+def check_host_init(m: ModelConfig, model: nn.Module) -> None:
+    """The tensors of module types without an initialisation rule are built whole on every rank's
+    host (byo.ReferenceValues): refused where they would be a model's worth, not a few norms."""
+    found = unruled(model)
+    total = sum(found.values())
+    if total <= HOST_INIT_LIMIT:
+        return
+    types = ", ".join(f"{name} {n:.2g}" for name, n in sorted(found.items(), key=lambda kv: -kv[1]))
+    raise ConfigError(
+        f"model._target_={m._target_!r} holds {total:.3g} elements in module types the launcher has no "
+        f"initialisation rule for ({types}); every rank would build them whole on the host "
+        f"({total * 4 / 1e9:.3g} GB in fp32) instead of its shard: build those layers from torch.nn.Linear, "
+        f"Embedding, Conv, LayerNorm or RMSNorm (initialised on each rank's shard), or keep such tensors under "
+        f"{HOST_INIT_LIMIT:.3g} elements"
+    )
 
 
 def check_split(m: ModelConfig, model: nn.Module, split: list[str], micro: int) -> None:

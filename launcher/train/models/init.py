@@ -10,9 +10,11 @@ piece, so the values of a position never depend on who draws it (parity with the
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -28,6 +30,18 @@ TILE_COLS = 1024
 """Columns of a tile of a parameter wider than this (its rows: TILE // TILE_COLS)."""
 
 Fill = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+RULE_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Embedding,
+    nn.modules.conv._ConvNd,
+    nn.LayerNorm,
+    nn.modules.batchnorm._NormBase,
+    nn.GroupNorm,
+    RMSNorm,
+    nn.RMSNorm,
+)
+"""The module types `rule` initialises on a rank's piece (and their subclasses)."""
 
 
 def materialise(
@@ -87,6 +101,8 @@ def rule(owner: nn.Module, name: str) -> Fill:
     (kaiming_uniform with a=√5, and its bias), Embedding N(0, 1), LayerNorm 1 and 0, RMSNorm 1;
     Conv likewise U(±1/√fan_in); BatchNorm and GroupNorm weight 1, bias 0, running mean 0,
     running variance 1, batches tracked 0. TypeError for anything else."""
+    if not isinstance(owner, RULE_TYPES):
+        raise TypeError(f"materialise: no initialisation for {type(owner).__name__}.{name}")
     if isinstance(owner, nn.Linear):
         bound = 1 / math.sqrt(owner.in_features)
         return lambda t, g: t.uniform_(-bound, bound, generator=g)
@@ -99,6 +115,46 @@ def rule(owner: nn.Module, name: str) -> Fill:
         ones = name in ("weight", "running_var")  # bias, running_mean, num_batches_tracked: 0
         return lambda t, g: t.fill_(1.0 if ones else 0.0)
     raise TypeError(f"materialise: no initialisation for {type(owner).__name__}.{name}")
+
+
+def has_rule(owner: nn.Module, name: str) -> bool:
+    """Whether `rule` initialises `owner.<name>` (else: materialise's fallback)."""
+    try:
+        rule(owner, name)
+    except TypeError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def rule_types_on_meta() -> Iterator[None]:
+    """While a model is built on the host for the tensors no rule initialises (byo.ReferenceValues),
+    the module types of RULE_TYPES construct theirs on the meta device: the build allocates only
+    what the fallback is asked for (a Hugging Face RMSNorm's weight, a rotary table), not the
+    Linear and Embedding weights that are most of a model and that each rank draws for its own
+    piece. Their constructors are swapped for the build alone (the payload builds in one thread)."""
+    saved = {cls: vars(cls).get("__init__") for cls in RULE_TYPES}
+
+    def on_meta(init):
+        @functools.wraps(init)
+        def build(self, *args, **kwargs):
+            if "device" in kwargs:  # an explicit device= would allocate after all
+                kwargs["device"] = "meta"
+            with torch.device("meta"):
+                init(self, *args, **kwargs)
+
+        return build
+
+    try:
+        for cls in RULE_TYPES:
+            cls.__init__ = on_meta(cls.__init__)
+        yield
+    finally:
+        for cls, init in saved.items():
+            if init is None:  # it was inherited: remove the stand-in
+                del cls.__init__
+            else:
+                cls.__init__ = init
 
 
 def initial_piece(
