@@ -12,6 +12,7 @@ import torch
 
 from launcher.train import dist
 from launcher.train.env import bound_gpu, device_slot
+from launcher.trials.rank_exec import rank_environ
 
 
 def _task(local: int, visible: str, tasks: int = 8, gpus: int = 8, **more: str) -> dict[str, str]:
@@ -98,3 +99,14 @@ def test_pick_device_sets_the_tasks_own_cuda_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     assert dist.pick_device("cuda", 5) == torch.device("cuda", 2) and chosen == [2]
 
+
+def test_rank_exec_gives_a_bound_task_local_rank_of_its_gpu_among_those_it_sees():
+    """job.launch=srun (issue 30 item 2): `cuda:{LOCAL_RANK}` is the task's own GPU; SLURM_LOCALID stays."""
+    one_each = _task(1, "1", tasks=2, gpus=2, SLURM_GPUS_PER_TASK="1")
+    assert rank_environ(one_each)["LOCAL_RANK"] == "0" and rank_environ(one_each)["SLURM_LOCALID"] == "1"
+    domain = rank_environ(_task(5, "4,5,6,7", SLURM_GPU_BIND="closest"))
+    assert (domain["LOCAL_RANK"], domain["RANK"]) == ("2", "5")
+    unbound = rank_environ(_task(3, "0,1,2,3", tasks=4, gpus=4))
+    assert unbound["LOCAL_RANK"] == "3"
+    cpu = {k: v for k, v in _task(3, "", tasks=4).items() if k != "CUDA_VISIBLE_DEVICES"}
+    assert rank_environ(cpu)["LOCAL_RANK"] == "3"  # no GPU: Slurm's local id
