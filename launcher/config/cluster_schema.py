@@ -71,10 +71,12 @@ class ClusterConfig:
     """GPUs per node; > 0 adds `--gres=gpu:N` and one rank per GPU: each rank uses the GPU at its
     local rank among those it sees (CUDA_VISIBLE_DEVICES), never one another rank uses."""
     gpus_per_task: int | None = None
-    """srun launch: `--gpus-per-task=N` (job and step) in place of `--gres=gpu:gpus_per_node`: Slurm binds each
-    rank its own N GPUs, and each rank sees only those (its first is its device)."""
+    """srun launch (a command: either job.launch): `--gpus-per-task=N` (job and step) in place of
+    `--gres=gpu:gpus_per_node`: Slurm binds each rank its own N GPUs, and each rank sees only those (its
+    first is its device); torchrun's step asks for the node's GPUs instead."""
     gpu_bind: str | None = None
-    """srun launch: `--gpu-bind=` (job and step): `single:1`, `closest`, `map_gpu:0,1`, … so each rank sees one GPU."""
+    """srun launch (a command: either job.launch): `--gpu-bind=` (job and step): `single:1`, `closest`,
+    `map_gpu:0,1`, …; a rank that sees several takes its place among the tasks given the same set."""
     tasks_per_node: int | None = None
     """Ranks per node; null → gpus_per_node, or 1 without GPUs."""
     cpus_per_task: int = 1

@@ -52,7 +52,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
     _check_sweep(cfg.sweep, cfg.cluster)
-    check_slurm(cfg.cluster)
+    check_slurm(cfg.cluster, command=cfg.job.kind == "command")
     _check_run(cfg.run, cfg)
     _check_compile(cfg)
     check_job(cfg)

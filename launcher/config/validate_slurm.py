@@ -30,13 +30,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MOUNT_FLAGS = re.compile(r"^[a-z]+(\+[a-z]+)*$")
 
 
-def check_slurm(c: ClusterConfig) -> None:
-    """Values a Slurm job script carries (checked on every kind of cluster: `run --dry-run` renders one)."""
+def check_slurm(c: ClusterConfig, *, command: bool = False) -> None:
+    """Values a Slurm job script carries (checked on every kind of cluster: `run --dry-run` renders one).
+    `command`: job=command, whose ranks start as job.launch says, not cluster.launch."""
     _check_slurm_values(c)
     _check_script_lines(c)
     _check_node_shape(c)
     _check_binding(c)
-    _check_gpu_binding(c)
+    _check_gpu_binding(c, command=command)
     _check_container(c)
     if c.python is not None and (
         "\n" in c.python or "\x00" in c.python or not c.python.strip() or c.python.startswith("-")
@@ -175,8 +176,11 @@ def _check_binding(c: ClusterConfig) -> None:
         )
 
 
-def _check_gpu_binding(c: ClusterConfig) -> None:
-    """cluster.gpus_per_task and cluster.gpu_bind: Slurm's own forms, on srun launch (one task per rank)."""
+def _check_gpu_binding(c: ClusterConfig, *, command: bool) -> None:
+    """cluster.gpus_per_task and cluster.gpu_bind: Slurm's own forms; the built-in trainer on srun launch (one
+    task per rank). A command's launch binds right on either: under torchrun the agent's step asks for the
+    node's GPUs (sbatch_templates/command_step.j2), under srun LOCAL_RANK indexes what the task sees
+    (launcher/trials/rank_exec.py); job.launch=none starts its own steps, which inherit the job's binding."""
     if c.gpus_per_task is not None:
         at_least("cluster.gpus_per_task", c.gpus_per_task, 1, 1)
     if c.gpu_bind is not None and not _GPU_BIND.fullmatch(c.gpu_bind):
@@ -184,7 +188,7 @@ def _check_gpu_binding(c: ClusterConfig) -> None:
             f"cluster.gpu_bind={c.gpu_bind!r} is not a --gpu-bind form (closest, none, single:N, per_task:N, "
             "map_gpu:IDS, mask_gpu:MASKS); set e.g. cluster.gpu_bind=single:1"
         )
-    if (c.gpus_per_task is not None or c.gpu_bind is not None) and c.launch != "srun":
+    if (c.gpus_per_task is not None or c.gpu_bind is not None) and c.launch != "srun" and not command:
         raise ConfigError(
             f"cluster.gpus_per_task / cluster.gpu_bind bind GPUs to each task, but cluster.launch={c.launch} runs "
             "one task per node; set cluster.launch=srun"

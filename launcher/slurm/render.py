@@ -120,6 +120,16 @@ class JobRequest:
         return " ".join(map(shlex.quote, opts))
 
     @property
+    def agent_gpu_options(self) -> str:
+        """torchrun's step under per-task binding (cluster.gpus_per_task / gpu_bind), quoted ("" when none): a
+        step inherits the job's binding, which would leave the agent's one task per node one task's GPUs
+        and ranks 1.. none; it asks for the node's GPUs instead (the job's binding variables unset)."""
+        if not (self.gpus_per_task or self.gpu_bind):
+            return ""
+        gpus = self.gpus_per_task * self.ntasks_per_node if self.gpus_per_task else self.gpus_per_node
+        return f"--gres=gpu:{gpus}" if gpus else ""
+
+    @property
     def container_image(self) -> str | None:
         return self.container.image if self.container else None
 

@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.trials.slurm_gpus import task_slot
+
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 12000
 """Under Slurm, MASTER_PORT = 20000 + SLURM_JOB_ID % 12000 (the sbatch template renders the same
 rule): a port fixed per job keeps two jobs' ranks on a shared node from joining each other, and
@@ -86,20 +88,23 @@ def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
 def device_slot(environ: Mapping[str, str], local_rank: int, count: int) -> int:
     """Which of the `count` CUDA devices this process sees is this rank's own: one device per rank.
 
-    The node's ranks see the same devices (the step holds all the node's GPUs, torchrun's workers
-    share their agent's, the local executor's ranks share the machine's), so rank r on a node
-    takes the r-th. Where Slurm bound GPUs to each task instead (a plain srun, RANK unset, with
-    --gpus-per-task: SLURM_GPUS_PER_TASK set; or --gpu-bind=single:1|closest|map_gpu:…, which leaves
-    the task one CUDA_VISIBLE_DEVICES id), a task's first device is its own: local device 0."""
-    bound_one = len(visible_devices(environ) or []) == 1 and "SLURM_PROCID" in environ
-    per_task = "RANK" not in environ and (bool(environ.get("SLURM_GPUS_PER_TASK")) or bound_one)
-    slot = 0 if per_task else local_rank
+    Where the node's ranks see the same devices (torchrun's workers share their agent's, the local
+    executor's ranks share the machine's, a srun step without binding gives every task the node's),
+    rank r on a node takes the r-th. A task srun started (RANK unset) that Slurm bound to a set of
+    GPUs (--gpus-per-task, --gpu-bind=closest|single|per_task|map_gpu|mask_gpu) takes, among the
+    devices it sees, the one at its local rank among the node's tasks given that same set
+    (launcher/trials/slurm_gpus.py): 0 for a set of its own, the r-th for the r-th of a NUMA
+    domain's tasks under `closest`."""
+    slurm_task = "RANK" not in environ and "SLURM_PROCID" in environ
+    slot = task_slot(environ, local_rank, count) if slurm_task else local_rank
     if slot >= count:
         shown = environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        shared = f", Slurm gave them to {slot} task(s) of lower local rank too," if slurm_task else ""
         raise ValueError(
             f"local rank {local_rank} has no CUDA device of its own: this process sees {count} "
-            f"(CUDA_VISIBLE_DEVICES={shown}) and ranks never share one; run at most {count} rank(s) per node "
-            "(cluster.tasks_per_node / cluster.gpus_per_node, or run.world_size locally)"
+            f"(CUDA_VISIBLE_DEVICES={shown}){shared} and ranks never share one; run at most {count} rank(s) per node "
+            "(cluster.tasks_per_node / cluster.gpus_per_node, or run.world_size locally) or per GPU set "
+            "(cluster.gpu_bind)"
         )
     return slot
 

@@ -8,7 +8,12 @@ rank's output to LOG (`{rank}` in it becomes the global rank: rank 0's text is w
 throughput readers look; `-`: leave the output where it goes), then becomes ARGV (exec: the same
 process, its exit status the rank's). LOG comes first and is never an option (`-x`): torchrun's
 parser takes any option word right after the program it runs (`-m launcher.trials.rank_exec`) as its own.
-No launcher import beyond this module: it runs before every rank of the user's program.
+Under srun, where Slurm bound GPUs to each task (cluster.gpus_per_task, cluster.gpu_bind), a task
+sees only its own set, so LOCAL_RANK is the index of the task's GPU among those it sees (0 for a GPU
+of its own; launcher/trials/slurm_gpus.py, the rule the built-in trainer follows): a program that
+takes `cuda:{LOCAL_RANK}` gets its own GPU. SLURM_LOCALID keeps the task's place on the node.
+No launcher import beyond launcher.trials.slurm_gpus (standard library only): it runs before every
+rank of the user's program.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+from launcher.trials.slurm_gpus import task_slot
 
 # torchrun-style variable ← Slurm's, for a task srun started.
 _FROM_SLURM = {"RANK": "SLURM_PROCID", "LOCAL_RANK": "SLURM_LOCALID", "WORLD_SIZE": "SLURM_NTASKS"}
@@ -25,11 +32,28 @@ def rank_environ(environ: dict[str, str]) -> dict[str, str]:
     """`environ` with RANK, LOCAL_RANK, WORLD_SIZE (and LOCAL_WORLD_SIZE) filled from Slurm's where unset."""
     out = dict(environ)
     if "RANK" not in out and "SLURM_PROCID" in out:
+        slot = _bound_slot(environ)  # read before RANK is set: device_slot tells a task srun started by it
         out.update({k: out[v] for k, v in _FROM_SLURM.items() if v in out})
+        if slot is not None:
+            out["LOCAL_RANK"] = str(slot)
         per_node = out.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
         if per_node.isdigit():
             out.setdefault("LOCAL_WORLD_SIZE", per_node)
     return out
+
+
+def _bound_slot(environ: dict[str, str]) -> int | None:
+    """The task's own GPU among those it sees (the rule launcher.train.env.device_slot applies); None
+    where it sees none, or none is its own (more tasks than GPUs: the program's own start-up says so)."""
+    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    local = environ.get("SLURM_LOCALID", "")
+    if not visible or not local.isdigit():
+        return None
+    try:
+        slot = task_slot(environ, int(local), len(visible))
+    except ValueError:  # a binding Slurm would not have run with (a malformed mask)
+        return None
+    return slot if slot < len(visible) else None
 
 
 NO_LOG = "-"

@@ -147,6 +147,16 @@ CASES: dict[str, list[str]] = {
         COMMAND_ARGV,
         PY,
     ],
+    # GPUs bound per task under torchrun: the agent's step asks for the node's GPUs, without the job's binding.
+    "command_torchrun_gpus": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "cluster.gpus_per_node=2",
+        "cluster.gpus_per_task=1",
+        "job=command",
+        COMMAND_ARGV,
+        PY,
+    ],
     "command_none_no_probe": [
         "cluster=devcluster",
         "sweep.nodes=[1]",

@@ -50,6 +50,27 @@ def test_binding_values_are_slurms_forms_on_srun_launch():
         compose_config(["cluster=devcluster", "cluster.gpus_per_task=0"])
 
 
+def test_a_commands_torchrun_step_asks_for_the_nodes_gpus_unbound():
+    """Issue 30 item 2: under per-task binding torchrun's one task per node inherited the job's --gpus-per-task=1
+    (rank 1 saw no cuda:1); its step drops the job's binding variables and asks for the node's 2 GPUs."""
+    lines = _lines("command_torchrun_gpus")
+    assert "#SBATCH --gpus-per-task=1" in lines  # the job's allocation and the probe's step keep the binding
+    step = lines.index("    env -u SLURM_GPUS_PER_TASK -u SLURM_GPU_BIND \\")
+    assert lines[step + 1].startswith('    srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 ')
+    assert lines[step + 3] == "        --gres=gpu:2 \\"
+    # job.launch decides how a command's ranks start; cluster.launch=torchrun is the built-in trainer's, refused there.
+    cfg = compose_config(
+        [
+            "cluster=devcluster",
+            "cluster.launch=torchrun",
+            "cluster.gpus_per_task=1",
+            "job=command",
+            "job.argv=[python,t.py]",
+        ]
+    )
+    assert cfg.cluster.gpus_per_task == 1
+
+
 @pytest.mark.parametrize("visible", ["0", "1", "7"])
 def test_a_task_that_sees_one_gpu_takes_it_whatever_its_local_rank(visible):
     # srun --gpu-bind=single:1 | closest | map_gpu:…: Slurm leaves each task one CUDA_VISIBLE_DEVICES id.
