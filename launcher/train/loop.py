@@ -21,7 +21,7 @@ from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.config.validate_precision import check_fp8_capability, check_precision_device
 from launcher.train import checkpoint as ckpt
-from launcher.train import clipping, faults, float8, measure, nvml, profile
+from launcher.train import clipping, faults, float8, measure, nvml, profile, windows
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -227,13 +227,6 @@ def resume(run: Run) -> int:
     return start_step
 
 
-WINDOW_STEPS = 10
-"""Steps between two waits for the device. Inside a window nothing waits: step times come from
-CUDA events (read when the window ends) or host clocks on CPU, and the loss check and the stop
-vote (the all-reduce on which the ranks agree to stop or checkpoint) run once after it, as a
-production loop logs and checks every N steps rather than every step."""
-
-
 class StepClock:
     """Marks step boundaries without waiting for the device. CUDA: an event on the current
     stream (where the step's kernels queue), read once the window's last one has completed.
@@ -268,20 +261,22 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
     """The timed optimizer steps, from `start_step` to the trial's end, window by window."""
     fault = faults.fault_step(os.environ.get("LAUNCHER_FAULT"), run.renv.rank)
     every = run.trial.checkpoint_every if run.checkpoint_dir is not None else 0
+    vote_every = windows.vote_every_s(run.cfg.cluster.signal_warning_s if run.stop is not None else None)
+    slowest: float | None = None  # the last window's slowest step, every rank's
     step_times: list[float] = []
     step_losses: list[torch.Tensor] = []
     has_loss = False
     last: list[torch.Tensor] = []
     step = start_step
     while step < run.trial.steps:
-        end = window_end(step, run.trial.steps, every)
+        end = windows.window_end(step, run.trial.steps, every, windows.window_steps(slowest, vote_every))
         with compile_failures(enabled=run.compile_clock is not None):
             times, losses, last = run_window(run, step, end, fault)
         has_loss = any(loss is not None for loss in losses)
         step_times += times
         step_losses += [loss if loss is not None else torch.zeros((), device=run.device) for loss in losses]
         log_window(run, step, losses, times)
-        after_window(run, step, losses)
+        slowest = after_window(run, step, losses, times)
         step = end
     return measure.Trained(
         start_step=start_step,
@@ -291,15 +286,6 @@ def run_steps(run: Run, *, start_step: int) -> measure.Trained:
         last_batch=last[-1] if last else None,
         timing=timing_kind(run.device),
     )
-
-
-def window_end(step: int, steps: int, checkpoint_every: int, window: int = WINDOW_STEPS) -> int:
-    """Where the window that starts at `step` ends: `window` steps on, at the trial's end, or at
-    the next periodic checkpoint, whichever comes first (so checkpoints land on their steps)."""
-    end = min(step + window, steps)
-    if checkpoint_every:
-        end = min(end, (step // checkpoint_every + 1) * checkpoint_every)
-    return end
 
 
 def run_window(
@@ -362,20 +348,23 @@ def log_step(run: Run, step: int, loss: torch.Tensor | None, seconds: float) -> 
         run.log(f"step {step + 1}/{steps} time {seconds * 1e3:.1f} ms", flush=True)
 
 
-def after_window(run: Run, start: int, losses: list[torch.Tensor | None]) -> None:
+def after_window(run: Run, start: int, losses: list[torch.Tensor | None], times: list[float]) -> float:
     """Outside the timed steps: every rank learns whether a loss of the window went bad, and at
-    which step, or whether USR1 arrived, so all of them stop, or checkpoint, at the same step."""
+    which step, or whether USR1 arrived, so all of them stop, or checkpoint, at the same step.
+    Returns the window's slowest step on any rank (the next window's length: windows.window_steps)."""
     never = run.trial.steps + 1
     seen = first_nonfinite(losses)
     bad = start + seen + 1 if seen is not None else never  # steps done when the loss went bad
     stop = run.stop is not None and run.stop.set
     # MAX over the negated step: the earliest bad step on any rank; MAX over the flags: any rank's USR1.
-    control = torch.tensor([-bad, int(stop)], dtype=torch.int64, device=run.device)
+    slowest_us = int(max(times, default=0.0) * 1e6)
+    control = torch.tensor([-bad, int(stop), slowest_us], dtype=torch.int64, device=run.device)
     dist.all_reduce(control, op=dist.ReduceOp.MAX)
-    neg_bad, stopping = control.tolist()
+    neg_bad, stopping, slowest_us = control.tolist()
     if -neg_bad != never:
         raise NonFiniteLoss(-neg_bad, run.trial.steps)
     checkpoint(run, start + len(losses), stopping=bool(stopping))
+    return slowest_us / 1e6
 
 
 def first_nonfinite(losses: list[torch.Tensor | None]) -> int | None:

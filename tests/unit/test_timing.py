@@ -20,7 +20,7 @@ from torch import nn
 from launcher.config.compose import compose_config
 from launcher.io import read_json
 from launcher.train import checkpoint as ckpt
-from launcher.train import loop
+from launcher.train import loop, windows
 from launcher.train.engines.pipeline import _RunState
 from launcher.train.env import RankEnv
 from launcher.trials.spec import make_trial
@@ -41,7 +41,7 @@ from launcher.trials.spec import make_trial
     ],
 )
 def test_a_window_ends_after_ten_steps_at_the_end_or_at_the_next_checkpoint(step, steps, every, end):
-    assert loop.window_end(step, steps, every) == end
+    assert windows.window_end(step, steps, every) == end
 
 
 def test_the_cpu_step_clock_times_each_step_from_host_clocks():
@@ -168,3 +168,38 @@ def test_periodic_checkpoints_land_on_their_steps(group, tmp_path):
         stand_in_run(StandIn(), steps=16, checkpoint_dir=tmp_path, stop=ckpt.StopFlag(), every=7), start_step=0
     )
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000007", "step-0000014"]
+
+
+@pytest.mark.parametrize(
+    "slowest, vote_every, steps",
+    [
+        (None, None, 10),  # a sweep trial: USR1 does not stop it, windows of 10
+        (None, 30.0, 1),  # a checkpointing run's first window: one step, to learn the step time
+        (0.01, 30.0, 10),
+        (12.0, 30.0, 2),  # 10 steps of 12 s would outlast Slurm's 120 s warning before the vote
+        (45.0, 30.0, 1),  # a step longer than the bound: vote every step
+    ],
+)
+def test_a_checkpointing_run_votes_within_a_quarter_of_the_warning(slowest, vote_every, steps):
+    assert windows.window_steps(slowest, vote_every) == steps
+    assert windows.vote_every_s(120) == 30.0 and windows.vote_every_s(None) is None
+
+
+class SlowStandIn(StandIn):
+    def forward_backward(self, micro_batches):
+        time.sleep(0.1)
+        return super().forward_backward(micro_batches)
+
+
+def test_usr1_during_slow_steps_checkpoints_within_the_warnings_quarter(group, tmp_path):
+    """Steps of 0.1 s and a 1 s warning: the vote comes every ≤ 0.25 s (1–2 steps), so USR1 during
+    step 4 checkpoints at step 4, not at the end of a 10-step window (step 10: 0.6 s later)."""
+    stop = ckpt.StopFlag()
+    engine = SlowStandIn(usr1_at=3, stop=stop)
+    run = stand_in_run(engine, steps=30, checkpoint_dir=tmp_path, stop=stop)
+    run = dataclasses.replace(
+        run, cfg=dataclasses.replace(run.cfg, cluster=dataclasses.replace(run.cfg.cluster, signal_warning_s=1))
+    )
+    with pytest.raises(ckpt.Preempted) as raised:
+        loop.run_steps(run, start_step=0)
+    assert raised.value.step == 4 and engine.calls == 4
