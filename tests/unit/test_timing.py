@@ -51,7 +51,7 @@ def test_the_cpu_step_clock_times_each_step_from_host_clocks():
         time.sleep(pause)
         clock.mark()
     first, second = clock.seconds()
-    assert 0.01 <= first < second
+    assert first >= 0.01 and second >= 0.02  # at least each pause (a loaded host may stretch either)
     assert (
         loop.timing_kind(torch.device("cpu")) == "host_clock"
         and loop.timing_kind(torch.device("cuda")) == "cuda_events"
