@@ -188,8 +188,9 @@ def _interrupt_deferred() -> Iterator[None]:
 
 
 def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each trial's submission, derived from its job's record: array task i is `<id>_i`, a packed
-    job's trial i is its step i. No job id (see `submissions`): no key either."""
+    """Each trial's submission, derived from its job's record: array task i is `<id>_i`; a packed job's
+    trial i runs i-th (`pack_step`: its place, not a step id; its end is its own lines in the batch log,
+    slurm/explain.py). No job id (see `submissions`): no key either."""
     job_id, docs = record["job_id"], {}
     for i, trial_id in enumerate(record["trials"]):
         key = f"{job_id}_{i}" if job_id is not None and record["array"] else job_id

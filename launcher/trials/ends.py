@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 # What torch says when an allocation fails: CUDA's OutOfMemoryError (c10/cuda/CUDACachingAllocator.cpp:
 # "CUDA out of memory. Tried to allocate …"), a CUDA runtime call's cudaErrorMemoryAllocation (c10/cuda's
@@ -37,13 +38,17 @@ def failure_tails(tdir: Path, ranks: list[int]) -> str:
     """`; rank N log ends: <line>` of the first of `ranks` (the culprit), and where its line does not say out
     of memory, of the first other whose does: on a busy host the rank a peer's OOM broke can exit first,
     and the row must still read `oom` (failure_status)."""
-    tails = [(rank, log_reason(tdir / f"rank{rank}.log")) for rank in ranks]
-    told = (
-        tails[:1]
-        if tails and mentions_oom(tails[0][1])
-        else [*tails[:1], *[t for t in tails if mentions_oom(t[1])][:1]]
-    )
+    told = telling_tails([(rank, log_reason(tdir / f"rank{rank}.log")) for rank in ranks])
     return "".join(f"; rank {rank} log ends: {tail}" for rank, tail in told if tail)
+
+
+def telling_tails(tails: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
+    """Of (log, its last meaningful line) pairs, the culprit's first: the first pair, and where its line
+    does not say out of memory, the first other whose line does (one rank's OOM breaks its peers'
+    collectives, and a peer can be the one that exits, or that srun names, first)."""
+    if not tails or mentions_oom(tails[0][1]):
+        return tails[:1]
+    return [tails[0], *[t for t in tails[1:] if mentions_oom(t[1])][:1]]
 
 
 def failure_status(status: str, *reasons: str | None) -> str:
@@ -142,7 +147,7 @@ def meaningful_line(text: str, width: int = 160) -> str:
     Cut to `width`; "" when no line says anything. One rule for every executor's failure reason."""
     kept: list[str] = []
     code_next = False
-    for raw in text.splitlines():
+    for raw in _before_torchrun_summary(text).splitlines():
         line = _RANK_PREFIX.sub("", raw)
         if code_next and line.startswith("    ") and line.strip():
             code_next = False  # the source line a frame quotes (indented under `  File …`)
@@ -160,3 +165,21 @@ def log_reason(path: Path) -> str:
         return meaningful_line(path.read_text(errors="replace"))
     except OSError:
         return ""
+
+
+# torchrun's agent, once a rank it spawned failed, logs `… elastic/multiprocessing/api.py:N] failed (exitcode: C)
+# local_rank: …` and then its own ChildFailedError traceback and a summary box of `=`/`-` rules; under Slurm with
+# the built-in trainer that all lands in the node's log, after the rank's own error.
+_AGENT_FAILED = re.compile(r"^.*elastic/multiprocessing/api\.py:\d+\] failed \(exitcode.*$", re.MULTILINE)
+_SAYS_ERROR = re.compile(r"Traceback|Error|error:|Exception|Killed|killed")
+
+
+def _before_torchrun_summary(text: str) -> str:
+    """`text` without torchrun's summary after a failed rank: the rank's error, printed before it, is the
+    reason (else the log's last line is a `====` rule); a rank that said nothing (killed by a signal) is
+    told by the agent's `failed (exitcode: -9)` line."""
+    hit = _AGENT_FAILED.search(text)
+    if hit is None:
+        return text
+    before = text[: hit.start()]
+    return before if _SAYS_ERROR.search(before) else text[: hit.end()]
