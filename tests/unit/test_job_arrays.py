@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.slurm.submit import MAX_ARRAY_TASKS, group_trials, job_requests
@@ -92,3 +94,43 @@ def test_a_negative_throttle_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "launcher: error: sweep.array_throttle=-1 must be at least 0; set e.g. sweep.array_throttle=4\n"
     assert not any(tmp_path.iterdir())
+
+
+def test_a_submitted_array_is_one_line_not_64_ids(tmp_path):
+    from launcher.run.executor.slurm import _holds  # the line `launcher sweep` prints per submitted job
+
+    (job,) = _jobs(tmp_path, "sweep.nodes=[2]", "sweep.repeats=64")
+    assert _holds(job) == "array of 64 (000-ws2-r0, 001-ws2-r1, …, 063-ws2-r63, 4 at a time)"
+    (few,) = _jobs(tmp_path, "sweep.nodes=[2]", "sweep.repeats=3")
+    assert _holds(few) == "000-ws2-r0, 001-ws2-r1, 002-ws2-r2"
+
+
+def test_trial_files_are_written_durable_together(tmp_path, monkeypatch):
+    """A sweep's trial.json files are made durable by one flush of their filesystem, not one fsync each (256 of
+    them were most of submitting a 256-trial sweep); where syncfs is missing, each is fsync'd. Either way every
+    file is whole and no temporary file is left."""
+    import ctypes
+    import json
+    import os
+
+    from launcher import io
+
+    items = [(tmp_path / f"t{i}" / "trial.json", {"i": i}) for i in range(5)]
+    fsyncs: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    io.atomic_write_jsons(items)
+    assert [json.loads(p.read_text()) for p, _ in items] == [{"i": i} for i in range(5)] and fsyncs == []
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: (_ for _ in ()).throw(OSError("no libc")))
+    io.atomic_write_jsons([(p, {"again": True}) for p, _ in items])
+    assert len(fsyncs) == 5 and json.loads(items[4][0].read_text()) == {"again": True}
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["trial.json"] * 5
+
+
+def test_a_failed_batch_leaves_no_half_files(tmp_path):
+    from launcher import io
+
+    (tmp_path / "blocked").write_text("a file where a folder should be")
+    items = [(tmp_path / "ok" / "trial.json", {"a": 1}), (tmp_path / "blocked" / "x" / "trial.json", {"b": 2})]
+    with pytest.raises(OSError):
+        io.atomic_write_jsons(items)
+    assert list((tmp_path / "ok").iterdir()) == []  # its temporary file removed, nothing renamed into place
