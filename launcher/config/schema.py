@@ -88,8 +88,8 @@ class SweepConfig:
     repeats: Any = 1
     """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3 and at most
     max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…; on Slurm one array per size,
-    array_throttle of its repeats at once), so drift over the sweep hits every size alike; the table judges each size by its median, with a 90% bootstrap interval. Typed Any, not int,
-    so that `auto` fits; validate.py holds the rule."""
+    array_throttle of its repeats at once), so drift over the sweep hits every size alike; the table judges each size by
+    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""
