@@ -1,8 +1,9 @@
 """The submitit peer of `launcher sweep ... --detach` for benchmarks/slurm_submit.py: the same 256
-held jobs (4 node counts × 64 repeats) submitted the same way, one job per size and repeat round,
-round by round (1,2,3,4,1,2,3,4,…), so that it is timed from the shell as the launcher is.
+held trials (4 node counts × 64 repeats) submitted as a script would with submitit, one `map_array`
+per node count (4 arrays of 64, throttled `%4` as the launcher's sweep.array_throttle), so that it
+is timed from the shell as the launcher is.
 
-    SLURM_CONF=... python -m benchmarks.submitit_sweep FOLDER   (prints the job ids, one a line)
+    SLURM_CONF=... python -m benchmarks.submitit_sweep FOLDER   (prints the array job ids, one a line)
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import submitit
 
 NODES = (1, 2, 3, 4)
 REPEATS = 64
+THROTTLE = 4  # the launcher's sweep.array_throttle default: both sides submit `--array=0-63%4`
 
 
-def task(nodes: int, repeat: int) -> tuple[int, int]:
-    """What each job would run (the jobs are held and cancelled, so never)."""
-    return nodes, repeat
+def task(repeat: int) -> int:
+    """What each array task would run (the jobs are held and cancelled, so never)."""
+    return repeat
 
 
 def main() -> None:
     folder = Path(sys.argv[1])
-    executors = {}
+    ids = []
     for nodes in NODES:
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
         ex.update_parameters(
@@ -31,10 +33,11 @@ def main() -> None:
             nodes=nodes,
             tasks_per_node=1,
             timeout_min=10,
+            slurm_array_parallelism=THROTTLE,
             slurm_additional_parameters={"hold": True},
         )
-        executors[nodes] = ex
-    ids = [executors[n].submit(task, n, r).job_id for r in range(REPEATS) for n in NODES]
+        jobs = ex.map_array(task, range(REPEATS))
+        ids.append(jobs[0].job_id.split("_", 1)[0])
     print("\n".join(ids))
 
 

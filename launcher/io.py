@@ -3,9 +3,11 @@ last lines of a log for a reason."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,53 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def atomic_write_jsons(items: Sequence[tuple[Path, Any]]) -> None:
+    """atomic_write_json for many files, made durable together: each is written under a temporary
+    name, the filesystem is flushed once (syncfs), then each is renamed into place, so a crash
+    never shows a half file, as with one at a time. One fsync each cost 1.4-2.4 s for a sweep's
+    256 trial.json on the dev machine's disk, most of submitting it; the one flush, ~20 ms."""
+    if not items:
+        return
+    mask = 0o666 & ~_umask()
+    written: list[tuple[str, Path]] = []
+    try:
+        for path, obj in items:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            written.append((tmp, path))
+            os.fchmod(fd, mask)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        _flush(items[0][0].parent, [tmp for tmp, _ in written])
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in written:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _flush(folder: Path, files: list[str]) -> None:
+    """Make `files` durable: one syncfs(2) of the filesystem holding `folder` (Linux); else an fsync of each."""
+    try:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):  # not Linux's C library
+        syncfs = None
+    if syncfs is not None:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            if syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: str | os.PathLike) -> Any:

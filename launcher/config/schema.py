@@ -87,9 +87,9 @@ class SweepConfig:
     """slurm: node counts to measure; world size = nodes × ranks per node. Overrides world_sizes."""
     repeats: Any = 1
     """Trials per size: an integer ≥ 1, or `auto` (repeat each size until target_ci is met, at least 3 and at most
-    max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…), so drift over the sweep
-    hits every size alike; the table judges each size by its median, with a 90% bootstrap interval. Typed Any, not int,
-    so that `auto` fits; validate.py holds the rule."""
+    max_repeats times). Sizes run interleaved, one repeat of each per round (1,2,4,1,2,4,…; on Slurm one array per size,
+    array_throttle of its repeats at once), so drift over the sweep hits every size alike; the table judges each size by
+    its median, with a 90% bootstrap interval. Typed Any, not int, so that `auto` fits; validate.py holds the rule."""
     target_ci: float = 0.05
     """repeats=auto: repeat a size until its tokens/s interval's half-width is at most this
     fraction of its median (0.05: ±5%)."""
@@ -97,6 +97,11 @@ class SweepConfig:
     """repeats=auto: the most trials of one size (at least 3, the rounds auto starts with)."""
     pack: bool = False
     """slurm: one allocation of the largest size; every trial runs inside it as a job step."""
+    array_throttle: int = 4
+    """slurm: the repeats of one size go as one job array (`--array=0-N%K`); K, this, is the most of them that run at
+    once, so sizes submitted together run their repeats side by side, each size K at a time, not one size's 64 before
+    the next's. 4: sizes advance together within 4 repeats of each other, and a sweep holds at most 4× the nodes of
+    its sizes at once; the common 3-5 repeats barely wait. 0: no throttle."""
     steps: int = 30
     """Optimizer steps per trial, warm-up included."""
     warmup_steps: int = 5

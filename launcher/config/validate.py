@@ -258,6 +258,7 @@ def _check_sweep(s: SweepConfig, c: ClusterConfig) -> None:
                 f"sweep.nodes={list(s.nodes)} needs a Slurm cluster; use cluster=slurm (or sweep.world_sizes)"
             )
     _check_repeats(s)
+    at_least("sweep.array_throttle", s.array_throttle, 0, 4)
     sizes = list(s.nodes if s.nodes is not None else s.world_sizes)
     if stray := [n for n in s.force_sizes if n not in sizes]:
         key = "sweep.nodes" if s.nodes is not None else "sweep.world_sizes"

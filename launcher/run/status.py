@@ -38,6 +38,7 @@ _MEANS = {
     "JobHeldAdmin": "held by an administrator",
     "Dependency": "waits for an earlier job (cluster.serialize_trials runs a sweep's jobs one at a time)",
     "Resources": "waits for nodes to free up",
+    "JobArrayTaskLimit": "waits its turn: sweep.array_throttle caps how many repeats of a size run at once",
     "Priority": "jobs of higher priority are ahead of it",
     "QOSMaxJobsPerUser": "your QOS caps how many of your jobs run at once",
     "BeginTime": "may not start yet (a requeued job waits a while)",

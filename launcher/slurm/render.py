@@ -97,6 +97,8 @@ class JobRequest:
     """One trial (plain job), several of one shape (array), or several steps (pack)."""
     array: bool = False
     """Job array: task i runs trials[i]."""
+    array_throttle: int | None = None
+    """Array: `%K` on `--array`, at most K tasks running at once (1 with singleton); None where it would not bind."""
     pack: bool = False
     """One allocation, trials run one after another as job steps."""
     singleton: bool = False
@@ -238,15 +240,17 @@ def job_request(
     python: str,
     payload: Payload,
     pack: bool = False,
+    throttle: int = 0,
     requeue: bool = False,
     commands: list[Payload] | None = None,
     probe: Payload | None = None,
     where: Where | None = None,
 ) -> JobRequest:
-    """One job for `trials`: a single trial, an array of one shape, or (pack) steps of one allocation.
-    `python` is the submitting interpreter, used only as payload_python says. job=command: `commands`
-    holds each trial's own payload (`payload` is the first's), `probe` the link probe. `where`: the
-    folders a container mounts (needed with cluster.container_image)."""
+    """One job for `trials`: a single trial, an array of one shape (`throttle` of its tasks at once; 0:
+    all; 1 under cluster.serialize_trials), or (pack) steps of one allocation. `python` is the
+    submitting interpreter, used only as payload_python says. job=command: `commands` holds each
+    trial's own payload (`payload` is the first's), `probe` the link probe. `where`: the folders a
+    container mounts (needed with cluster.container_image)."""
     if cluster.container_image is not None and where is None:
         raise ValueError("a job in a container needs `where`: the folders it mounts")
     if not trials:
@@ -257,6 +261,7 @@ def job_request(
     output = str(log_dir / ("slurm-%A_%a.out" if len(trials) > 1 and not pack else "slurm-%j.out"))
     check_sbatch_path(output, "the batch log path")
     kinds = "pack" if pack else ("array" if len(trials) > 1 else "trial")
+    throttle = 1 if cluster.serialize_trials else throttle
     return JobRequest(
         description=f"{kinds} of {len(trials)} trial(s): " + ", ".join(t.trial_id for t in trials),
         job_name=job_name,
@@ -284,6 +289,7 @@ def job_request(
             for t, d, c in zip(trials, trial_dirs, commands or [None] * len(trials), strict=True)
         ),
         array=not pack and len(trials) > 1,
+        array_throttle=throttle if kinds == "array" and 0 < throttle < len(trials) else None,
         pack=pack,
         singleton=cluster.serialize_trials,
         payload=payload,

@@ -54,18 +54,24 @@ class PreparedJob:
     """Rendered sbatch text."""
 
 
-def group_trials(trials: list[Trial], *, pack: bool) -> list[list[Trial]]:
-    """pack: one job for all, its steps in the trials' order. Otherwise one job per size and
-    repeat round (an array when several combinations share a size), submitted round by round
-    (1,2,4,1,2,4,…): the scheduler starts jobs in submission order as nodes free up (and
-    cluster.serialize_trials keeps exactly that order), so drift hits every size alike. An array
-    per size would run all repeats of one size before the next."""
+# Slurm's default MaxArraySize (1001) allows task indices 0-1000: a longer array is split.
+MAX_ARRAY_TASKS = 1000
+
+
+def group_trials(trials: list[Trial], *, pack: bool, by_round: bool = False) -> list[list[Trial]]:
+    """pack: one job for all, its steps in the trials' order. Otherwise one job array per shape
+    (nodes, world size) holding all its repeats (and the combinations of that size), in round
+    order (r0 of each combination, then r1, …), so a 4-size × 64-repeat sweep is 4 sbatch calls;
+    sweep.array_throttle (`%K`) lets K of each run at once, so sizes submitted together advance
+    side by side. by_round (cluster.serialize_trials: one job at a time, which no throttle can
+    interleave): one job per size and repeat round, submitted round by round (1,2,4,1,2,4,…),
+    the order the scheduler then keeps, so drift still hits every size alike."""
     if pack:
         return [list(trials)]
     groups: dict[tuple[int, int, int], list[Trial]] = {}
     for t in sorted(trials, key=lambda t: t.repeat):  # stable: sizes keep their order within a round
-        groups.setdefault((t.repeat, t.nodes, t.world_size), []).append(t)
-    return list(groups.values())
+        groups.setdefault((t.repeat if by_round else 0, t.nodes, t.world_size), []).append(t)
+    return [g[i : i + MAX_ARRAY_TASKS] for g in groups.values() for i in range(0, len(g), MAX_ARRAY_TASKS)]
 
 
 def env_for(cfg: LauncherConfig) -> dict[str, str]:
@@ -92,7 +98,8 @@ def job_requests(
     command = cfg.job.kind == "command"
     payload = None if command else payload_for(cfg, payload_args)
     jobs = []
-    for i, group in enumerate(group_trials(trials, pack=cfg.sweep.pack), start=first_index):
+    groups = group_trials(trials, pack=cfg.sweep.pack, by_round=cfg.cluster.serialize_trials)
+    for i, group in enumerate(groups, start=first_index):
         dirs = [sweep_dir / "trials" / t.trial_id for t in group]
         commands = (
             [payload_for(cfg, trial=t, trial_dir=d) for t, d in zip(group, dirs, strict=True)] if command else None
@@ -106,6 +113,7 @@ def job_requests(
             python=python,
             payload=commands[0] if commands else payload,
             pack=cfg.sweep.pack,
+            throttle=cfg.sweep.array_throttle,
             requeue=cfg.run.requeue and any(t.checkpoint for t in group),
             commands=commands,
             probe=probe_payload() if command and cfg.job.probe else None,

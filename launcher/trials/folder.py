@@ -25,7 +25,7 @@ from typing import Any, Literal
 from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.plain import from_dict, to_dict
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json
+from launcher.io import atomic_write_json, atomic_write_jsons
 from launcher.trials.spec import Trial
 
 SWEEP_FILE = "sweep.json"
@@ -210,12 +210,14 @@ def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]])
     identity: the trials of one sweep variant share their config object (prepare_sweep); an equal
     copy is only converted again, never wrong."""
     configs: dict[tuple[int, int], dict[str, Any]] = {}
+    docs = []
     for t, cfg in items:
         # A pipeline's micro-batches derived from a fixed global batch follow dp; otherwise dp changes nothing.
         key = (id(cfg), t.dp if derives_microbatches(cfg) else 0)
         if key not in configs:
             configs[key] = to_dict(pipeline_batch(cfg, t.dp))
-        atomic_write_json(trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document(t, configs[key]))
+        docs.append((trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document(t, configs[key])))
+    atomic_write_jsons(docs)  # durable together: one flush, not one fsync per trial
 
 
 def write_outcome(tdir: Path, doc: dict[str, Any]) -> None:

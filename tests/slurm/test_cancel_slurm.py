@@ -144,3 +144,33 @@ def test_a_sweep_held_in_the_queue_detaches_with_slurms_reason(devcluster, tmp_p
         assert "Slurm's Reason: JobHeldUser" in capsys.readouterr().out
     finally:
         cancel_leftovers(env, name)
+
+
+def test_a_throttled_array_says_why_its_repeats_wait_and_cancels_whole(devcluster, tmp_path, capsys):
+    """Issue 30 item 11: the repeats of a size are one array, sweep.array_throttle of them at once. `launcher status`
+    asks about each task (`<job>_<i>`) and says why the rest wait (JobArrayTaskLimit); `launcher cancel` stops the
+    running task and the waiting ones, and every repeat's row reads cancelled."""
+    env, name = devcluster.env(), f"thr-{RUN}"
+    sweep_dir = tmp_path / name
+    argv = ["cluster=devcluster", "cluster.serialize_trials=false", "sweep.nodes=[1]", "sweep.steps=400"]
+    try:
+        throttled = ["sweep.repeats=3", "sweep.array_throttle=1", f"sweep.results_dir={tmp_path}", f"sweep.name={name}"]
+        assert main(["sweep", *argv, *throttled, "--detach"]) == 0
+        job = first_job(sweep_dir)
+        wait_for(lambda: in_queue(env, name).get(f"{job}_0") == "RUNNING", 180, f"task {job}_0 to run", every=0.2)
+        assert in_queue(env, name) == {f"{job}_0": "RUNNING", f"{job}_[1-2%1]": "PENDING"}
+        assert main(["status", str(sweep_dir)]) == 0
+        trials = ["000-ws1-r0", "001-ws1-r1", "002-ws1-r2"]
+        outcomes = [read_json(sweep_dir / "trials" / t / "outcome.json") for t in trials]
+        assert [(o["job"], o["status"], o.get("slurm_reason")) for o in outcomes] == [
+            (f"{job}_0", "running", None),
+            (f"{job}_1", "pending", "JobArrayTaskLimit"),
+            (f"{job}_2", "pending", "JobArrayTaskLimit"),
+        ]
+        capsys.readouterr()
+        assert main(["cancel", str(sweep_dir)]) == 0
+        assert capsys.readouterr().out.startswith(f"cancelled Slurm job(s) {job}")
+        wait_for(lambda: not in_queue(env, name), 10, "the array's tasks to leave squeue", every=0.2)
+    finally:
+        cancel_leftovers(env, name)
+    assert rows(sweep_dir) == [("cancelled", "cancelled by the user (launcher cancel)")] * 3

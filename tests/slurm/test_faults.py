@@ -127,6 +127,7 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
 COMMON = [
     "cluster=devcluster",
     "cluster.serialize_trials=false",
+    "sweep.array_throttle=0",  # every trial of an array at once, as the faults below are timed for
     "cluster.exclusive=true",
     "run.requeue=true",
     "optim=sgd",

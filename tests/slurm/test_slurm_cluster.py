@@ -153,14 +153,19 @@ def test_pack_runs_every_trial_as_a_step_of_one_allocation(devcluster, tmp_path)
     assert [steps.get(f"{job}.{i}") for i in range(3)] == ["COMPLETED"] * 3  # one srun step per trial
 
 
-def test_repeats_are_one_job_each_submitted_round_by_round(devcluster, tmp_path):
+def test_repeats_of_a_size_are_one_array_job(devcluster, tmp_path):
+    """Issue 30 item 11: one array per size holding all its repeats, sweep.array_throttle of them at once, so the
+    sizes run side by side; each repeat is an array task with its own row (serialize_trials off: with it, jobs run
+    one at a time and each round stays its own job, test_render.py::test_array_and_pack_shapes)."""
     assert (
         main(
             [
                 "sweep",
                 *DEV,
+                "cluster.serialize_trials=false",
                 "sweep.nodes=[1,2]",
                 "sweep.repeats=2",
+                "sweep.array_throttle=1",
                 "sweep.steps=8",
                 "sweep.warmup_steps=2",
                 "model=mlp",
@@ -175,11 +180,25 @@ def test_repeats_are_one_job_each_submitted_round_by_round(devcluster, tmp_path)
     df = pd.read_csv(sweep_dir / "results.csv")
     assert df["trial_id"].tolist() == ["000-ws1-r0", "001-ws2-r0", "002-ws1-r1", "003-ws2-r1"]
     assert df["repeat"].tolist() == [0, 0, 1, 1] and (df["status"] == "completed").all()
-    subs = [read_json(sweep_dir / "trials" / t / "submission.json") for t in df["trial_id"]]
-    # Plain jobs (no array), submitted in the order 1,2,1,2 nodes: drift hits both sizes alike.
-    assert [s["key"] for s in subs] == [s["job_id"] for s in subs]
-    assert [int(s["job_id"]) for s in subs] == sorted(int(s["job_id"]) for s in subs)
-    assert [read_json(sweep_dir / "trials" / t / "outcome.json")["source"] for t in df["trial_id"]] == ["sacct"] * 4
+    records = [read_json(p) for p in sorted((sweep_dir / "jobs").glob("*.submitted.json"))]
+    assert [(r["trials"], r["array"]) for r in records] == [
+        (["000-ws1-r0", "002-ws1-r1"], True),
+        (["001-ws2-r0", "003-ws2-r1"], True),
+    ]
+    for r in records:
+        assert "#SBATCH --array=0-1%1\n" in (sweep_dir / r["script"]).read_text()
+    subs = {t: read_json(sweep_dir / "trials" / t / "submission.json") for t in df["trial_id"]}
+    ids = [r["job_id"] for r in records]
+    assert {t: s["key"] for t, s in subs.items()} == {
+        "000-ws1-r0": f"{ids[0]}_0",
+        "002-ws1-r1": f"{ids[0]}_1",
+        "001-ws2-r0": f"{ids[1]}_0",
+        "003-ws2-r1": f"{ids[1]}_1",
+    }
+    outcomes = [read_json(sweep_dir / "trials" / t / "outcome.json") for t in df["trial_id"]]
+    assert [(o["source"], o["job"], o["slurm_state"]) for o in outcomes] == [
+        ("sacct", subs[t]["key"], "COMPLETED") for t in df["trial_id"]
+    ]
     assert df["tokens_per_s_lo"].notna().all() and df["efficiency_hi"].notna().all()
 
 

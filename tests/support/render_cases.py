@@ -55,8 +55,17 @@ CASES: dict[str, list[str]] = {
         "sweep.nodes=[2]",
         PY,
     ],
-    # Repeats run round by round: one plain job per repeat, not an array (see test_array_and_pack_shapes).
-    "repeats_three_rounds": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
+    # The repeats of a size are one job array, sweep.array_throttle of them at once (see test_array_and_pack_shapes).
+    "repeats_three_rounds": [
+        "cluster=devcluster",
+        "sweep.nodes=[2]",
+        "sweep.repeats=3",
+        "cluster.serialize_trials=false",
+        "sweep.array_throttle=2",
+        PY,
+    ],
+    # Where jobs run one at a time (the dev cluster's serialize_trials), one plain job per repeat round instead.
+    "repeats_serialized_rounds": ["cluster=devcluster", "sweep.nodes=[2]", "sweep.repeats=3", PY],
     "pack_1_2_4": ["cluster=devcluster", "sweep.nodes=[1,2,4]", "sweep.pack=true", PY],
     "quoted_payload_args": ["cluster=devcluster", "sweep.nodes=[1]", PY],
     # `launcher run --requeue` with checkpoints and an environment variable

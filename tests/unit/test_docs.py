@@ -247,9 +247,9 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "launcher sweep cluster=mysite sweep.nodes='[1,2,4,8]'": Ran(
         tests=("test_slurm_cluster.py::test_sweep_over_nodes_1_2_4",), args=("sweep.nodes",)
     ),
-    "launcher sweep cluster=mysite sweep.nodes='[1,2]' sweep.repeats=5": Ran(
-        tests=("test_slurm_cluster.py::test_repeats_are_one_job_each_submitted_round_by_round",),
-        args=("sweep.nodes", "sweep.repeats"),
+    "launcher sweep cluster=mysite sweep.nodes='[1,2]' sweep.repeats=64 sweep.array_throttle=4": Ran(
+        tests=("test_slurm_cluster.py::test_repeats_of_a_size_are_one_array_job",),
+        args=("sweep.nodes", "sweep.repeats", "sweep.array_throttle"),
     ),
     "launcher sweep sweep.repeats=auto sweep.target_ci=0.05": Ran(
         tests=("test_uncertainty.py::test_auto_repeats_a_size_until_its_interval_is_narrow",),

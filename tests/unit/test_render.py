@@ -95,11 +95,15 @@ def test_values_in_the_body_are_shell_quoted():
 
 
 def test_array_and_pack_shapes():
-    # Repeats of a size are one plain job per round, so that rounds interleave the sizes.
-    jobs = scripts("repeats_three_rounds")
+    # The repeats of a size are one array, sweep.array_throttle (2 here) of them at once.
+    ((req, script),) = scripts("repeats_three_rounds")
+    assert req.array and req.array_throttle == 2 and "#SBATCH --array=0-2%2\n" in script
+    assert "slurm-%A_%a.out" in script and "--dependency" not in script
+    # Where jobs run one at a time (serialize_trials) no throttle could interleave sizes: one plain job per round.
+    jobs = scripts("repeats_serialized_rounds")
     assert len(jobs) == 3 and not any(req.array or "--array" in script for req, script in jobs)
-    # Two combinations of one size in one round share an array.
-    cfg = compose_config(CASES["repeats_three_rounds"])
+    # There, two combinations of one size in one round share an array, one task at a time.
+    cfg = compose_config(CASES["repeats_serialized_rounds"])
     a = sweep_trials(cfg, variant="a")
     b = sweep_trials(cfg, first_index=len(a), variant="b")
     (job, *_) = job_requests(cfg, SWEEP_DIR, a + b)

@@ -114,6 +114,30 @@ def test_pending_array_in_squeue_expands_to_its_elements():
     assert states["20"].reason() == "running"
 
 
+def test_a_throttled_array_reads_each_task_and_why_the_rest_wait():
+    """sweep.array_throttle's `%K`: every repeat's key has a state, those past the throttle say why they wait."""
+    keys = [f"1336_{i}" for i in range(6)]
+    live = states_from_squeue(parse_squeue((DATA / "squeue_array_throttled.txt").read_text()))
+    acct = sacct("sacct_array_throttled.txt")
+    both = combine(acct, live, keys)
+    assert {k: (v.status, v.source, v.queue_reason) for k, v in both.items()} == {
+        "1336_0": ("running", "squeue", None),
+        "1336_1": ("running", "squeue", None),
+        **{f"1336_{i}": ("pending", "squeue", "JobArrayTaskLimit") for i in range(2, 6)},
+    }
+    assert [s[0] for s in acct["1336_0"].steps] == ["1336_0.batch", "1336_0.extern"]
+    assert sorted(acct) == keys  # sacct's folded `1336_[2-5%2]` row too
+
+
+def test_status_says_what_the_throttle_wait_means():
+    from launcher.run.status import queue_reason
+
+    assert queue_reason("JobArrayTaskLimit", "1336_2") == (
+        "Slurm's Reason: JobArrayTaskLimit (waits its turn: sweep.array_throttle caps how many repeats of a size "
+        "run at once)"
+    )
+
+
 def test_held_and_dependent_jobs_say_why_they_wait_only_in_squeue():
     live = states_from_squeue(parse_squeue((DATA / "squeue_held.txt").read_text()))
     assert {k: (v.status, v.queue_reason) for k, v in live.items()} == {

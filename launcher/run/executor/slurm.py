@@ -13,7 +13,16 @@ from rich.markup import escape
 
 from launcher.run.executor.base import Executor
 from launcher.slurm.commands import SlurmError
-from launcher.slurm.submit import cancel_trials, env_for, job_requests, refresh, submissions, submit_jobs, write_scripts
+from launcher.slurm.submit import (
+    PreparedJob,
+    cancel_trials,
+    env_for,
+    job_requests,
+    refresh,
+    submissions,
+    submit_jobs,
+    write_scripts,
+)
 from launcher.slurm.track import track
 from launcher.trials.spec import Trial
 
@@ -50,9 +59,7 @@ class SlurmExecutor(Executor):
             sweep_dir,
             jobs,
             env_for(self.cfg),
-            on_submit=lambda job, job_id: console.print(
-                f"submitted {job.name} as job {job_id}: {', '.join(t.trial_id for t in job.trials)}"
-            ),
+            on_submit=lambda job, job_id: console.print(f"submitted {job.name} as job {job_id}: {_holds(job)}"),
         )
 
     def interrupted(self, sweep_dir: Path, *, detach: bool) -> None:
@@ -96,3 +103,12 @@ class SlurmExecutor(Executor):
         script = sweep_dir / "jobs" / f"{job.name}.sbatch"
         print(job.script, end="")
         print(f"# written to {script}; submit with: sbatch {shlex.quote(str(script))}", file=sys.stderr)
+
+
+def _holds(job: PreparedJob) -> str:
+    """What a submitted job runs, in one line: its trials, or an array's first and last with the throttle."""
+    ids = [t.trial_id for t in job.trials]
+    if not job.request.array or len(ids) <= 4:
+        return ", ".join(ids)
+    throttle = f", {job.request.array_throttle} at a time" if job.request.array_throttle else ""
+    return f"array of {len(ids)} ({ids[0]}, {ids[1]}, …, {ids[-1]}{throttle})"

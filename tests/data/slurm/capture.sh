@@ -146,6 +146,18 @@ case_held() {
     "${SACCT[@]}" "$j,$d,$a" > "$D/sacct_cancelled_pending.txt"
 }
 
+case_array_throttled() {
+    local a
+    # sweep.array_throttle's `%K`: tasks past the K running wait with Reason JobArrayTaskLimit, folded as one row
+    # whose range keeps the `%K`; then the array cancelled.
+    a=$(submit --array=0-5%2 -x n3,n4 --job-name=throttled --wrap 'sleep 30')
+    wait_state "${a}_0" 60 RUNNING
+    sleep 3
+    "${SQUEUE[@]}" "$a" > "$D/squeue_array_throttled.txt"
+    "${SACCT[@]}" "$a" > "$D/sacct_array_throttled.txt"
+    scancel "$a"
+}
+
 case_error_partition() {
     local rc=0
     sbatch --parsable --partition=nope --wrap true 2> "$D/sbatch_error_partition.txt" > /dev/null || rc=$?
@@ -153,7 +165,7 @@ case_error_partition() {
 }
 
 cases=("$@")
-((${#cases[@]})) || cases=(completed_2node array error_partition held timeout requeued cancelled failed_exit3 step_killed node_fail)
+((${#cases[@]})) || cases=(completed_2node array error_partition held array_throttled timeout requeued cancelled failed_exit3 step_killed node_fail)
 pids=()
 for c in "${cases[@]}"; do
     case $c in
