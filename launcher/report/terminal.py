@@ -25,6 +25,7 @@ from launcher.results.policy import Recommendation
 from launcher.results.scaling import variant_key
 from launcher.results.table import peak_mismatch_line
 from launcher.results.uncertainty import interval_text
+from launcher.trials.ends import NOT_STARTED
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
@@ -79,7 +80,7 @@ DISPLAY = [
     ("flagged", "{}"),
     ("reason", "{}"),
 ]
-FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other status is a failure, shown red
+FINE = ("completed", "predicted", "skipped", "pending", "running", NOT_STARTED)  # any other is a failure, in red
 # Shown only when some row has a value; the rest always (a dash says "not measured").
 OPTIONAL = {
     "reason",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
+from launcher.run.stopped import cancelled_outcome
 from launcher.trials.ends import NEAR_LIMIT, failure_tails, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
 from launcher.trials.folder import read_trial, write_outcome
 from launcher.trials.payload import Payload, builtin_payload
@@ -369,8 +370,8 @@ def run_trial_dir(
             )
         else:
             outcome = run(poll)
-    except KeyboardInterrupt:
-        write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the ranks were stopped (run_processes)
+        write_outcome(tdir, cancelled_outcome(exc))
         raise
     reason = outcome.reason()
     culprit = outcome.culprit()

@@ -11,6 +11,7 @@ from rich.text import Text
 from launcher.report.terminal import stdout_console
 from launcher.run.executor import executor_for
 from launcher.run.sweep import load_sweep
+from launcher.trials.ends import NOT_STARTED
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, trial_dir
 
 
@@ -24,7 +25,7 @@ def trial_state(files: TrialFiles) -> tuple[str, str, str, str]:
         return "corrupt", source, job, "; ".join(files.problems)
     record = files.record.ok
     if doc is None:
-        return ("completed" if record else "not started"), ("record" if record else "—"), job, ""
+        return ("completed" if record else NOT_STARTED), ("record" if record else "—"), job, ""
     state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
     reason = doc.get("reason") or ""
     if doc.get("slurm_reason") and not record:

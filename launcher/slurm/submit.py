@@ -11,6 +11,7 @@ trial ended as.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -172,19 +173,23 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
 
 @contextmanager
 def _interrupt_deferred() -> Iterator[None]:
-    """Hold a SIGINT (Ctrl-C) until the block ends, then deliver it. Signals reach only the
-    main thread, so elsewhere this does nothing."""
+    """Hold a SIGINT (Ctrl-C) or SIGTERM until the block ends, then deliver the first. Signals reach
+    only the main thread, so elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append((signum, frame))) for s in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])  # the default handler raises KeyboardInterrupt here
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught and callable(handler := previous[caught[0][0]]):
+        handler(*caught[0])  # raises KeyboardInterrupt (Ctrl-C), or Terminated (a sweep's SIGTERM)
+    elif caught and handler == signal.SIG_DFL:
+        os.kill(os.getpid(), caught[0][0])  # SIGTERM's default: end the launcher, as it would have
 
 
 def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:

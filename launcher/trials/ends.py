@@ -23,6 +23,12 @@ OOM_MARKERS = (
     "OUT_OF_MEMORY",
 )
 
+NOT_STARTED = "not started"
+"""A planned trial with no outcome and no record yet: what `launcher status` and the table both call it."""
+UNFINISHED = ("cancelled", NOT_STARTED, "pending", "running", "requeued")
+"""Statuses of a trial that has not run to an end of its own (stopped by the user, never started, still
+queued or running): while a table holds one, its sweep is incomplete and its recommendation says so."""
+
 NEAR_LIMIT = 0.9
 """A SIGKILLed rank counts as killed for memory when its trial's ranks held at least this
 fraction of the memory limit at the launcher's last look (or the machine had less than
