@@ -11,14 +11,10 @@ trial ended as.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +22,7 @@ from typing import Any
 import launcher
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json, atomic_write_text
+from launcher.signals import interrupts_deferred
 from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 from launcher.slurm.explain import status_and_reason
 from launcher.slurm.render import JobRequest, Where, job_request, render_script
@@ -159,7 +156,7 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
         "array": job.request.array,
         "pack": job.request.pack,
     }
-    with _interrupt_deferred():
+    with interrupts_deferred():
         atomic_write_json(path, record)  # from here on its trials count as submitted
         try:
             job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
@@ -169,27 +166,6 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
         record = {**record, "job_id": job_id, "submitted_at": time.time()}
         atomic_write_json(path, record)
     return record
-
-
-@contextmanager
-def _interrupt_deferred() -> Iterator[None]:
-    """Hold a SIGINT (Ctrl-C) or SIGTERM until the block ends, then deliver the first. Signals reach
-    only the main thread, so elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[tuple[int, Any]] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append((signum, frame))) for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if caught and callable(handler := previous[caught[0][0]]):
-        handler(*caught[0])  # raises KeyboardInterrupt (Ctrl-C), or Terminated (a sweep's SIGTERM)
-    elif caught and handler == signal.SIG_DFL:
-        os.kill(os.getpid(), caught[0][0])  # SIGTERM's default: end the launcher, as it would have
 
 
 def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -341,7 +317,7 @@ def cancel_trials(sweep_dir: Path, cfg: LauncherConfig, reason: str) -> list[str
     ids = _cancel_ids(list(open_.values()), subs)
     # A second Ctrl-C waits until the jobs are cancelled and recorded: stopped between the two,
     # jobs would be gone while their trials still read as running.
-    with _interrupt_deferred():
+    with interrupts_deferred():
         scancel(ids, env_for(cfg))
         now = time.time()
         for trial_id, sub in open_.items():

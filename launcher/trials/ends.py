@@ -4,6 +4,7 @@ and the kernel's side of a memory kill, read from /proc and the memory cgroup (l
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 # What torch says when an allocation fails: CUDA's OutOfMemoryError (c10/cuda/CUDACachingAllocator.cpp:
@@ -50,6 +51,18 @@ def failure_tails(tdir: Path, ranks: list[int]) -> str:
         else [*tails[:1], *[t for t in tails if mentions_oom(t[1])][:1]]
     )
     return "".join(f"; rank {rank} log ends: {tail}" for rank, tail in told if tail)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not finish"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
 
 
 def failure_status(status: str, *reasons: str | None) -> str:

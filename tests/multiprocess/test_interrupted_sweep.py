@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 
 from launcher.cli import main
+from launcher.run import local
+from launcher.run.stopped import Terminated, sigterm_stops_as_ctrl_c
 from launcher.run.sweep import load_sweep
 from launcher.trials.folder import is_done
 from tests.support.waiting import wait_for
@@ -99,3 +101,30 @@ def test_a_stopped_sweep_reads_cancelled_and_not_started_and_says_how_to_carry_o
     collected = pd.read_csv(sweep_dir / "results.csv")
     assert states == dict(zip(collected["trial_id"], collected["status"], strict=True))
     assert "incomplete sweep: 2 of 3 trials did not finish" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_signal_landing_while_ranks_start_leaves_none_running(tmp_path, monkeypatch):
+    """SIGTERM (or Ctrl-C) right after a rank's fork, before the launcher holds its Popen: the signal waits
+    until every rank started (launcher/signals.py), then all are stopped. Cut there, the rank would run on
+    with nothing to stop it, as it did under load in the sweep test above."""
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        if len(started) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # lands before run_processes can keep the first rank
+        return started[-1]
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen_then_signal)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    plan = [local.Process(argv=sleeper, env=dict(os.environ), log=tmp_path / f"rank{r}.log") for r in range(2)]
+    with pytest.raises(Terminated), sigterm_stops_as_ctrl_c():
+        local.run_processes(plan, timeout_s=300)
+    try:
+        assert [p.poll() for p in started] == [-signal.SIGTERM, -signal.SIGTERM]  # both started, both stopped
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
