@@ -197,9 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `launcher … | head`: the reader left; say nothing more (and nothing at exit's flush).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
-        print("launcher: interrupted; finished trials and their table are kept in the sweep folder", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # a sweep's says what did not finish and how to carry on (run/stopped.py)
+        said = str(exc) or "interrupted; finished trials and their table are kept in the sweep folder"
+        print(f"launcher: {said}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)  # 130: Ctrl-C's 128 + SIGINT; SIGTERM's is 143
 
 
 if __name__ == "__main__":

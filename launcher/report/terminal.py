@@ -19,12 +19,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from launcher.report.piped import cut, in_full, piped, reason_room, row_labels, stdout_console
 from launcher.results import flags
 from launcher.results.confidence import count
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import variant_key
 from launcher.results.table import peak_mismatch_line
 from launcher.results.uncertainty import interval_text
+from launcher.trials.ends import NOT_STARTED
 
 # Short terminal headers; report.md and the CSV keep the real column names.
 SHORT = {
@@ -79,7 +81,7 @@ DISPLAY = [
     ("flagged", "{}"),
     ("reason", "{}"),
 ]
-FINE = ("completed", "predicted", "skipped", "pending", "running")  # any other status is a failure, shown red
+FINE = ("completed", "predicted", "skipped", "pending", "running", NOT_STARTED)  # any other is a failure, in red
 # Shown only when some row has a value; the rest always (a dash says "not measured").
 OPTIONAL = {
     "reason",
@@ -305,14 +307,15 @@ def _fit(
     return Fit(cols, widths, [c for i, c in enumerate(header) if i not in keep])
 
 
-PIPED_WIDTH = 100_000  # piped or redirected: as wide as the table is (a file has no edge)
-
-
-def stdout_console():
-    """rich console for stdout. Piped or redirected output is read by scripts and pagers, not
-    an 80-column guess: the whole table, every column, at its natural width."""
-    console = Console()
-    return console if console.is_terminal else Console(width=PIPED_WIDTH)
+def _cut_reasons(fit: Fit, header: list[str], rows: list[list[str]], df: pd.DataFrame, unit: str):
+    """Piped (report/piped.py): the reason column narrowed to keep the table within PIPED_MAX, longer
+    reasons cut with "…" on their one line; returns the fit, the rows and the lines giving those whole."""
+    r, i = fit.columns.index("reason"), header.index("reason")
+    longest = max((cell_len(row[i]) for row in rows), default=0)
+    width = reason_room(fit.widths, r, max(cell_len(header_name("reason", unit)), min(longest, REASON_MIN)), longest)
+    full = in_full(row_labels(df, unit), [row[i] for row in rows], width)
+    rows = [[*row[:i], cut(row[i], width), *row[i + 1 :]] for row in rows]
+    return Fit(fit.columns, [width if k == r else w for k, w in enumerate(fit.widths)], fit.dropped), rows, full
 
 
 def _table(fit: Fit, header: list[str], rows: list[list[str]], statuses: Sequence[Any], title: str, unit: str) -> Table:
@@ -360,10 +363,15 @@ def print_table(
     trials, df = df, fold_repeats(df)
     header, rows = display_rows(df)
     fit = fit_columns(header, rows, console.width, unit, priority)
+    full: list[str] = []
+    if piped(console) and "reason" in fit.columns:
+        fit, rows, full = _cut_reasons(fit, header, rows, df, unit)
     table = _table(fit, header, rows, df["status"], title, unit)
-    if console.width >= PIPED_WIDTH:  # lines as long as the table, not padded to the console
-        console.width = console.measure(table).maximum
-    console.print(table)
+    # Piped: the table as wide as it is (its title centred over it, not over PIPED_WIDTH); each line after it
+    # whole, however long (a file has no edge: `Recommended: … <overrides>` stays one line for scripts).
+    console.print(table, width=console.measure(table).maximum if piped(console) else None)
+    for line in full:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if fit.dropped:
         where = f"all columns are in {everything}" if everything else "a wider terminal shows them"
         names = [header_name(c, unit) for c in fit.dropped]

@@ -13,6 +13,7 @@ from launcher.results import confidence as conf
 from launcher.results import flags
 from launcher.results.scaling import by_size, variant_key
 from launcher.results.uncertainty import interval_text
+from launcher.trials.ends import UNFINISHED
 
 POLICIES = tuple(p.value for p in PolicyName)
 
@@ -61,8 +62,10 @@ def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens
     if not isinstance(policy, Policy):
         policy = Policy(threshold=float(policy))
     sizes = by_size(df, metric)
+    unfinished = [n] if (n := incomplete_note(df, unit)) else []
     if sizes.empty:
-        return Recommendation(world_size=None, reason="no trial completed, so there is nothing to recommend")
+        nothing = "no trial completed, so there is nothing to recommend"
+        return Recommendation(world_size=None, reason="; ".join([nothing, *unfinished]))
     sizes, excluded = _without_contention(sizes, df, unit)
     if sizes.empty:
         return Recommendation(world_size=None, reason=f"no size measured scaling: {excluded}")
@@ -73,13 +76,28 @@ def recommend(df: pd.DataFrame, policy: Policy | float, *, metric: str = "tokens
     oom = sorted({int(n) for n in df.loc[df["status"] == "oom", "world_size"]}) if "status" in df else []
     if oom:  # infeasible, not slow: say so beside the pick
         notes.append(f"out of memory (infeasible) at {', '.join(map(str, oom))} {unit}s")
-    reason = "; ".join([rec.reason.replace(ONLY, ONLY_FREE) if excluded else rec.reason, *notes])
+    reason = "; ".join([rec.reason.replace(ONLY, ONLY_FREE) if excluded else rec.reason, *notes, *unfinished])
     if len(groups) > 1 and rec.variant:
         reason = f"{rec.variant}, {reason}"
     sure = rec.confidence if len(sizes) > 1 and (sizes["completed"] > 1).any() else ""
     if not sure and len(sizes) > 1 and rec.world_size is not None:
         sure = unknown_spread or ""
     return Recommendation(world_size=rec.world_size, reason=reason, variant=rec.variant, confidence=sure)
+
+
+def incomplete_note(df: pd.DataFrame, unit: str = "rank") -> str:
+    """`incomplete sweep: 2 of 3 trials did not finish (2 ranks cancelled, 4 ranks not started); …`, or ""
+    when every trial ran to an end of its own: a pick among the sizes measured so far must not read as final."""
+    if "status" not in df or "world_size" not in df:
+        return ""
+    left = df[df["status"].isin(UNFINISHED)]
+    if left.empty:
+        return ""
+    what = ", ".join(f"{_count(int(n), unit)} {s}" for n, s in zip(left["world_size"], left["status"], strict=True))
+    return (
+        f"incomplete sweep: {len(left)} of {len(df)} trials did not finish ({what}); "
+        "only the sizes that completed were compared"
+    )
 
 
 def _without_contention(sizes: pd.DataFrame, df: pd.DataFrame, unit: str) -> tuple[pd.DataFrame, str]:

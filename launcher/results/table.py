@@ -11,7 +11,7 @@ from launcher.io import atomic_write_text
 from launcher.results.cost import Pricing, add_cost
 from launcher.results.flags import trial_flags
 from launcher.results.scaling import add_scaling, interval_columns
-from launcher.trials.ends import failure_status
+from launcher.trials.ends import NOT_STARTED, failure_status
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
 TABLE_SCHEMA_VERSION = 7  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
@@ -55,8 +55,10 @@ def _blank_row(trial: dict[str, Any]) -> dict[str, Any]:
 def _no_record(outcome: dict[str, Any] | None) -> tuple[str, str | None]:
     """(status, reason) of a trial the payload left no record for, from the executor's outcome."""
     if outcome is None:
-        return "pending", None
+        return NOT_STARTED, None  # `launcher status`'s word too: nothing ran, and nothing waits in a queue
     reason = outcome.get("reason")
+    if outcome.get("status") == "cancelled":  # stopped by the user (run/stopped.py): not a failure of the trial
+        return "cancelled", reason
     if outcome.get("executor") == "search":
         return outcome.get("status", "skipped"), reason
     if outcome.get("executor") == "estimate":  # never launched: its memory estimate cannot fit

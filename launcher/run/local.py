@@ -21,7 +21,17 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.config.validate_slurm import env_pairs
-from launcher.trials.ends import NEAR_LIMIT, failure_tails, meminfo_bytes, memory_limit_bytes, oom_kill_count, rss_bytes
+from launcher.run.stopped import cancelled_outcome
+from launcher.signals import interrupts_deferred
+from launcher.trials.ends import (
+    NEAR_LIMIT,
+    describe_exit,
+    failure_tails,
+    meminfo_bytes,
+    memory_limit_bytes,
+    oom_kill_count,
+    rss_bytes,
+)
 from launcher.trials.folder import read_trial, write_outcome
 from launcher.trials.payload import Payload, builtin_payload
 
@@ -149,18 +159,6 @@ class LocalOutcome:
         return min(failed, key=lambda r: r.exit_seq).rank if failed else None
 
 
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "did not finish"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with code {code}"
-
-
 def free_port() -> int:
     """A port the kernel just handed out on loopback (rendezvous for one local trial)."""
     with socket.socket() as s:
@@ -264,11 +262,14 @@ def run_processes(plan: list[Process], *, timeout_s: float, on_poll: Callable[[]
     start = time.monotonic()
     outcome = LocalOutcome(memory=MemoryWatch.start())
     try:
-        for p in plan:
-            logs.append(open(p.log, "wb"))
-            procs.append(
-                subprocess.Popen(p.argv, env=p.env, stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            )
+        with interrupts_deferred():  # a Popen cut after its fork would leave a rank that _stop never sees
+            for p in plan:
+                logs.append(open(p.log, "wb"))
+                procs.append(
+                    subprocess.Popen(
+                        p.argv, env=p.env, stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                    )
+                )
         outcome.ranks = _wait_all(procs, outcome, start=start, timeout_s=timeout_s, on_poll=on_poll)
     except BaseException:
         _stop(procs)
@@ -369,8 +370,8 @@ def run_trial_dir(
             )
         else:
             outcome = run(poll)
-    except KeyboardInterrupt:
-        write_outcome(tdir, {"executor": "local", "final": False, "reason": "interrupted (Ctrl-C); ranks stopped"})
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the ranks were stopped (run_processes)
+        write_outcome(tdir, cancelled_outcome(exc))
         raise
     reason = outcome.reason()
     culprit = outcome.culprit()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-from launcher.report.terminal import stdout_console
+from launcher.report.piped import cut, in_full, piped, reason_room, stdout_console
 from launcher.run.executor import executor_for
 from launcher.run.sweep import load_sweep
+from launcher.trials.ends import NOT_STARTED
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, trial_dir
 
 
@@ -24,7 +26,7 @@ def trial_state(files: TrialFiles) -> tuple[str, str, str, str]:
         return "corrupt", source, job, "; ".join(files.problems)
     record = files.record.ok
     if doc is None:
-        return ("completed" if record else "not started"), ("record" if record else "—"), job, ""
+        return ("completed" if record else NOT_STARTED), ("record" if record else "—"), job, ""
     state = "completed" if record and doc.get("status") in (None, "completed") else doc.get("status", "failed")
     reason = doc.get("reason") or ""
     if doc.get("slurm_reason") and not record:
@@ -56,13 +58,25 @@ def main(args: argparse.Namespace) -> int:
     path, cfg, trials = load_sweep(args.sweep_dir)
     executor = executor_for(cfg)
     executor.refresh(path)
-    table = Table(title=f"sweep {path.name} ({executor.name})")
-    for col in ("trial", "nodes", "ranks", "job", "state", "source", "reason"):
-        table.add_column(col)
+    header = ("trial", "nodes", "ranks", "job", "state", "source", "reason")
+    rows = []
     for t in trials:
         tdir = trial_dir(path, t.trial_id)
         gone = ("corrupt", "—", "—", missing_folder(t.trial_id))
         state, source, job, reason = trial_state(read_folder(tdir)) if tdir.is_dir() else gone
-        table.add_row(*map(Text, (t.trial_id, str(t.nodes), str(t.world_size), job, state, source, reason)))
-    stdout_console().print(table)
+        rows.append([t.trial_id, str(t.nodes), str(t.world_size), job, state, source, reason])
+    console, full = stdout_console(), []
+    if piped(console):  # one row per line, within PIPED_MAX: a long reason cut, then given whole below
+        widths = [max(cell_len(c) for c in column) for column in zip(header, *rows, strict=True)]
+        room = reason_room(widths, len(header) - 1, len(header[-1]), widths[-1])
+        full = in_full([r[0] for r in rows], [r[-1] for r in rows], room)
+        rows = [[*r[:-1], cut(r[-1], room)] for r in rows]
+    table = Table(title=f"sweep {path.name} ({executor.name})")
+    for col in header:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*map(Text, row))
+    console.print(table)
+    for line in full:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0

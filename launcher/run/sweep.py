@@ -50,6 +50,7 @@ from launcher.run.executor.base import Stalled
 from launcher.run.predicted_oom import predict_oom, record_predicted_oom
 from launcher.run.repeats import run_repeats
 from launcher.run.repeats import summary as repeats_summary
+from launcher.run.stopped import detach_stalled, interrupted_line, signal_name, sigterm_stops_as_ctrl_c
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, write_trials
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
@@ -285,8 +286,9 @@ def execute(
     """Run the trials not yet done (the executor runs or submits and tracks them), round by round
     (run/repeats.py); then build the table. With detach (slurm), return None right after
     submission; also (detached) when the sweep stalled in the queue. An adaptive search or
-    sweep.repeats=auto decides each step from the last, so it stays attached. Ctrl-C: the executor
-    stops what would go on running (a Slurm sweep's jobs, unless it was detached)."""
+    sweep.repeats=auto decides each step from the last, so it stays attached. Ctrl-C or SIGTERM: the
+    executor stops what would go on running (a Slurm sweep's jobs, unless it was detached), the table is
+    rebuilt, and the KeyboardInterrupt re-raised carries the line saying how to carry on (run/stopped.py)."""
     pending = [t for t in trials if not is_done(sweep_dir, t)]
     executor = executor_for(cfg)
 
@@ -297,36 +299,25 @@ def execute(
         run_repeats(sweep_dir, cfg, mine, lambda round_: _run_batch(sweep_dir, cfg, round_, progress_bars))
 
     try:
-        if cfg.sweep.search == "adaptive":
-            run_adaptive(sweep_dir, cfg, trials, run)
-        elif detach and not repeat_plan(cfg.sweep).auto:  # slurm only (the CLI refuses it locally)
-            executor.submit_detached(sweep_dir, pending)
-            print(f"detached; follow with: launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}")
-            return None
-        else:
-            run(trials)
+        with sigterm_stops_as_ctrl_c():
+            if cfg.sweep.search == "adaptive":
+                run_adaptive(sweep_dir, cfg, trials, run)
+            elif detach and not repeat_plan(cfg.sweep).auto:  # slurm only (the CLI refuses it locally)
+                executor.submit_detached(sweep_dir, pending)
+                follow = f"launcher status {sweep_dir}  —  table with: launcher collect {sweep_dir}"
+                print(f"detached; follow with: {follow}")
+                return None
+            else:
+                run(trials)
     except Stalled as stalled:
-        _detach_stalled(sweep_dir, cfg, stalled)
+        detach_stalled(sweep_dir, cfg, stalled)
         return None
-    except KeyboardInterrupt:
-        executor.interrupted(sweep_dir, detach=detach)
-        finish(sweep_dir, cfg)  # the table of what finished; the rest show as cancelled (or pending)
-        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        how = signal_name(exc)
+        executor.interrupted(sweep_dir, detach=detach, how=how)
+        table = finish(sweep_dir, cfg).table  # the table of what finished; the rest read cancelled or not started
+        raise type(exc)(interrupted_line(sweep_dir, table, trials, how)) from None  # the CLI's one line
     return finish(sweep_dir, cfg)
-
-
-def _detach_stalled(sweep_dir: Path, cfg: LauncherConfig, stalled: Stalled) -> None:
-    """The sweep waited too long in the queue: say why each job waits, and how to follow it."""
-    print(f"{stalled}; waiting:")
-    for line in stalled.waiting:
-        print(f"  {line}")
-    again = (
-        f"  —  carry on the search with: launcher sweep --resume {sweep_dir}" if cfg.sweep.search == "adaptive" else ""
-    )
-    print(
-        f"detached, jobs left queued; follow with: launcher status {sweep_dir}  —  table with: launcher collect "
-        f"{sweep_dir}  —  cancel with: launcher cancel {sweep_dir}{again}"
-    )
 
 
 def run_sweep(

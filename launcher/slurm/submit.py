@@ -11,13 +11,10 @@ trial ended as.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 import launcher
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_json, atomic_write_text
+from launcher.signals import interrupts_deferred
 from launcher.slurm.commands import JobState, SlurmError, query, sbatch, scancel, slurm_env
 from launcher.slurm.explain import status_and_reason
 from launcher.slurm.render import JobRequest, Where, job_request, render_script
@@ -166,7 +164,7 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
         "array": job.request.array,
         "pack": job.request.pack,
     }
-    with _interrupt_deferred():
+    with interrupts_deferred():
         atomic_write_json(path, record)  # from here on its trials count as submitted
         try:
             job_id = sbatch(sweep_dir / "jobs" / f"{job.name}.sbatch", env)
@@ -176,23 +174,6 @@ def _submit_one(sweep_dir: Path, job: PreparedJob, env: dict[str, str]) -> dict[
         record = {**record, "job_id": job_id, "submitted_at": time.time()}
         atomic_write_json(path, record)
     return record
-
-
-@contextmanager
-def _interrupt_deferred() -> Iterator[None]:
-    """Hold a SIGINT (Ctrl-C) until the block ends, then deliver it. Signals reach only the
-    main thread, so elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])  # the default handler raises KeyboardInterrupt here
 
 
 def _trial_docs(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -345,7 +326,7 @@ def cancel_trials(sweep_dir: Path, cfg: LauncherConfig, reason: str) -> list[str
     ids = _cancel_ids(list(open_.values()), subs)
     # A second Ctrl-C waits until the jobs are cancelled and recorded: stopped between the two,
     # jobs would be gone while their trials still read as running.
-    with _interrupt_deferred():
+    with interrupts_deferred():
         scancel(ids, env_for(cfg))
         now = time.time()
         for trial_id, sub in open_.items():

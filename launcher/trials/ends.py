@@ -4,6 +4,7 @@ and the kernel's side of a memory kill, read from /proc and the memory cgroup (l
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,12 @@ OOM_MARKERS = (
     "kernel OOM killer",
     "OUT_OF_MEMORY",
 )
+
+NOT_STARTED = "not started"
+"""A planned trial with no outcome and no record yet: what `launcher status` and the table both call it."""
+UNFINISHED = ("cancelled", NOT_STARTED, "pending", "running", "requeued")
+"""Statuses of a trial that has not run to an end of its own (stopped by the user, never started, still
+queued or running): while a table holds one, its sweep is incomplete and its recommendation says so."""
 
 NEAR_LIMIT = 0.9
 """A SIGKILLed rank counts as killed for memory when its trial's ranks held at least this
@@ -49,6 +56,18 @@ def telling_tails(tails: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     if not tails or mentions_oom(tails[0][1]):
         return tails[:1]
     return [tails[0], *[t for t in tails[1:] if mentions_oom(t[1])][:1]]
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not finish"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
 
 
 def failure_status(status: str, *reasons: str | None) -> str:

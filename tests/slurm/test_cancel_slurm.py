@@ -55,8 +55,20 @@ def rows(sweep_dir: Path) -> list[tuple[str, str]]:
     return list(zip(df["status"], df["reason"]))
 
 
-def test_ctrl_c_cancels_the_sweeps_jobs_and_their_rows_read_cancelled(devcluster, tmp_path):
-    env, name = devcluster.env(), f"int-{RUN}"
+# signal → how the launcher names it, and its exit status (128 + the signal's number)
+STOPS = {"SIGINT": ("Ctrl-C", 130), "SIGTERM": ("SIGTERM", 143)}
+
+
+def _sigint_as_default() -> None:
+    """Before exec: a shell's background job ignores SIGINT, and Python leaves an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_ctrl_c_cancels_the_sweeps_jobs_and_their_rows_read_cancelled(stop, devcluster, tmp_path):
+    """Ctrl-C, or SIGTERM (which would otherwise end the launcher at once and leave its jobs running)."""
+    how, code = STOPS[stop]
+    env, name = devcluster.env(), f"int-{stop}-{RUN}"
     sweep_dir = tmp_path / name
     cmd = [
         sys.executable,
@@ -69,15 +81,15 @@ def test_ctrl_c_cancels_the_sweeps_jobs_and_their_rows_read_cancelled(devcluster
         "--quiet",
     ]
     with open(tmp_path / "launcher.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_sigint_as_default)
     try:
         job = wait_for(lambda: first_job(sweep_dir), 120, "the first job's submission record", every=0.2)
         wait_for(lambda: in_queue(env, name).get(job) == "RUNNING", 180, f"job {job} to run", every=0.2)
         assert len(in_queue(env, name)) == 2  # the second job waits behind it (one job at a time)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop))
         sent = time.monotonic()
         wait_for(lambda: not in_queue(env, name), 10, "the sweep's jobs to leave squeue", every=0.2)
-        assert proc.wait(timeout=max(0.1, 10 - (time.monotonic() - sent))) == 130
+        assert proc.wait(timeout=max(0.1, 10 - (time.monotonic() - sent))) == code
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -85,7 +97,12 @@ def test_ctrl_c_cancels_the_sweeps_jobs_and_their_rows_read_cancelled(devcluster
         cancel_leftovers(env, name)
     said = (tmp_path / "launcher.log").read_text()
     assert "interrupted: cancelled Slurm job(s)" in said, said
-    assert rows(sweep_dir) == [("cancelled", "cancelled by the user (Ctrl-C)")] * 2
+    assert said.splitlines()[-1] == (
+        f"launcher: interrupted ({how}): 2 trials cancelled; the table of what finished is in {sweep_dir}; every "
+        f"trial has ended, so launcher sweep --resume {sweep_dir} has nothing left to run (a cancelled Slurm job's "
+        "trial stays cancelled)"
+    )
+    assert rows(sweep_dir) == [("cancelled", f"cancelled by the user ({how})")] * 2
     outcome = read_json(sweep_dir / "trials" / "000-ws1" / "outcome.json")
     assert (outcome["status"], outcome["final"], outcome["job"]) == ("cancelled", True, job)
 

@@ -176,3 +176,21 @@ def test_out_of_memory_sizes_are_infeasible_not_slow():
     rec = recommend(df, 0.8)
     assert rec.world_size == 2
     assert rec.reason.endswith("; out of memory (infeasible) at 4 ranks")
+
+
+def test_an_incomplete_sweep_says_so_beside_its_pick():
+    """A sweep interrupted, still running or never finished: the pick is among what completed, and says so."""
+    df = table([(1, "completed", 100.0), (2, "completed", 190.0), (4, "cancelled", None), (8, "not started", None)])
+    rec = recommend(df, 0.8)
+    assert rec.world_size == 2
+    assert rec.reason.endswith(
+        "; incomplete sweep: 2 of 4 trials did not finish (4 ranks cancelled, 8 ranks not started); "
+        "only the sizes that completed were compared"
+    )
+    none = recommend(table([(1, "cancelled", None), (2, "pending", None)]), 0.8)
+    assert none.reason == (
+        "no trial completed, so there is nothing to recommend; incomplete sweep: 2 of 2 trials did not finish "
+        "(1 rank cancelled, 2 ranks pending); only the sizes that completed were compared"
+    )
+    ended = recommend(table([(1, "completed", 100.0), (2, "failed", None), (4, "oom", None)]), 0.8)
+    assert "incomplete" not in ended.reason  # a failure is an end: that sweep is complete

@@ -52,7 +52,7 @@ def _launcher_targets(name: str, path: Path) -> set[str]:
 # the layout table below the config that validates against it; device peaks and FLOP formulas
 # below both the payload (train) and the planner (perf); the verbs' drivers (run) and the CLI last.
 ORDER: tuple[tuple[str, ...], ...] = (
-    ("launcher", "io", "cgroup", "meter", "integrations", "torch_compat"),
+    ("launcher", "io", "cgroup", "signals", "meter", "integrations", "torch_compat"),
     ("layouts",),
     ("config",),
     ("compute",),

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from launcher.cli import main
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, read_json
+from launcher.run.stopped import cancelled_outcome
 from launcher.run.sweep import create_sweep_dir
 from launcher.slurm import submit
 from launcher.slurm.commands import JobState, SlurmError
 from launcher.slurm.track import Backoff
-from launcher.trials.folder import FileRead
+from launcher.trials.folder import FileRead, trial_dir, write_outcome
 from launcher.trials.spec import sweep_trials
 
 
@@ -25,6 +27,21 @@ def test_cancel_on_a_local_sweep_says_there_is_nothing_to_cancel(tmp_path, capsy
     assert main(["cancel", str(sweep_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("nothing to cancel: sweep local runs locally") and out.count("\n") == 1
+
+
+def test_status_and_collect_call_a_stopped_and_a_never_started_trial_the_same(tmp_path, capsys):
+    """An interrupted local sweep's folder: its first trial stopped by Ctrl-C, its second never started."""
+    cfg = compose_config([f"sweep.results_dir={tmp_path}", "sweep.name=stopped", "sweep.world_sizes=[1,2]"])
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in sweep_trials(cfg)], [])
+    write_outcome(trial_dir(sweep_dir, "000-ws1"), cancelled_outcome(KeyboardInterrupt()))
+    capsys.readouterr()
+    assert main(["status", str(sweep_dir)]) == 0
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in capsys.readouterr().out.splitlines() if "│" in ln]
+    states = {r[0]: r[4] for r in rows}
+    assert main(["collect", str(sweep_dir)]) == 0
+    table = pd.read_csv(sweep_dir / "results.csv")
+    assert states == dict(zip(table["trial_id"], table["status"], strict=True))
+    assert states == {"000-ws1": "cancelled", "001-ws2": "not started"}
 
 
 def _slurm_sweep(tmp_path: Path, name: str) -> tuple[Path, object, list]:

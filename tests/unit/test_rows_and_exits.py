@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from launcher.results.table import corrupt_row, trial_row
 from launcher.run.local import LocalOutcome, MemoryWatch, RankExit
+from launcher.run.stopped import Terminated, cancelled_outcome
 from launcher.trials import ends
 from launcher.trials.folder import FileRead, TrialFiles
 
@@ -48,6 +49,16 @@ def test_no_record_is_a_failed_row_with_the_executor_reason():
         "no record written: rank 1 was killed by SIGKILL",
         None,
     )
+
+
+def test_a_local_trial_stopped_by_ctrl_c_or_sigterm_is_cancelled_not_failed():
+    for exc, how in ((KeyboardInterrupt(), "Ctrl-C"), (Terminated(), "SIGTERM")):
+        row = trial_row(TRIAL, None, cancelled_outcome(exc))
+        assert (row["status"], row["reason"]) == ("cancelled", f"cancelled by the user ({how}); its ranks were stopped")
+
+
+def test_a_trial_with_no_files_yet_is_not_started_as_launcher_status_says():
+    assert (trial_row(TRIAL, None, None)["status"], trial_row(TRIAL, None, None)["reason"]) == ("not started", None)
 
 
 def test_no_record_though_every_rank_exited_0_says_so():

@@ -197,14 +197,22 @@ def test_narrow_widths_drop_columns_and_say_so(csv):
                 assert all(_agrees(c, v, FMT[col]) for c, v in zip(cells, csv[col], strict=True)), col
 
 
-def test_piped_output_keeps_every_column(capsys):
+def test_piped_output_keeps_every_column(capsys, monkeypatch, csv):
+    """Every column, one line a row; its other columns already past 160, the reasons are cut to the
+    narrowest reason column (REASON_MIN) and follow the table whole (test_terminal_reason.py: the cut)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     rec = Recommendation(world_size=8, reason="8 ranks")
     print_table(_table(), rec, title="sweep mix")  # capsys's stdout is no terminal
     out = capsys.readouterr().out
     header, _ = display_rows(_table())
     columns, after = parse(out)
     assert list(columns) == [c for c in header if c in columns] and set(columns) == set(header)
-    assert "not shown" not in after and "…" not in out
+    assert "not shown" not in " ".join(after)
+    assert all(_agrees(c, v, FMT[k]) for k in columns if k != "reason" for c, v in zip(columns[k], csv[k]))
+    cut = [(c, r) for c, r in zip(columns["reason"], csv["reason"], strict=True) if c.endswith("…")]
+    assert cut and all(r.startswith(c[:-1]) for c, r in cut)  # cut, never changed
+    assert after[0] == "reasons in full (cut above to keep the table within 160 columns):"
+    assert [ln.split(": ", 1)[1] for ln in after[1 : 1 + len(cut)]] == [r for _, r in cut]
 
 
 def test_failures_are_red_and_cells_are_never_markup():

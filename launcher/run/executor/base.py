@@ -54,8 +54,9 @@ class Executor(ABC):
         """Start the trials not yet started and return at once (`launcher status` / `collect` follow them)."""
 
     @abstractmethod
-    def interrupted(self, sweep_dir: Path, *, detach: bool) -> None:
-        """Ctrl-C reached the launcher: stop what would go on spending resources (unless detached)."""
+    def interrupted(self, sweep_dir: Path, *, detach: bool, how: str = "Ctrl-C") -> None:
+        """Ctrl-C (or SIGTERM: `how`) reached the launcher: stop what would go on spending resources
+        (unless detached)."""
 
     @abstractmethod
     def refresh(self, sweep_dir: Path) -> None:

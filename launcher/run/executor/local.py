@@ -65,8 +65,8 @@ class LocalExecutor(Executor):
     def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial]) -> None:
         self.check_detach()
 
-    def interrupted(self, sweep_dir: Path, *, detach: bool) -> None:
-        return None  # the ranks died with the launcher; run_trial_dir recorded the trial as interrupted
+    def interrupted(self, sweep_dir: Path, *, detach: bool, how: str = "Ctrl-C") -> None:
+        return None  # run_processes stopped the ranks; run_trial_dir recorded the trial as cancelled
 
     def refresh(self, sweep_dir: Path) -> None:
         return None  # each trial's outcome.json is written as it ends

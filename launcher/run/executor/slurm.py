@@ -26,7 +26,7 @@ from launcher.slurm.submit import (
 from launcher.slurm.track import track
 from launcher.trials.spec import Trial
 
-CTRL_C_REASON = "cancelled by the user (Ctrl-C)"
+CTRL_C_REASON = "cancelled by the user ({how})"  # how: Ctrl-C or SIGTERM (run/stopped.py)
 
 
 class SlurmExecutor(Executor):
@@ -62,7 +62,7 @@ class SlurmExecutor(Executor):
             on_submit=lambda job, job_id: console.print(f"submitted {job.name} as job {job_id}: {_holds(job)}"),
         )
 
-    def interrupted(self, sweep_dir: Path, *, detach: bool) -> None:
+    def interrupted(self, sweep_dir: Path, *, detach: bool, how: str = "Ctrl-C") -> None:
         """scancel the sweep's jobs that have not ended (left alone they keep spending the
         allocation) and record their trials as cancelled — unless it was started with --detach,
         whose point is that the jobs outlive the launcher."""
@@ -75,7 +75,7 @@ class SlurmExecutor(Executor):
             )
             return
         try:
-            ids = cancel_trials(sweep_dir, self.cfg, CTRL_C_REASON)
+            ids = cancel_trials(sweep_dir, self.cfg, CTRL_C_REASON.format(how=how))
         except SlurmError as exc:
             console.print(
                 f"interrupted, but cancelling the sweep's jobs failed: {escape(str(exc))}; retry with: "
