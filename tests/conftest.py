@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from pathlib import Path
 
 import pytest
 
 from launcher.cli import main
+
+# pytest-xdist's workers run with COLUMNS=80 in their environment, which piped output honours
+# (launcher/report/piped.py): the tests, and every subprocess they start, see output as a pipe
+# without COLUMNS does, as a run under `-n 0` does; a test that wants a width sets COLUMNS itself.
+os.environ.pop("COLUMNS", None)
 
 
 def pytest_xdist_make_scheduler(config, log):
