@@ -35,8 +35,7 @@ from launcher.trials.ends import (
 from launcher.trials.folder import read_trial, write_outcome
 from launcher.trials.payload import Payload, builtin_payload
 
-# The launcher shares the cores with the ranks it measures: poll gently.
-POLL_S = 0.25
+POLL_S = 0.25  # the launcher shares the cores with the ranks it measures: poll gently
 GRACE_S = 5.0
 GIB = 1 << 30
 # Present on a machine with an NVIDIA driver loaded; without it no rank can use CUDA.
@@ -296,9 +295,11 @@ def _wait_all(
     exit_seq: dict[int, int] = {}
     failed_at: float | None = None
     while True:
-        for i, p in enumerate(procs):
-            if i not in exit_seq and p.poll() is not None:
-                exit_seq[i] = len(exit_seq)
+        ended = [i for i, p in enumerate(procs) if i not in exit_seq and p.poll() is not None]
+        # Ended within one poll (order unknown): a signal's kill first (a cause), then an error exit (a
+        # peer whose collective broke under it: an effect), then a clean one.
+        for i in sorted(ended, key=lambda i: (procs[i].returncode >= 0, procs[i].returncode == 0)):
+            exit_seq[i] = len(exit_seq)
         if len(exit_seq) == len(procs):
             break
         outcome.memory.look(procs)

@@ -198,3 +198,21 @@ def test_the_memory_cgroup_is_read_for_v1_and_v2(tmp_path):
     (tmp_path / "cg1").write_text("9:cpu:/x\n4:memory:/slice\n")
     assert ends.oom_kill_count(ends.memory_cgroup_dirs(v1, tmp_path / "cg1")) == 5
     assert ends.oom_kill_count([tmp_path / "nowhere"]) is None
+
+
+def test_ranks_found_ended_in_one_poll_put_a_signals_kill_before_a_peers_error_exit():
+    """Rank 1 SIGKILLed, rank 0 then exited 1 on the reset connection, both seen in one poll (a busy
+    2-core host): the reason names rank 1 first, not rank 0 by its place in the poll."""
+    from launcher.run.local import LocalOutcome, _wait_all
+
+    class Ended:
+        def __init__(self, code: int) -> None:
+            self.returncode = code
+
+        def poll(self) -> int:
+            return self.returncode
+
+    outcome = LocalOutcome()
+    outcome.ranks = _wait_all([Ended(1), Ended(-9), Ended(0)], outcome, start=0.0, timeout_s=60, on_poll=None)
+    assert [r.exit_seq for r in outcome.ranks] == [1, 0, 2]
+    assert outcome.reason() == "rank 1 was killed by SIGKILL; then rank 0 exited with code 1"
