@@ -3,10 +3,14 @@ cluster (issue 22): examples/ddp_meter, whose recipe describes its model (job.mo
 compute calibrated from the program's measured step times, the links from the link probe's three
 all-reduces, the gradient from the model's parameters, the ranks' sharing of the cores from the probe.
 
-    .venv/bin/python -m benchmarks.command_plan_from [--rounds 3] [--steps 60]
+    .venv/bin/python -m benchmarks.command_plan_from [--runs 5] [--rounds 3] [--steps 60]
     flock /tmp/bed.lock .venv/bin/python -m benchmarks.command_plan_from --cpus-per-node 0.45 --link-rate 200mbit
 
-Goal: |predicted ÷ measured − 1| ≤ 10% at 4 nodes, the goal the built-in payload meets for the same
+Each run is a whole measurement (a sweep of its own, a plan from its small sizes, its 4-node truth);
+`--runs` (default 5) of them give the error's median and spread, since one run's error moves by as
+much as the goal from one run to the next (issue 32 item 6: a single "met" followed a failed run).
+Goal: |predicted ÷ measured − 1| ≤ 10% at 4 nodes in at least GOAL_SHARE of the runs, the tolerance the
+built-in payload meets for the same
 question (benchmarks/results/model_accuracy.md, "extrapolate": fit nodes {1,2,3}, predict 4), which it
 meets on the bed with its limits applied (0.45 CPU per node, 200 Mbit/s: --cpus-per-node, --link-rate,
 applied in place as benchmarks.model_accuracy applies them); without them it runs on the dev cluster as
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +52,13 @@ REPO = HERE.parent
 RECIPES = str(REPO / "examples" / "ddp_meter" / "recipes")
 RECIPE = ["job=ddp_meter", "cluster=devcluster", "model=tiny_gpt", "batch.micro=8"]
 TOLERANCE = 0.10
+GOAL_SHARE = 0.8
+"""Runs that must fall within TOLERANCE: 4 of 5, so one lucky run cannot carry the verdict."""
+
+
+class RunFailed(Exception):
+    """A run that gave no figure (a trial that did not complete, on a cluster other work shares): kept as
+    a row with its reason, and another run is made in its place."""
 
 
 def small_sizes_only(sweep: Path, into: Path) -> Path:
@@ -63,14 +75,17 @@ def measure(work: Path, rounds: int, steps: int) -> dict:
     run = ["sweep.nodes=[1,2,4]", f"sweep.repeats={rounds}", f"sweep.steps={steps}", "sweep.warmup_steps=10"]
     where = [f"sweep.results_dir={work}", f"sweep.name={name}", "--quiet"]
     if launcher(["sweep", "--recipes", RECIPES, *RECIPE, *run, *where]) != 0:
-        raise SystemExit("the sweep failed: see its folder " + str(work / name))
+        raise RunFailed("the sweep failed")
     rows = pd.read_csv(work / name / "results.csv")
     if not (rows["status"] == "completed").all():
-        raise SystemExit("a trial did not complete:\n" + rows[["trial_id", "status", "reason"]].to_string())
+        bad = rows[rows["status"] != "completed"]
+        raise RunFailed(
+            "; ".join(f"{t} {st}: {str(why)[:200]}" for t, st, why in bad[["trial_id", "status", "reason"]].values)
+        )
     small = small_sizes_only(work / name, work / "small")
     out = work / "plan.csv"
     if launcher(["plan", "--recipes", RECIPES, "--from", str(small), "--gpus", "1,2,4", "--output", str(out)]) != 0:
-        raise SystemExit("plan --from failed")
+        raise RunFailed("plan --from failed")
     predicted = float(pd.read_csv(out).set_index("gpus").loc[4, "tokens_per_s"])
     four = rows[rows["nodes"] == 4]
     tokens_per_sample = (four["tokens_per_s"] / four["samples_per_s"]).round()
@@ -85,55 +100,104 @@ def measure(work: Path, rounds: int, steps: int) -> dict:
     }
 
 
+def _summary(errors: list[float], asked: int) -> dict:
+    """The runs' errors: median, spread, how many within TOLERANCE, and the verdict (over the runs asked
+    for: fewer completed cannot meet it)."""
+    within = sum(abs(e) <= TOLERANCE for e in errors)
+    return {
+        "errors": errors,
+        "error_median": statistics.median(errors),
+        "error_min": min(errors),
+        "error_max": max(errors),
+        "error_stdev": statistics.stdev(errors) if len(errors) > 1 else float("nan"),
+        "within": within,
+        "goal": f"|error| <= {TOLERANCE} in >= {GOAL_SHARE:.0%} of runs",
+        "met": within >= GOAL_SHARE * max(asked, len(errors)),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="whole measurements, each its own sweep and plan")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--cpus-per-node", help="the bed's CPU limit per node (e.g. 0.45); default: none")
     ap.add_argument("--link-rate", help="the bed's inter-node rate (e.g. 200mbit); default: none")
     args = ap.parse_args()
+    if args.runs < 1:
+        raise SystemExit(f"command_plan_from: --runs {args.runs} must be at least 1 (5 for the goal's spread)")
     os.environ.update(devcluster.up(log=lambda line: None).env())
     bed = [f"--{k}={v}" for k, v in (("cpus-per-node", args.cpus_per_node), ("link-rate", args.link_rate)) if v]
     if bed:  # as benchmarks.model_accuracy's bed, applied in place
         subprocess.run([sys.executable, "-m", "launcher", "cluster", "up", *bed], check=True)
     os.chdir(REPO)  # the recipe's argv names examples/ddp_meter/train.py from the repository root
     start, load_before = time.time(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as work:
-        res = measure(Path(work), args.rounds, args.steps)
-    err = res["predicted_tokens_per_s"] / res["measured_tokens_per_s"] - 1
-    res |= {
+    runs, failed = [], []
+    while len(runs) < args.runs and len(failed) < args.runs:  # at most as many failures as runs asked for
+        with tempfile.TemporaryDirectory(dir="/var/tmp") as work:
+            try:
+                one = measure(Path(work), args.rounds, args.steps)
+            except RunFailed as exc:
+                failed.append(str(exc))
+                print(f"a run failed ({exc}); another takes its place", flush=True)
+                continue
+        one["error"] = one["predicted_tokens_per_s"] / one["measured_tokens_per_s"] - 1
+        one["load_average_after"] = os.getloadavg()[0]
+        runs.append(one)
+        print(f"run {len(runs)}/{args.runs}: error {one['error']:+.1%}", flush=True)
+    if not runs:
+        raise SystemExit("command_plan_from: no run completed: " + " | ".join(failed))
+    res = {
         "benchmark": "command_plan_from",
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "command": " ".join(
-            [".venv/bin/python -m benchmarks.command_plan_from", f"--rounds {args.rounds} --steps {args.steps}", *bed]
+            [
+                ".venv/bin/python -m benchmarks.command_plan_from",
+                f"--runs {args.runs} --rounds {args.rounds} --steps {args.steps}",
+                *bed,
+            ]
         ),
         "bed": bed or "none: the dev cluster as it is",
-        "error": err,
-        "goal": f"|error| <= {TOLERANCE}",
-        "met": abs(err) <= TOLERANCE,
+        "runs": runs,
+        "failed_runs": failed,
         "load_average": [load_before, os.getloadavg()[0]],
         "wall_s": time.time() - start,
-    }
+    } | _summary([r["error"] for r in runs], args.runs)
     stem = "command_plan_from_bed" if bed else "command_plan_from"  # both kept: with and without the limits
     atomic_write_json(HERE / "results" / f"{stem}.json", res)
+    lines = report_lines(res, bed, args.rounds)
+    atomic_write_text(HERE / "results" / f"{stem}.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def report_lines(res: dict, bed: list[str], rounds: int) -> list[str]:
     verdict = "met" if res["met"] else "**NOT met**"
-    lines = [
+    n = len(res["runs"])
+    return [
         "# plan --from a 1,2-node command sweep vs the measured 4-node row",
         "",
         f"`{res['command']}`, {res['measured_at']}, {res['wall_s']:.0f} s on the dev cluster, bed limits: "
-        f"{' '.join(bed) or 'none'}; "
-        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores). "
+        f"{' '.join(bed) or 'none'}; load average {res['load_average'][0]:.1f} before, "
+        f"{res['load_average'][1]:.1f} after ({os.cpu_count()} cores, shared with other work). "
         "What is compared and why: the module docstring of benchmarks/command_plan_from.py.",
         "",
-        f"- predicted at 4 nodes: {res['predicted_tokens_per_s']:,.0f} tokens/s",
-        f"- measured at 4 nodes (median of {args.rounds} rounds, by median step): "
-        f"{res['measured_tokens_per_s']:,.0f} tokens/s (whole-job rate {res['measured_whole_job_tokens_per_s']:,.0f})",
-        f"- error {err:+.1%}; goal ±{TOLERANCE:.0%} (the built-in payload's, model_accuracy.md): {verdict}",
-        f"- 1-node median steps spread {res['one_node_median_step_s'][0]:.4f}–{res['one_node_median_step_s'][1]:.4f} s "
-        "across rounds (the machine's noise)",
+        f"- error (predicted ÷ measured − 1 at 4 nodes) over {n} runs: median {res['error_median']:+.1%}, "
+        f"from {res['error_min']:+.1%} to {res['error_max']:+.1%} (standard deviation {res['error_stdev']:.1%})",
+        f"- within ±{TOLERANCE:.0%} (the built-in payload's tolerance, model_accuracy.md): **{res['within']} of {n}** "
+        f"runs (goal ≥ {GOAL_SHARE:.0%} of runs: {verdict})",
+        f"- runs that gave no figure (each replaced by another): {len(res['failed_runs'])}"
+        + "".join(f"; {why}" for why in res["failed_runs"]),
+        "",
+        "| run | predicted tokens/s | measured (median of "
+        f"{rounds} rounds, by median step) | whole-job rate | error | 1-node median steps across rounds (s) |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {k + 1} | {r['predicted_tokens_per_s']:,.0f} | {r['measured_tokens_per_s']:,.0f} | "
+            f"{r['measured_whole_job_tokens_per_s']:,.0f} | {r['error']:+.1%} | "
+            f"{r['one_node_median_step_s'][0]:.4f}–{r['one_node_median_step_s'][1]:.4f} |"
+            for k, r in enumerate(res["runs"])
+        ),
     ]
-    atomic_write_text(HERE / "results" / f"{stem}.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

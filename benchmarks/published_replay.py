@@ -15,6 +15,13 @@ two sources have (MIN_SOURCES) falls back to the constant fitted on every device
 LOSO errors' 90% quantile of |ln(predicted/published)| (source-weighted) is the preset interval. The
 in-sample constants and that interval are written to launcher/perf/preset_fit.json, which `launcher plan` reads.
 
+Each goal is printed beside a baseline that knows nothing of the model's detail, judged alike (LOSO):
+throughput from one MFU pooled over every device (fitted on the other sources), and efficiency 1.0 for
+every row; the model's margin over each is printed. The interval's coverage on the rows it was set from
+tests nothing, so it is judged on held-out sources: for each source, the interval is rebuilt from the
+other sources alone (each predicted by constants fitted without it and without the held-out source) and
+covers the held-out source's LOSO predictions or not (held_out_coverage).
+
 Truth is the published figure, never the model: tokens/s per GPU as published, else the
 published MFU (or HFU) × the source's peak (A100 312, H100 989 TFLOP/s) ÷ the row's FLOPs per
 token (launcher.compute.flops on the row's shape, recompute included for HFU).
@@ -130,9 +137,8 @@ def mfu_of(case: Case, per_key: dict[str, float], pooled: float) -> float:
     return per_key.get(case.key, pooled)
 
 
-def predict_all(done: list[Case]) -> tuple[dict, dict[str, dict]]:
+def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, dict[str, dict]]:
     """In-sample constants, and the constants fitted without each source; each row predicted with both."""
-    curves = {c.index: predicted_log(c, FINE) for c in done}
     per_key, pooled = fit_constants(done, curves)
     folds = {}
     for source in sorted({c.source for c in done}):
@@ -156,6 +162,53 @@ def predict_all(done: list[Case]) -> tuple[dict, dict[str, dict]]:
                 f"predicted_mfu_{tag}": r["mfu"],
             }
     return {"per_key": per_key, "pooled": pooled, "rows_by_key": dict(Counter(c.key for c in done))}, folds
+
+
+def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
+    """Predicted tokens/s per GPU at `mfu` (a FINE value: what fit_mfu returns) from the row's curve."""
+    return math.exp(curves[case.index][int(np.argmin(np.abs(FINE - mfu)))])
+
+
+def baselines(done: list[Case], folds: dict[str, dict], curves: dict[int, np.ndarray]) -> dict:
+    """What each goal reads without the model's detail, leave-one-source-out as the goals: throughput from
+    one MFU pooled over every device (fitted on the other sources), and efficiency 1.0 for every row."""
+    thr = [_on_curve(c, curves, folds[c.source]["pooled"]) / c.published - 1 for c in done if c.source in folds]
+    eff = [1.0 - c.out["published_eff"] for c in done if "published_eff" in c.out and "predicted_eff_loso" in c.out]
+    return {
+        "thr_rows": len(thr),
+        "thr_within": sum(abs(e) <= GOAL_THR for e in thr),
+        "thr_median_abs": float(np.median(np.abs(thr))) if thr else math.nan,
+        "eff_rows": len(eff),
+        "eff_within": sum(abs(e) <= GOAL_EFF for e in eff),
+        "eff_median_abs": float(np.median(np.abs(eff))) if eff else math.nan,
+    }
+
+
+def held_out_coverage(done: list[Case], curves: dict[int, np.ndarray]) -> dict:
+    """The interval judged on sources it never saw: for each source s, the interval is rebuilt from the
+    other sources alone (each of them predicted by constants fitted without s and without itself, the
+    QUANTILE of those errors), and covers s's leave-one-source-out predictions or not."""
+    covered, sources = [], []
+    for s in sorted({c.source for c in done}):
+        others = [c for c in done if c.source != s]
+        logs, whose = [], []
+        for t in sorted({c.source for c in others}):
+            train = [c for c in others if c.source != t]
+            if not train:
+                continue
+            per_key, pooled = fit_constants(train, curves)
+            for c in (c for c in others if c.source == t):
+                logs.append(abs(math.log(_on_curve(c, curves, mfu_of(c, per_key, pooled)) / c.published)))
+                whose.append(t)
+        if not logs:
+            continue
+        q = weighted_quantile(logs, whose, QUANTILE)
+        for c in (c for c in done if c.source == s and not math.isnan(c.out["predicted_loso"])):
+            covered.append(abs(math.log(c.out["predicted_loso"] / c.published)) <= q)
+            sources.append(s)
+    n = Counter(sources)
+    weighted = sum(ok / n[s] for ok, s in zip(covered, sources)) / len(n) if n else math.nan
+    return {"rows": len(covered), "covers": sum(covered), "sources": len(n), "weighted_share": weighted}
 
 
 def published_unit(row: dict) -> tuple[float | None, str]:
@@ -298,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     if not done:
         print(f"published_replay: no row of {args.corpus} could be replayed", file=sys.stderr)
         return 1
-    constants, folds = predict_all(done)
+    curves = {c.index: predicted_log(c, FINE) for c in done}
+    constants, folds = predict_all(done, curves)
     efficiencies(cases)
     stats = summary(done) | {"cross_micro": cross_micro(cases)}
+    stats |= {"baseline": baselines(done, folds, curves), "held_out": held_out_coverage(done, curves)}
     who = made_by(sys.argv[1:] if argv is None else argv)
     fit = preset_fit.PresetFit(
         mfu=constants["per_key"],

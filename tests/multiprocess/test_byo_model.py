@@ -81,11 +81,13 @@ def test_local_sweep_ddp_and_fsdp_at_1_and_2_ranks(user_code, tmp_path):
     plan = tmp_path / "plan.csv"
     assert main(["plan", "--from", str(tmp_path / "byo"), "--gpus", "1,2", "--output", str(plan)]) == 0
     planned = pd.read_csv(plan).set_index("gpus")
-    # Exact, not timed: the planned rate is the step's samples × 16 tokens over its predicted time (a timed
-    # comparison with the measured row failed CI once, a 2-trial calibration on a busy 2-core host).
-    np.testing.assert_allclose(
-        planned["tokens_per_s"], planned["global_batch"] * 16 / planned["step_time_median_s"], rtol=1e-9
-    )
+    # What this holds: a planned sample counts the 16 tokens the sweep measured (a plan that fell back to the
+    # built-in seq_len 64 reads 4× here). How near the planned rate comes to a measured one is no test (a
+    # timed check failed CI on a busy 2-core host): benchmarks/byo_plan_accuracy.py, over 5 runs with spread.
+    measured_per_sample = set((df["tokens_per_s"] / df["samples_per_s"]).round(9))
+    assert measured_per_sample == {16.0}
+    planned_per_sample = planned["tokens_per_s"] * planned["step_time_median_s"] / planned["global_batch"]
+    np.testing.assert_allclose(planned_per_sample, 16.0, rtol=1e-9)
 
 
 # Megatron's split of TokenModel's blocks, as a recipe's plan: whole heads and hidden units per rank.

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
+import numpy as np
 import pytest
 
 from benchmarks import published_replay as pr
 from benchmarks import replay_mapping as rm
+from benchmarks.replay_case import Case
 from launcher.perf import preset_fit
 
 MPT_30B = {
@@ -324,7 +327,6 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
 
 
 def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
-    from benchmarks.replay_case import Case
     from benchmarks.replay_features import feature_lines
 
     def case(i, row, predicted=None, skip=None):
@@ -342,3 +344,48 @@ def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
     assert "| **fp8** | 2 | 2 | 1/2 = 50% (goal ≥ 80%: **NOT met**) | +25% | no pairs | +30% (1) |" in lines
     assert "| **hsdp** | 1 | 0 (1: parallel=hsdp is not a recipe) | — | — | — | +30% (3) |" in lines
     assert any(line.startswith("| **mixture of experts** | 0 |") for line in lines)
+
+
+def _synthetic(index: int, source: str, published: float, **out) -> Case:
+    """A replayed row with these figures; its curve comes from _curves."""
+    c = Case(index=index, row={"source": source}, published=published, key="H100/bf16")
+    c.out = dict(out)
+    return c
+
+
+def _curves(cases: list[Case], exact_at: dict[int, float]) -> dict[int, np.ndarray]:
+    """Each row's ln predicted per-GPU rate over FINE: `published` × mfu ÷ its `exact_at` MFU."""
+    return {c.index: np.log(c.published * pr.FINE / exact_at[c.index]) for c in cases}
+
+
+def test_the_baselines_beside_the_goals_are_one_pooled_mfu_and_efficiency_one():
+    cases = [
+        _synthetic(0, "a", 100.0, published_eff=0.85, predicted_eff_loso=0.9),
+        _synthetic(1, "b", 200.0, published_eff=0.95, predicted_eff_loso=0.9),
+        _synthetic(2, "b", 300.0, published_eff=0.7),  # no predicted efficiency: not in that goal
+    ]
+    curves = _curves(cases, {0: 0.5, 1: 0.5, 2: 0.35})
+    folds = {"a": {"pooled": 0.5}, "b": {"pooled": 0.5}}
+    got = pr.baselines(cases, folds, curves)
+    # At the pooled 0.5 rows 0 and 1 are exact, row 2 reads 0.5 / 0.35 = 1.43× its published rate.
+    assert (got["thr_rows"], got["thr_within"]) == (3, 2)
+    assert got["thr_median_abs"] == pytest.approx(0.0, abs=1e-9)
+    # Efficiency 1.0 against 0.85 and 0.95: 15 points out, 5 points in.
+    assert (got["eff_rows"], got["eff_within"]) == (2, 1) and got["eff_median_abs"] == pytest.approx(0.10)
+
+
+def test_the_interval_is_judged_on_sources_it_was_not_built_from():
+    """Four sources whose curves all fit MFU 0.5 exactly; source x's held-out prediction is 1.5× its
+    published rate. Built from the other sources, x's interval is ×1 and misses both its rows; built
+    from every row's errors (x's own included), the 90% quantile is ln 1.5 and would cover them."""
+    cases, i = [], 0
+    for source in ("a", "b", "c", "x"):
+        for published in (100.0, 200.0):
+            wrong = 1.5 if source == "x" else 1.0
+            cases.append(_synthetic(i, source, published, predicted_loso=published * wrong))
+            i += 1
+    curves = _curves(cases, {c.index: 0.5 for c in cases})
+    got = pr.held_out_coverage(cases, curves)
+    assert got == {"rows": 8, "covers": 6, "sources": 4, "weighted_share": 0.75}
+    logs = [abs(math.log(c.out["predicted_loso"] / c.published)) for c in cases]
+    assert pr.weighted_quantile(logs, [c.source for c in cases], pr.QUANTILE) == pytest.approx(math.log(1.5))

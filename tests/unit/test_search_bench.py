@@ -4,6 +4,9 @@ as the max_efficient policy does, and the adaptive search is driven through its 
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -142,9 +145,20 @@ def test_bed_trials_are_replayed_by_resampling_only_what_was_measured(tmp_path):
     assert hours[1] == pytest.approx(sum({100.0: 0.01, 110.0: 0.02}[r] for r in rates[1]))
 
 
+def _seed_in_a_process(hash_seed: str) -> int:
+    code = "from benchmarks.search_replay import seed_of; print(seed_of('bed', 'c', 0.8, 3))"
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return int(run.stdout)
+
+
 def test_seeds_are_stable_across_processes():
-    assert sr.seed_of("bed", "c", 0.8, 3) == sr.seed_of("bed", "c", 0.8, 3) != sr.seed_of("bed", "c", 0.8, 1)
-    assert sr.seed_of("a", 1) == 16721672532901774815  # sha256, not hash(): the same in every process
+    """Two fresh interpreters with different string-hash salts draw the same seed as this one: a seed built on
+    hash() (salted per process) would differ between them, as a same-process comparison could not show."""
+    here = sr.seed_of("bed", "c", 0.8, 3)
+    assert _seed_in_a_process("1") == _seed_in_a_process("2") == here != sr.seed_of("bed", "c", 0.8, 1)
+    assert sr.seed_of("a", 1) == 16721672532901774815  # sha256 of "a|1", its first 8 bytes little-endian
 
 
 def test_the_committed_bed_trials_cover_every_size_and_say_how_they_were_made():
