@@ -174,8 +174,13 @@ def baselines(done: list[Case], folds: dict[str, dict], curves: dict[int, np.nda
     one MFU pooled over every device (fitted on the other sources), and efficiency 1.0 for every row."""
     thr = [_on_curve(c, curves, folds[c.source]["pooled"]) / c.published - 1 for c in done if c.source in folds]
     eff = [1.0 - c.out["published_eff"] for c in done if "published_eff" in c.out and "predicted_eff_loso" in c.out]
+    return {"thr_rows": len(thr), **scored(thr, eff)}
+
+
+def scored(thr: list[float], eff: list[float]) -> dict:
+    """Relative throughput errors `thr` and efficiency errors `eff` against the goals: how many are
+    within each, and the median of each's size (the model's goals and its baselines, one rule)."""
     return {
-        "thr_rows": len(thr),
         "thr_within": sum(abs(e) <= GOAL_THR for e in thr),
         "thr_median_abs": float(np.median(np.abs(thr))) if thr else math.nan,
         "eff_rows": len(eff),
@@ -293,14 +298,7 @@ def summary(done: list[Case]) -> dict:
             for c in held
             if "published_eff" in c.out and f"predicted_eff_{tag}" in c.out
         ]
-        out[tag] = {
-            "rows": len(err),
-            "thr_within": sum(abs(e) <= GOAL_THR for e in err),
-            "thr_median_abs": float(np.median(np.abs(err))) if err else math.nan,
-            "eff_rows": len(eff),
-            "eff_within": sum(abs(e) <= GOAL_EFF for e in eff),
-            "eff_median_abs": float(np.median(np.abs(eff))) if eff else math.nan,
-        }
+        out[tag] = {"rows": len(err), **scored(err, eff)}
     tag = "loso" if out["loso"]["rows"] else "in"
     held = [c for c in done if not math.isnan(c.out[f"predicted_{tag}"])]
     logs = [abs(math.log(c.out[f"predicted_{tag}"] / c.published)) for c in held]
