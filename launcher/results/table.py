@@ -97,6 +97,15 @@ def _record_reason(record: dict[str, Any], outcome: dict[str, Any] | None) -> st
     return "; ".join(reasons) or None
 
 
+def superseded(outcome: dict[str, Any] | None) -> bool:
+    """Whether a record on disk belongs to an attempt Slurm has since requeued: the job is queued
+    or running again (requeued from outside, preempted, a node failed), so its next attempt will
+    write the trial's record. A job still running its only attempt has written no record yet."""
+    if not outcome or outcome.get("executor") != "slurm" or outcome.get("final"):
+        return False
+    return outcome.get("status") in ("pending", "requeued", "running") and bool(outcome.get("requeues"))
+
+
 def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dict[str, Any] | None) -> dict[str, Any]:
     """One table row. The payload's own record decides success; the executor's outcome
     explains a trial that left no record (or a failed one)."""
@@ -105,6 +114,8 @@ def trial_row(trial: dict[str, Any], record: dict[str, Any] | None, outcome: dic
     wall_s = (record or {}).get("wall_s", (outcome or {}).get("wall_s"))  # what the trial held its devices for
     row["device_hours"] = wall_s * world_size / 3600 if wall_s is not None and world_size else None
     row["ranks_per_node"] = -(-world_size // nodes) if world_size and nodes else None
+    if record is not None and superseded(outcome):
+        record = None  # an earlier attempt's: the job runs the trial again, and its record replaces this one
     if record is None:
         status, row["reason"] = _no_record(outcome)
         row["status"] = failure_status(status, row["reason"])  # a rank other than 0 ran out of memory

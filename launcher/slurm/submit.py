@@ -30,6 +30,7 @@ from launcher.trials.folder import (
     FileRead,
     read_document,
     read_outcome,
+    read_record,
     read_submission,
     trial_dir,
     trial_dirs,
@@ -287,13 +288,15 @@ def _outcome(
     st = states.get(sub["key"])
     if st is None:
         why = "; ".join(f"{k}: {v}" for k, v in notes.items()) or "not in sacct or squeue"
+        # squeue answered and no longer lists the job: it left the queue, so a record it wrote is its last word.
+        gone = "squeue" not in notes and not read_record(tdir).missing
         return {
             "executor": "slurm",
             "job": sub["key"],
             "status": "unknown",
-            "final": False,
+            "final": gone,
             "source": "none",
-            "reason": f"job {sub['key']} state unknown ({why})",
+            "reason": f"job {sub['key']} state unknown ({why})" + ("; the trial's record stands" if gone else ""),
         }
     status, reason = status_and_reason(sweep_dir, cfg.cluster.time_limit, tdir, sub, st)
     return {

@@ -290,12 +290,16 @@ def is_done(sweep_dir: Path, trial: Trial) -> bool:
 
     A record that is there but damaged still counts: the payload writes it last, so the trial
     ran to its end, and running it again would replace the evidence (the row says `corrupt`).
-    A damaged outcome.json does not: whether its end was final is unknown."""
+    A damaged outcome.json does not: whether its end was final is unknown. A Slurm trial's record
+    counts only once its job has ended: a job requeued (preempted, a node failed, `scontrol
+    requeue`) runs the trial again, and until its next attempt's rank 0 starts, record.json is the
+    killed attempt's (often `failed`), which that attempt then replaces."""
     tdir = trial_dir(sweep_dir, trial.trial_id)
-    if not read_record(tdir).missing:
-        return True
     outcome = read_outcome(tdir)
-    return outcome.ok and bool((outcome.doc or {}).get("final"))
+    final = outcome.ok and bool((outcome.doc or {}).get("final"))
+    if not read_record(tdir).missing:
+        return final or read_submission(tdir).missing
+    return final
 
 
 def close_skipped(sweep_dir: Path, trial: Trial, reason: str) -> str | None:

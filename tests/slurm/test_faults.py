@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from launcher.config.compose import compose_config
-from launcher.io import read_json
+from launcher.io import atomic_write_json, read_json
 from launcher.run.run import as_sweep, run_trials
 from launcher.run.sweep import create_sweep_dir, execute
 from launcher.slurm.submit import job_requests, submit_jobs, write_scripts
@@ -107,6 +107,12 @@ def test_requeued_run_resumes_from_its_checkpoints_to_the_uninterrupted_paramete
     periodic = checkpoint_step(tdir)
     scontrol(env, "requeue", job)
     start_now(env, job, restarts=2)
+    # The killed attempt's rank 0 leaves a `failed` record when it gets to write one before the kill, and it
+    # stays until attempt 2's rank 0 sets it aside: the tracker must not take it for the trial's end (a
+    # clean-clone run once did, and built the table from it). Left where it is when it is there; otherwise
+    # put where the killed attempt would have, so each run meets that window, not one run in a few.
+    if not (tdir / "record.json").exists():
+        atomic_write_json(tdir / "record.json", {"status": "failed", "reason": "rank 0: Connection closed by peer"})
 
     result = execute(sweep_dir, cfg, trials, progress_bars=False)  # tracks to the end and builds the table
     record = read_json(tdir / "record.json")
