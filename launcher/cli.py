@@ -48,6 +48,8 @@ EXAMPLES = """examples:
   launcher plan --from results/<sweep-id> --gpus 1..64 cluster.usd_per_device_hour=2
   launcher run cluster=devcluster cluster.nodes=2 --dry-run
   launcher run --from results/<sweep-id> run.steps=20000
+  launcher plan --search model=gpt_1_3b cluster=example_gpu_site --gpus 8..64 --output plan.csv
+  launcher run --from plan.json run.steps=20000
   launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as '[a,b]'."""
 
@@ -81,9 +83,9 @@ def _sweep_and_run(add) -> None:
     rp.add_argument(
         "--from",
         dest="from_sweep",
-        metavar="SWEEP_DIR",
-        help="run the size and layout this sweep recommends, with its recipe and overrides (requeued on Slurm); "
-        "overrides given here win",
+        metavar="SWEEP_DIR|PLAN",
+        help="run the size and layout this sweep, or this plan saved by `plan --output` (plan.json), recommends, "
+        "with its recipe and overrides (requeued on Slurm); overrides given here win",
     )
 
 
@@ -98,7 +100,12 @@ def _plan_and_analyze(add) -> None:
         help="presets: share of peak FLOP/s the compute achieves (default: fitted on published runs "
         "for the device and precision, launcher/perf/preset_fit.json)",
     )
-    pl.add_argument("--output", metavar="PATH", help="also write the predicted table to PATH (.csv or .parquet)")
+    pl.add_argument(
+        "--output",
+        metavar="PATH",
+        help="also write the predicted table to PATH (.csv or .parquet), and save the plan beside it (PATH with "
+        ".json) for launcher run --from",
+    )
     pl.add_argument(
         "--search",
         action="store_true",

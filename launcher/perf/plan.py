@@ -1,5 +1,6 @@
 """`launcher plan`: predicted throughput, efficiency, MFU, $ and time per size, running nothing;
-`--output` writes the table (CSV or parquet). The predictions themselves are in plan_table.py.
+`--output` writes the table (CSV or parquet) and saves the plan beside it (saved_plan.py) for `launcher
+run --from`. The predictions themselves are in plan_table.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from launcher.perf.plan_table import (
     joined,
     write_output,
 )
+from launcher.perf.saved_plan import check_saved_path, save_table_plan, saved_line
 from launcher.perf.shapes import planned_device
 from launcher.perf.terms import dominant_lines, fp8_line, layout_lines, moe_line
 from launcher.report.terminal import PLAN_PRIORITY, print_table
@@ -131,6 +133,7 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     if k is not None and k < 1:
         raise ConfigError(f"--verify {k}: give the number of top candidates to run, 1 or more")
     check_output(args.output)
+    check_saved_path(args.output)
     user = sweep_overrides(Path(args.from_sweep), args.overrides) if args.from_sweep else list(args.overrides)
     if args.from_sweep:
         args.recipes = sweep_recipes(Path(args.from_sweep), args.recipes)
@@ -176,7 +179,9 @@ def main(args: argparse.Namespace, *, verify: Verify | None = None) -> int:
     )
     if args.output:
         write_output(result.table, args.output)
+        saved = save_table_plan(args.output, recipes=args.recipes, variants=variants, configs=configs, forecast=result)
         print(f"table written to {args.output}")
+        print(saved_line(saved, result.recommendation))
     return 0 if result.recommendation.world_size is not None else 1
 
 

@@ -1,6 +1,6 @@
 """`launcher plan --search` as the terminal shows it: per size the best candidate in the plan's
 table (judged by sweep.policy), the runners-up with why each loses, the recommendation naming
-size and layout; `--output` writes every candidate."""
+size and layout; `--output` writes every candidate and saves the plan (saved_plan.py) for `run --from`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from launcher.config.schema import LauncherConfig
 from launcher.perf.memory_limit import limit_of
 from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_table import fp8_mfu_ratio, write_output
+from launcher.perf.saved_plan import save_search_plan, saved_line
 from launcher.perf.search import TOP, Search, search
 from launcher.perf.search_table import best_forecast, every_candidate, key_line, runner_lines
 from launcher.perf.terms import dominant_lines, fp8_line, moe_line
@@ -59,7 +60,7 @@ def search_main(
         *[line for line in [moe_line(cfg, searched=True), fp8_line(fp8_mfu_ratio(cfg, args.assume_mfu))] if line],
         memory_line(cfg),
     ]
-    rec = fc.recommendation
+    rec, best = fc.recommendation, None
     if rec.world_size is not None:
         best = next(s for s in found.sizes if s.world_size == rec.world_size).ranked[0].candidate
         footer.append(f"Recommended: {rec.world_size} GPUs with {best.layout}: {' '.join(best.overrides())}")
@@ -74,7 +75,11 @@ def search_main(
     )
     if args.output:
         write_output(every_candidate(found), args.output)
+        saved = save_search_plan(
+            args.output, recipes=args.recipes, overrides=overrides, cfg=cfg, forecast=fc, best=best
+        )
         print(f"every candidate written to {args.output}")
+        print(saved_line(saved, rec))
     if verify is not None and rec.world_size is not None:
         return verify(overrides, args.recipes, found, rec.world_size, args.verify)
     return 0 if rec.world_size is not None else 1

@@ -3,7 +3,7 @@
 A run is a one-trial sweep (same folder layout, record and table) that checkpoints when asked
 to; `--dry-run` prints the sbatch script (Slurm) or each rank's command line (local). After a
 run it prints the run's own figures, from its record, and where its checkpoints and logs are.
-`--from results/<sweep-id>` runs what that sweep recommends (run_from.py).
+`--from results/<sweep-id>` (or a plan saved by `plan --output`, plan.json) runs what it recommends (run_from.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""`launcher run --from results/<sweep-id>`: the long run at the size and layout the sweep recommends.
+"""`launcher run --from results/<sweep-id>` (or `--from plan.json`): the long run at the size and layout
+the sweep (or a saved plan) recommends.
 
 The sweep's table is rebuilt from its folder (nothing in it is written) and judged by the sweep's
 own policy, as `launcher collect` would; the recommended combination's overrides, as the sweep
 stored them, are composed again with the recommended size, `run.requeue=true` where the cluster
 requeues jobs and the trainer can resume, and the user's own overrides last, so theirs win.
+A plan saved by `launcher plan … --output FILE` (perf/saved_plan.py) is run the same way: its
+overrides, then its recommended candidate's (a `plan --search` pick's layout, degrees and batch
+split), then its size.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from pathlib import Path
 
 from launcher.config.cluster_traits import cluster_traits
 from launcher.config.compose import compose_config
+from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.plain import current_spelling
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import traits
 from launcher.perf.plan import sweep_recipes
+from launcher.perf.saved_plan import SavedPlan, is_saved_plan_path, read_saved
 from launcher.results.confidence import UNKNOWN_SWEEP
 from launcher.results.cost import pricing_of
 from launcher.results.policy import Recommendation, policy_of, recommend
@@ -44,9 +50,15 @@ class Choice:
     """What was chosen and why, and each override with where it came from."""
 
 
-def choose(sweep_dir: Path, user: Sequence[str], recipes: str | None) -> Choice:
-    """The run a sweep folder recommends; ConfigError (one line) for a folder that is not a sweep
-    or a sweep that recommends no size."""
+def choose(source: Path, user: Sequence[str], recipes: str | None) -> Choice:
+    """The run a sweep folder, or a saved plan (a file), recommends; ConfigError (one line) for a
+    folder that is not a sweep, a file that is not a saved plan, or either recommending nothing to run."""
+    if is_saved_plan_path(source):
+        return _choose_plan(read_saved(source), user, recipes)
+    return _choose_sweep(source, user, recipes)
+
+
+def _choose_sweep(sweep_dir: Path, user: Sequence[str], recipes: str | None) -> Choice:
     try:
         path, cfg, trials = load_sweep(sweep_dir)
     except ConfigError as exc:
@@ -71,15 +83,63 @@ def choose(sweep_dir: Path, user: Sequence[str], recipes: str | None) -> Choice:
         f"from {path}: the sweep recommends {rec.reason}",
         *([f"  confidence: {rec.confidence}"] if rec.confidence else []),
     ]
-    said = [
-        (sweeps, "the sweep's"),
-        (size, "the recommended size"),
-        (requeue, "requeue and resume on Slurm's warning"),
-        (list(user), "yours, last: they win"),
+    said = [(sweeps, "the sweep's"), (size, "the recommended size"), (requeue, REQUEUE), (list(user), YOURS)]
+    return Choice(overrides=[*sweeps, *size, *requeue, *user], recipes=recipes, lines=lines + _said(said, why_not))
+
+
+REQUEUE = "requeue and resume on Slurm's warning"
+YOURS = "yours, last: they win"
+
+
+def _said(said: Sequence[tuple[Sequence[str], str]], why_not: str) -> list[str]:
+    """Each group of overrides with where it came from, then why a run is not requeued."""
+    return [f"  {shlex.join(over)}   ({why})" for over, why in said if over] + ([f"  {why_not}"] if why_not else [])
+
+
+def _choose_plan(plan: SavedPlan, user: Sequence[str], recipes: str | None) -> Choice:
+    """The run a saved plan recommends: its overrides (less its sweep.* settings but where results go),
+    its candidate's, the candidate's size, requeue where it applies, then the user's."""
+    src = f"--from {str(plan.path)!r}"
+    if not recipes and plan.recipes and not Path(plan.recipes).is_dir():
+        raise ConfigError(
+            f"{src} was planned from the recipe folder {plan.recipes!r}, which is gone; pass --recipes DIR "
+            "with the recipes it used"
+        )
+    recipes = recipes or plan.recipes
+    c = plan.recommended
+    base = [o for o in map(current_spelling, plan.overrides) if _kept(o)]
+    cand = [current_spelling(o) for o in c["overrides"]]
+    cfg = compose_config([*base, *cand], recipes)
+    size = _plan_size(cfg, c["gpus"], user, src)
+    requeue, why_not = _requeue(compose_config([*base, *cand, *size, *user], recipes), user)
+    tokens = c.get("tokens_per_s")
+    figures = f", {tokens:,.0f} tokens/s predicted" if isinstance(tokens, (int, float)) else ""
+    lines = [
+        f"from {plan.path}: the plan recommends {plan.reason} ({plan.saved_by}: predicted, nothing measured)",
+        f"  candidate: {c.get('candidate', c.get('layout', '?'))}{figures}",
     ]
-    lines += [f"  {shlex.join(over)}   ({why})" for over, why in said if over]
-    lines += [f"  {why_not}"] if why_not else []
-    return Choice(overrides=[*sweeps, *size, *requeue, *user], recipes=recipes, lines=lines)
+    said = [
+        (base, "the plan's"),
+        (cand, "the recommended candidate"),
+        (size, "the recommended size"),
+        (requeue, REQUEUE),
+        (list(user), YOURS),
+    ]
+    return Choice(overrides=[*base, *cand, *size, *requeue, *user], recipes=recipes, lines=lines + _said(said, why_not))
+
+
+def _plan_size(cfg: LauncherConfig, gpus: int, user: Sequence[str], src: str) -> list[str]:
+    """`run.world_size=N` where ranks run here, else the nodes holding N GPUs; a size that is not whole
+    nodes is refused unless the user gives the size."""
+    if cluster_traits(cfg.cluster).ranks_here:
+        return [f"run.world_size={gpus}"]
+    rpn = ranks_per_node(cfg.cluster)
+    if gpus % rpn and not any(_key(o) in ("cluster.nodes", "run.world_size") for o in user):
+        raise ConfigError(
+            f"{src}: the plan recommends {gpus} GPUs, not whole nodes of {rpn} ranks (cluster={cfg.cluster.name}); "
+            "give the size: launcher run --from … cluster.nodes=N"
+        )
+    return [f"cluster.nodes={max(1, gpus // rpn)}"]
 
 
 def _recommended_trial(trials: Sequence[Trial], rec: Recommendation, sweep_dir: Path) -> Trial:
@@ -105,8 +165,12 @@ def _combination(sweep_dir: Path, rec: Recommendation) -> list[str]:
             "sweep.json stores (a `plan --verify` sweep keeps its candidates' settings in trial.json only); "
             "run the candidate with the overrides `plan --verify` printed for it"
         )
-    keep = [current_spelling(o) for o in found[0].overrides]
-    return [o for o in keep if not _key(o).startswith("sweep.") or _key(o) in KEPT_SWEEP_KEYS]
+    return [o for o in map(current_spelling, found[0].overrides) if _kept(o)]
+
+
+def _kept(override: str) -> bool:
+    """An override a run keeps: anything but sweep.* settings (KEPT_SWEEP_KEYS aside)."""
+    return not _key(override).startswith("sweep.") or _key(override) in KEPT_SWEEP_KEYS
 
 
 def _key(override: str) -> str:

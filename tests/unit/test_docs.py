@@ -175,6 +175,22 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         ),
         args=("--from", "run.steps", "--dry-run"),
     ),
+    "launcher run --from plan.json run.steps=20000": Ran(
+        tests=("test_run_from_saved_plan.py::test_run_from_a_saved_search_plan_trains_its_best_candidate",),
+        args=("--from", "plan.json", "run.steps"),
+    ),
+    "launcher run --from plan.json": Ran(
+        tests=("test_run_from_saved_plan.py::test_run_from_a_saved_search_plan_trains_its_best_candidate",),
+        args=("--from", "plan.json"),
+    ),
+    "launcher run --from plan.json run.steps=20000 --dry-run": Ran(
+        tests=("test_run_from_plan.py::test_run_from_a_search_plan_runs_its_best_candidate_and_says_what_and_why",),
+        args=("--from", "plan.json", "run.steps", "--dry-run"),
+    ),
+    "launcher plan --search model=gpt_1_3b cluster=example_gpu_site --gpus 8..64 --output plan.csv": Ran(
+        tests=("test_run_from_plan.py::test_a_slurm_search_plan_runs_its_nodes_requeued_in_the_dry_run_script",),
+        args=("--search", "model=gpt_1_3b", "cluster=example_gpu_site", "8..64", "--output", "plan.csv"),
+    ),
     "launcher run run.world_size=2 --dry-run": Ran(
         tests=("test_doc_commands.py::test_a_local_run_dry_run_prints_each_ranks_command_and_creates_nothing",),
         args=("run.world_size=2", "--dry-run"),
