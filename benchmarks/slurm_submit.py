@@ -280,10 +280,13 @@ def report(
         "benchmarks/submitit_sweep.py, submits the same 4 arrays through `map_array` with "
         "`slurm_array_parallelism=4`. Both are 4 sbatch calls, and in process the launcher's render and submit "
         f"take {inproc['total_s']:.2f} s against submitit's {arrays['total_s']:.2f} s: what remains of the launcher's "
-        "time from the shell is its interpreter's imports (`launcher sweep` loads pandas, pyarrow and numpy for the "
-        "table and report it would build, hydra and omegaconf to compose the recipe; the submitit script imports "
-        "submitit alone), composing and checking the config, planning all 256 trials (each checked before any is "
-        "submitted) and writing every trial's folder.",
+        "time from the shell is its interpreter's imports (hydra and omegaconf to compose the recipe, rich for its "
+        "progress; since the table code moved to run/tabulate.py, a `--detach` submission no longer loads pandas, "
+        "pyarrow or numpy, which only the table needs: tests/slurm/test_detach_imports.py; the submitit script "
+        "imports submitit alone), "
+        "composing and checking the config (Hydra's composition and OmegaConf's structured merges, most of what "
+        "is left), planning all 256 trials (each checked before any is submitted) and writing every trial's folder "
+        "(each distinct config's JSON is encoded once and spliced into its trials' trial.json).",
         "",
         "The launcher's time includes what makes resume exact: per job, one fsync'd record before "
         "its sbatch and one after (jobs/<job>.submitted.json, naming the array's trials in task order), each "

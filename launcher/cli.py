@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from launcher import __version__
 from launcher.config import show
+from launcher.config.choices import POLICIES
 from launcher.config.errors import ConfigError
 from launcher.config.field_docs import group_text
-from launcher.results.policy import POLICIES
 from launcher.slurm.commands import SlurmError
 from launcher.slurm.devcluster import cluster
 

@@ -8,15 +8,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from launcher.config.schema import LauncherConfig, PolicyName
+from launcher.config.choices import POLICIES
+from launcher.config.schema import LauncherConfig
 from launcher.results import confidence as conf
 from launcher.results import flags
 from launcher.results.scaling import by_size, variant_key
 from launcher.results.uncertainty import interval_text
 from launcher.trials.ends import UNFINISHED
-
-POLICIES = tuple(p.value for p in PolicyName)
-
 
 @dataclass(kw_only=True, frozen=True)
 class Policy:

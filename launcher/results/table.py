@@ -14,10 +14,6 @@ from launcher.results.scaling import add_scaling, interval_columns
 from launcher.trials.ends import NOT_STARTED, failure_status
 from launcher.trials.folder import TrialFiles, missing_folder, read_folder, read_sweep_spec, trial_dirs
 
-TABLE_SCHEMA_VERSION = 7  # 2: + repeat; 3: + variant, tp, pp, bubbles, collective time; 4: + cost to budget, model inputs;
-# 5: + precision and the peak MFU used (value, source, mismatch note); 6: + each size's bootstrap intervals of
-# tokens/s and efficiency (tokens_per_s_lo/hi, efficiency_lo/hi), flags (straggler rank, oversubscribed cores);
-# 7: + hfu (hardware FLOPs utilisation: MFU with activation checkpointing's recompute counted)
 
 COLUMNS = [
     "trial_id", "variant", "world_size", "nodes", "repeat", "layout", "dp", "tp", "pp", "micro", "accum",

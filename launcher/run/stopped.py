@@ -9,15 +9,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from launcher.config.schema import LauncherConfig
 from launcher.slurm.track import Stalled
 from launcher.trials.ends import UNFINISHED
 from launcher.trials.folder import is_done
 from launcher.trials.spec import Trial
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Terminated(KeyboardInterrupt):

@@ -14,13 +14,12 @@ Any later command (`status`, `collect`, `sweep --resume`) works from the folder 
 from __future__ import annotations
 
 import argparse
-import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 
@@ -36,33 +35,16 @@ from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.config.validate_job import refuse_missing_script
 from launcher.io import atomic_write_json
-from launcher.perf.summary import model_summary
-from launcher.report.markdown import write_report
-from launcher.report.terminal import print_table
-from launcher.results.confidence import UNKNOWN_SWEEP
-from launcher.results.cost import pricing_of
-from launcher.results.policy import Recommendation, policy_of, recommend
-from launcher.results.table import TABLE_SCHEMA_VERSION, build_table, write_table
-from launcher.run.adaptive import run_adaptive
-from launcher.run.adaptive import summary as search_summary
+from launcher.results.schema_version import TABLE_SCHEMA_VERSION
 from launcher.run.executor import executor_for
 from launcher.run.executor.base import Stalled
 from launcher.run.predicted_oom import predict_oom, record_predicted_oom
-from launcher.run.repeats import run_repeats
-from launcher.run.repeats import summary as repeats_summary
 from launcher.run.stopped import detach_stalled, interrupted_line, signal_name, sigterm_stops_as_ctrl_c
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, write_trials
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
 
-
-@dataclass(kw_only=True, frozen=True)
-class SweepResult:
-    sweep_dir: Path
-    """Folder holding everything the sweep wrote."""
-    table: pd.DataFrame
-    """The results table."""
-    recommendation: Recommendation
-    """Recommended size and why."""
+if TYPE_CHECKING:
+    from launcher.run.tabulate import SweepResult
 
 
 def sweep_id(cfg: LauncherConfig, now: float, configs: Sequence[LauncherConfig] = ()) -> str:
@@ -237,42 +219,16 @@ def load_sweep(sweep_dir: str | Path) -> tuple[Path, LauncherConfig, list[Trial]
 
 
 def finish(sweep_dir: Path, cfg: LauncherConfig) -> SweepResult:
-    """Rebuild table and report from the trial folders."""
-    df = build_table(sweep_dir, pricing_of(cfg))
-    write_table(df, sweep_dir)
-    rec = recommend(df, policy_of(cfg), unknown_spread=UNKNOWN_SWEEP)
-    scaling = df["scaling"].iloc[0] if len(df) else "n/a"
-    what = f"Model `{cfg.model.name}`, layout `{cfg.parallel.layout}`"
-    if cfg.job.kind == "command":
-        described = f", its model `{cfg.model.name}`" if cfg.job.model_describes_program else ""
-        what = f"Job `{job_label(cfg.job)}` (`{shlex.join(cfg.job.argv)}`, launch {cfg.job.launch}{described})"
-    summary = (
-        f"{what}, cluster `{cfg.cluster.name}`; "
-        f"micro-batch {cfg.batch.micro}, accumulation {cfg.batch.accum}; {cfg.sweep.steps} steps per trial, "
-        f"first {cfg.sweep.warmup_steps} excluded; scaling: {scaling}, efficiency against the smallest completed size."
-    )
-    notes = [n for n in [search_summary(sweep_dir), repeats_summary(df, cfg)] if n]
-    write_report(
-        df,
-        rec,
-        sweep_id=sweep_dir.name,
-        summary=summary,
-        threshold=cfg.sweep.threshold,
-        sweep_dir=sweep_dir,
-        model=model_summary(sweep_dir, cfg),
-        notes=notes,
-    )
-    return SweepResult(sweep_dir=sweep_dir, table=df, recommendation=rec)
+    """Rebuild table and report from the trial folders (run/tabulate.py)."""
+    from launcher.run import tabulate  # lazy: pandas and the report stack, which a --detach submission never needs
+
+    return tabulate.finish(sweep_dir, cfg)
 
 
 def show(result: SweepResult) -> None:
-    d = result.sweep_dir
-    print_table(
-        result.table,
-        result.recommendation,
-        title=f"sweep {d.name}",
-        footer=f"results: {d}/results.csv, results.parquet, report.md, report.html",
-    )
+    from launcher.run import tabulate  # lazy, as in finish
+
+    tabulate.show(result)
 
 
 def _run_batch(sweep_dir: Path, cfg: LauncherConfig, batch: list[Trial], progress_bars: bool) -> None:
@@ -293,6 +249,9 @@ def execute(
     executor = executor_for(cfg)
 
     def run(batch: list[Trial]) -> None:
+        # lazy: it reads tables (pandas), which a --detach submission skips
+        from launcher.run.repeats import run_repeats
+
         # Every repeat of the batch's sizes, done or not: repeats=auto counts what already ran.
         sizes = {(t.variant, t.world_size) for t in batch}
         mine = [t for t in trials if (t.variant, t.world_size) in sizes]
@@ -301,6 +260,8 @@ def execute(
     try:
         with sigterm_stops_as_ctrl_c():
             if cfg.sweep.search == "adaptive":
+                from launcher.run.adaptive import run_adaptive  # lazy, as run_repeats
+
                 run_adaptive(sweep_dir, cfg, trials, run)
             elif detach and not repeat_plan(cfg.sweep).auto:  # slurm only (the CLI refuses it locally)
                 executor.submit_detached(sweep_dir, pending)

@@ -1,0 +1,44 @@
+"""`launcher sweep --detach` submits and leaves: it builds no table, so it must not pay for pandas,
+pyarrow and matplotlib (a second of a 256-trial submission's start-up, issue 30 item 11;
+benchmarks/slurm_submit.py measures it). Fails if run/sweep.py (or anything on the submission path)
+imports pandas at module level again, as it did before run/tabulate.py held the table code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBE = """
+import json, runpy, sys
+sys.argv = ["launcher", *sys.argv[1:]]
+try:
+    runpy.run_module("launcher", run_name="__main__")
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted(m for m in ("pandas", "pyarrow", "matplotlib", "numpy", "torch") if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def test_a_detached_submission_loads_no_table_stack(devcluster, tmp_path):
+    env = devcluster.env()
+    name = f"detach-imports-{tmp_path.name}"
+    argv = [
+        "sweep",
+        "cluster=devcluster",
+        "sweep.nodes=[1,2]",
+        "sweep.repeats=2",
+        "cluster.sbatch_extra=['--hold']",  # held, then cancelled: nothing runs
+        "cluster.serialize_trials=false",
+        f"sweep.results_dir={tmp_path}",
+        f"sweep.name={name}",
+        "--detach",
+    ]
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True, check=True)
+    finally:
+        subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "heavy": []}, out.stderr[-2000:]
+    assert len(list((tmp_path / name / "jobs").glob("*.sbatch"))) == 2  # it did submit: one array per size
