@@ -7,10 +7,12 @@ parallel.fsdp_sync_each_microstep) runs once as a real launcher trial (launcher.
 one), a few steps, with a model big enough that its tensors are a visible part of a rank's memory beside
 the interpreter and torch: gpt, and for the expert layouts a llama with experts of the same width. The
 record's `peak_memory_bytes` (on CPU the largest rank's peak resident set, `cpu_max_rss`) is compared
-with the estimate of the neediest rank (launcher/perf/memory.py, runtime included). The margin: the worst under-estimate
-(1 − min estimate ÷ measured, 0 when every estimate is above its measurement) plus CUSHION for
-what a CPU trial cannot show (the CUDA caching allocator's fragmentation, NCCL's buffers); the
-MEMORY_MARGIN (launcher/perf/memory.py: `launcher plan` and the sweep's predicted-OOM gate) cites the result.
+with the estimate of the neediest rank (launcher/perf/memory.py, runtime included). Printed beside them:
+the worst under-estimate (1 − min estimate ÷ measured, 0 when every estimate is above its measurement)
+plus CUSHION for what a CPU trial cannot show (the CUDA caching allocator's fragmentation, NCCL's
+buffers). MEMORY_MARGIN (launcher/perf/memory.py) is not set from these CPU trials: it is the memory the
+fullest published GPU run left free (benchmarks/memory_published.py, which also scores the estimate
+against those runs' measured peaks).
 
     python -m benchmarks.memory_accuracy [--steps 4] [--only LAYOUT ...]
 
@@ -183,7 +185,8 @@ def write(cases: list[dict], steps: int, wall_s: float) -> None:
         f"{max(0.0, 1 - min(ratios)):.0%} + cushion {CUSHION:.0%} (CUDA allocator fragmentation and NCCL buffers, "
         f"which a CPU trial does not show) = **{margin:.0%}**; `launcher plan` keeps MEMORY_MARGIN = "
         f"{MEMORY_MARGIN:.0%} of a device free "
-        f"({'≥ the derived margin' if MEMORY_MARGIN >= margin else 'BELOW the derived margin: raise it'}).",
+        f"({'≥' if MEMORY_MARGIN >= margin else 'below'} this CPU figure; it is derived from published GPU peaks "
+        "instead: benchmarks/results/memory_published.md).",
         "",
         "On a GPU (benchmarks/results/gpu_smoke.md, H100, one rank): the estimate less the CUDA context is 1.15× "
         "(ddp) and 1.25× (fsdp) the peak CUDA allocation, above it as on CPU.",

@@ -43,6 +43,7 @@ import numpy as np
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_THR, QUANTILE, Case
 from benchmarks.replay_mapping import Unexpressible, map_row, num, series_key
+from benchmarks.replay_memory import fitted_checkpointing, memory_verdict
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
@@ -92,7 +93,8 @@ def prepare(index: int, row: dict) -> Case:
     case = Case(index=index, row=row)
     try:
         case.mapped = map_row(row)
-        case.cfg = compose_config(case.mapped.overrides, None)
+        case.mapped, case.cfg = fitted_checkpointing(case.mapped, compose_config(case.mapped.overrides, None))
+        case.out["memory"] = memory_verdict(case.mapped, case.cfg)
         case.key = preset_fit.fit_key(case.cfg.cluster.device_name, work_of(case.cfg).dtype)
         case.published, case.published_from = published_figure(row, case.cfg)
         case.inv_grid = np.array([1 / plan_row(case.cfg, case.mapped.gpus, u)["tokens_per_s_per_device"] for u in GRID])

@@ -146,6 +146,15 @@ TORCHTITAN_SELECTIVE = {
     "torchtitan_asynctp_2025": "the table's own words ('per op SAC')",
 }
 """torchtitan's `selective` is per-op (model.activation_checkpointing=op) unless the row says 'selective layer'."""
+CHECKPOINTING_OF_SOURCE = {
+    "nous_deepep_2511": (
+        "full",
+        "NousResearch/torchtitan's DeepEP configs: qwen3_10b_a1b_with_deepep.toml @042e7844 (the fork on the README's "
+        "date, 2025-11-24) and qwen3_30b_a3b_with_deepep.toml @a8560ae3 (the file its quick start names, 2026-01-08) "
+        "set [activation_checkpoint] mode = 'full'",
+    )
+}
+"""Sources whose table does not state activation checkpointing but whose own configuration does."""
 DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
 """Hardware whose name gives a memory the peak table's entry for the part does not (GiB, as
 cluster.device_memory_gb reads it)."""
@@ -203,6 +212,9 @@ class Mapped:
     """The launcher layout the source's layout maps to."""
     assumed: list[str] = field(default_factory=list)
     """What the row does not state and the mapping assumed, one phrase each."""
+    offload: str = ""
+    """What the source kept in CPU memory (its `offload` column: e.g. `optimizer state`), which no launcher
+    setting expresses; '' where nothing was offloaded."""
 
 
 def num(value: Any) -> float | None:
@@ -305,6 +317,9 @@ def _precision_and_checkpointing(row: dict, assumed: list[str]) -> list[str]:
         else:
             ckpt = "op"
             assumed.append(f"selective = torchtitan's per-op policy: {TORCHTITAN_SELECTIVE[row['source']]}")
+    if ckpt == "unknown" and row["source"] in CHECKPOINTING_OF_SOURCE:
+        ckpt, why = CHECKPOINTING_OF_SOURCE[row["source"]]
+        assumed.append(f"activation checkpointing {ckpt}: {why}")
     if ckpt not in ("none", "selective", "op", "full"):
         # A figure counting recompute as work (hfu only) says full recomputation; else Megatron's default.
         ckpt = "full" if num(row.get("hfu")) and not num(row.get("mfu")) else "selective"
@@ -379,7 +394,8 @@ def map_row(row: dict) -> Mapped:
         f"cluster.nics_per_node={nics}",
     ]
     out += _device_memory(row, assumed)
-    return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed)
+    offload = str(row.get("offload") or "").strip()
+    return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed, offload=offload)
 
 
 def _trainer(row: dict, assumed: list[str]) -> list[str]:

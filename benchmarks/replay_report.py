@@ -26,6 +26,7 @@ COLUMNS = (
     "gpus",
     "status",
     "reason",
+    "memory",
     "assumed",
     "published_per_gpu",
     "published_from",
@@ -72,6 +73,7 @@ def line(c: Case) -> dict:
         "published_per_gpu": c.published,
         "published_from": c.published_from,
         "overrides": " ".join(c.mapped.overrides),
+        "memory": o.get("memory", ""),
         "predicted_mfu_loso": o["predicted_mfu_loso"],
     }
     for tag in ("in", "loso"):
@@ -254,6 +256,15 @@ def miss_lines(cases: list[Case]) -> list[str]:
     return out
 
 
+def memory_lines(lines: list[dict]) -> list[str]:
+    """How many replayed rows (every one really ran) the memory estimate lets fit, and each that it does not."""
+    done = [x for x in lines if x["status"] == "replayed"]
+    oom = [x for x in done if str(x.get("memory", "")).startswith("oom")]
+    out = [f"{len(done) - len(oom)} of {len(done)} replayed rows fit by the estimate (benchmarks/replay_memory.py)."]
+    out += [f"- row {x['row']} ({x['source']}, {x['model']}, {x['gpus']} GPUs): {x['memory']}" for x in oom]
+    return out
+
+
 def skipped_lines(lines: list[dict]) -> list[str]:
     out = ["| row | source | model | GPUs | why |", "|---|---|---|---|---|"]
     out += [
@@ -384,6 +395,10 @@ def write_results(
         "## Replayed rows (leave-one-source-out)",
         "",
         *row_lines(lines),
+        "",
+        "## Memory: runs that ran, by the estimate `launcher plan` uses",
+        "",
+        *memory_lines(lines),
         "",
         "## Skipped rows",
         "",

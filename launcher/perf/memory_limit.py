@@ -1,6 +1,7 @@
 """Whether a planned configuration fits its device: the memory estimate (memory.py) against the
-device's memory less a margin measured on real trials. One rule for `launcher plan` (a size
-reads `oom (predicted)`) and `launcher plan --search` (a candidate is dropped). Pure."""
+device's memory less MEMORY_MARGIN (the memory the fullest published run left free; memory.py). One
+rule for `launcher plan` (a size reads `oom (predicted)`) and `launcher plan --search` (a candidate is
+dropped). Pure."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class Limit:
     def describe(self) -> str:
         return (
             f"{self.usable_bytes / GIB:.1f} GiB usable of {self.device_bytes / GIB:.0f} GiB ({self.source}, "
-            f"{MEMORY_MARGIN:.0%} kept free: benchmarks/results/memory_accuracy.md)"
+            f"{MEMORY_MARGIN:.0%} kept free: the fullest published run's share, benchmarks/results/memory_published.md)"
         )
 
 

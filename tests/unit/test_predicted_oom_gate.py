@@ -1,6 +1,6 @@
 """The sweep's predicted-OOM gate (launcher/perf/memory.py predicted_oom, launcher/run/sweep.py): it keeps
-MEMORY_MARGIN (the margin benchmarks/results/memory_accuracy.md derives from measured estimate/peak
-ratios, the one `launcher plan` keeps) free, says each size it skips on the console and in the row's
+MEMORY_MARGIN (the memory the fullest published run left free, benchmarks/results/memory_published.md;
+the one `launcher plan` keeps) free, says each size it skips on the console and in the row's
 reason, and `sweep.force_sizes` runs a skipped size all the same."""
 
 from __future__ import annotations
