@@ -146,7 +146,8 @@ def test_the_search_explains_its_label_words_once_and_only_those_shown(capsys):
     assert (
         "key: mbA×B: B micro-batches of A samples per step (accumulated, or a pipeline's micro-batches); tpN: "
         "tensor-parallel degree; ppN: pipeline stages; cpN: context-parallel degree (each sequence split over N GPUs); "
-        "vN: interleaved virtual stages per GPU; no-ckpt: no activation checkpointing; full: full recompute (each block's forward again in backward); "
+        "vN: interleaved virtual stages per GPU; no-ckpt: no activation checkpointing; full: full recompute (each "
+        "block's forward again in backward); "
         "reshard: FSDP frees gathered parameters after forward and gathers them again in backward; keep: FSDP keeps "
         "them from forward to backward (more memory, one gather fewer); sync-each: gradients reduce-scattered at "
         "every micro-step, not only the last (less memory) memory:"
