@@ -1,6 +1,7 @@
 """What the built-in trainer does not implement of a config: the `trainer` group's settings
 (config/schema_trainer.py) and the recompute policies of other trainers. A sweep refuses them
-(run/sweep.py); the search tries `op` only for a recipe that already describes another trainer."""
+(run/sweep.py); the search tries `op` for every recipe with attention, and for the built-in trainer's says
+which best needs another trainer and verifies only what it runs (perf/candidates.py builtin_runs)."""
 
 from __future__ import annotations
 

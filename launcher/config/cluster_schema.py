@@ -39,9 +39,10 @@ class ClusterConfig:
     """Network interfaces (rails) per node carrying inter-node traffic at `inter_link` each: 8 on
     DGX/HGX-class nodes (one NIC per GPU). null → 1: the node's traffic shares one NIC."""
     nvlink_domain: int | None = None
-    """GPUs sharing one NVLink domain (an NVSwitch fabric), a multiple of the GPUs per node: 72 for GB200
-    NVL72 (18 nodes of 4). For `launcher plan`: a collective whose group fits in one domain runs on
-    `intra_link`, not the inter-node one. null: one node's GPUs."""
+    """GPUs sharing one NVLink domain (an NVSwitch fabric), a multiple of the GPUs per node (refused in one
+    line otherwise): 72 for GB200 NVL72 (18 nodes of 4). For `launcher plan`: a collective whose group fits
+    in one domain runs on `intra_link`, not the inter-node one, and `plan --search` tries tensor parallel
+    over whole nodes up to it (tp 16 over 4 trays). null: one node's GPUs."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.cluster_traits import cluster_traits
+from launcher.config.derived import nvlink_domain
 from launcher.config.errors import ConfigError
 from launcher.config.schema import (
     BatchConfig,
@@ -232,6 +233,7 @@ def _check_cluster(c: ClusterConfig) -> None:
         positive("cluster.device_memory_gb", c.device_memory_gb, 80)
     if c.host_memory_gb is not None:
         positive("cluster.host_memory_gb", c.host_memory_gb, 256)
+    nvlink_domain(c)  # whole nodes: one line naming the value and a multiple that fits
 
 
 def _check_peak(peak: float) -> None:

@@ -4,23 +4,27 @@ overrides (for a later run of the chosen ones). Pure; no torch.
 
 The space, per size N:
 - every layout row; its set degrees from tp ∈ divisors of the GPUs per node (cluster.
-  gpus_per_node, else DEFAULT_GPUS_PER_NODE: tensor parallel stays inside a node) and pp ∈
-  divisors of model.n_layers up to PP_BOUND, both ≥ 2 where the row sets them (degree 1 is
-  another row); a row whose dimension follows the world size takes N (tp: N within a node);
-- virtual stages VIRTUAL_STAGES (and the recipe's) for rows that interleave, v > 1 running
-  interleaved_1f1b;
+  gpus_per_node, else DEFAULT_GPUS_PER_NODE) and whole nodes up to the NVLink domain
+  (cluster.nvlink_domain: tp 8, 12, …, 72 on GB200 NVL72's 72 GPUs in nodes of 4; tensor parallel
+  stays on NVLink, where comm.py prices it) and pp ∈ divisors of model.n_layers up to PP_BOUND,
+  both ≥ 2 where the row sets them (degree 1 is another row); a row whose dimension follows the
+  world size takes N (tp: N within the NVLink domain);
+- virtual stages: every divisor v of the layers per stage (model.n_layers ÷ pp) for rows that
+  interleave, v > 1 running interleaved_1f1b (Megatron's runs use 8 or 12 layers a rank in 2 to 6
+  chunks; the bubble shrinks as 1/v, the stage sends grow as v: step.py prices both);
 - micro-batch size MICRO_BATCHES (and the recipe's). Per data-parallel rank a step holds S
   samples: batch.global_batch ÷ dp when the recipe fixes the global batch, else the recipe's
   batch.micro × batch.accum. A pipeline runs all S / micro-batch of them as its micro-batches
   in one schedule (Megatron's way: the bubble is smallest); without a pipeline they are the
   accumulation steps;
 - context parallel cp ∈ CP_DEGREES dividing model.seq_len where the row sets it (its ranks
-  beside tp inside a node: cp × tp ≤ the GPUs per node); hsdp with the recipe's parallel.shard
+  beside tp inside the NVLink domain: cp × tp ≤ its GPUs); hsdp with the recipe's parallel.shard
   (0: a node's GPUs), only where it makes a replicate × shard mesh (1 < shard < dp: otherwise
   it is fsdp, or a DDP that shards nothing, which their own rows already try);
-- activation checkpointing none / selective / full (selective only where the model has
-  attention), and torchtitan's per-op `op` where the recipe describes a trainer other than the
-  built-in one (config/builtin_support.py: the built-in models have no per-op policy);
+- activation checkpointing none / selective / op / full (selective and torchtitan's per-op `op`
+  only where the model has attention): `op` always, as torchtitan's default; for a recipe of the
+  built-in trainer, which has no per-op policy (config/builtin_support.py), plan_search.py says
+  so beside a recommendation that needs it and verifies only what that trainer runs;
   reshard after forward true / false for fsdp rows.
 Each is checked by the sweep's own rules (trials.spec.make_trial): what a sweep would refuse is
 never a candidate.
@@ -33,12 +37,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from launcher.config.builtin_support import builtin_lacks
-from launcher.config.derived import derives_microbatches, ranks_per_node
+from launcher.config.derived import derives_microbatches, nvlink_domain, ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import LAYOUTS, DataParallel, Degree, LayoutTraits
 from launcher.trials.cp_hsdp import hsdp_shard
-from launcher.trials.layout import virtual_stages
 
 DEFAULT_GPUS_PER_NODE = 8
 """GPUs per node when cluster.gpus_per_node does not say (0): an HGX/DGX-class node."""
@@ -46,8 +49,6 @@ PP_BOUND = 32
 """Largest pipeline degree tried (beyond it the bubble and the sends dominate any model here)."""
 MICRO_BATCHES = (1, 2, 4, 8)
 """Micro-batch sizes tried, beside the recipe's own."""
-VIRTUAL_STAGES = (1, 2, 4)
-"""Stages per pipeline rank tried where the row interleaves, beside the recipe's own."""
 CHECKPOINTING = ("none", "selective", "op", "full")
 EXPERT_DEGREES = (2, 4, 8, 16, 32, 64)
 """parallel.ep values a search tries where the layout splits experts: those dividing dp and n_experts."""
@@ -173,6 +174,22 @@ def gpus_per_node(cfg: LauncherConfig) -> int:
     return ranks_per_node(cfg.cluster) if cfg.cluster.gpus_per_node else DEFAULT_GPUS_PER_NODE
 
 
+def tensor_degrees(cfg: LauncherConfig) -> list[int]:
+    """tp degrees a search tries: the divisors of a node's GPUs, then whole nodes up to the NVLink
+    domain (cluster.nvlink_domain, a multiple of them: checked by config/derived.nvlink_domain). A
+    group of whole nodes inside one domain runs on NVLink (comm.Topology.on_nvlink); a node's GPUs
+    alone never span more."""
+    gpn = gpus_per_node(cfg)
+    domain = nvlink_domain(cfg.cluster) if cfg.cluster.nvlink_domain else gpn
+    return sorted({*_divisors(gpn, gpn), *range(gpn, domain + 1, gpn)})
+
+
+def virtual_choices(n_layers: int, pp: int) -> list[int]:
+    """Stages per pipeline rank tried at `pp`: every divisor of the layers per stage ([1] where pp
+    does not split the layers evenly: a sweep refuses that pipeline anyway)."""
+    return _divisors(n_layers // pp, n_layers) if n_layers % pp == 0 else [1]
+
+
 def _divisors(n: int, bound: int) -> list[int]:
     return [d for d in range(1, min(n, bound) + 1) if n % d == 0]
 
@@ -198,7 +215,7 @@ def degrees(
     recipe: tuple[int, int] = (1, 1),
 ) -> Iterator[tuple[int, int, int, int]]:
     """(dp, tp, pp, cp) of `row` at `n` GPUs, each set degree ≥ 2 from `tps` / `pps` / `cps`; cp × tp
-    stay inside a node (both ≤ max(tps), the GPUs per node), but for the recipe's own (tp, cp), which
+    stay inside the NVLink domain (both ≤ max(tps), its GPUs), but for the recipe's own (tp, cp), which
     is always tried: published long-sequence runs ring cp across nodes (torchtitan's tp 8 × cp 8)."""
     if row.data_parallel == DataParallel.none:
         if row.tp == Degree.world and n in tps:
@@ -250,23 +267,25 @@ def samples_per_rank(cfg: LauncherConfig, dp: int) -> int | None:
 
 
 def checkpointing_choices(cfg: LauncherConfig) -> list[str]:
-    """model.activation_checkpointing values the search tries: none, selective (where the model has
-    attention), op (where it does, for a recipe of another trainer), full."""
-    attention, other_trainer = cfg.model.arch != "mlp", bool(builtin_lacks(cfg))
-    tried = (
-        {"none", "full"} | ({"selective"} if attention else set()) | ({"op"} if attention and other_trainer else set())
-    )
-    return [c for c in CHECKPOINTING if c in tried]
+    """model.activation_checkpointing values the search tries: none, full, and where the model has
+    attention selective and op (the mlp model has no attention core to rerun, and op keeps there
+    what none keeps)."""
+    return [c for c in CHECKPOINTING if cfg.model.arch != "mlp" or c in ("none", "full")]
+
+
+def builtin_runs(cfg: LauncherConfig, cand: Candidate) -> bool:
+    """Whether the trainer `cfg` describes runs `cand`: every candidate for another trainer's recipe;
+    for the built-in trainer's, those asking nothing it lacks (op: config/builtin_support.py)."""
+    return bool(builtin_lacks(cfg)) or not builtin_lacks(cand.config(cfg))
 
 
 def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
     """Every candidate at `n` GPUs, before the sweep's checks and the memory limit (search.py
     applies both); smaller micro-batches first within each layout and degrees."""
     m = cfg.model
-    tps = _divisors(gpus_per_node(cfg), gpus_per_node(cfg))
+    tps = tensor_degrees(cfg)
     pps = sorted({*_divisors(m.n_layers, PP_BOUND), *([cfg.parallel.pp] if cfg.parallel.pp else [])})
     micros = sorted({*MICRO_BATCHES, recipe_micro_batch(cfg)})
-    vs = sorted({*VIRTUAL_STAGES, virtual_stages(cfg.parallel)})
     ckpts = checkpointing_choices(cfg)
     for name, row in LAYOUTS.items():
         if cfg.train.compile and not row.compile:
@@ -278,7 +297,9 @@ def candidates(cfg: LauncherConfig, n: int) -> Iterator[Candidate]:
             if s is None or not distinct_mesh(row, cfg, dp):
                 continue
             for ep, v in (
-                (e, v) for e in expert_degrees(row, m, dp) for v in (vs if row.virtual_stages and pp > 1 else [1])
+                (e, v)
+                for e in expert_degrees(row, m, dp)
+                for v in (virtual_choices(m.n_layers, pp) if row.virtual_stages and pp > 1 else [1])
             ):
                 for ckpt in ckpts:
                     for reshard in reshards:

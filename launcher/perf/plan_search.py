@@ -5,9 +5,13 @@ size and layout; `--output` writes every candidate and saves the plan (saved_pla
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 
+from launcher.config.builtin_support import builtin_lacks
+from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
+from launcher.perf.candidates import builtin_runs
 from launcher.perf.memory_limit import limit_of
 from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_table import fp8_mfu_ratio, write_output
@@ -62,8 +66,7 @@ def search_main(
     ]
     rec, best = fc.recommendation, None
     if rec.world_size is not None:
-        best = next(s for s in found.sizes if s.world_size == rec.world_size).ranked[0].candidate
-        footer.append(f"Recommended: {rec.world_size} GPUs with {best.layout}: {' '.join(best.overrides())}")
+        footer += recommended_lines(cfg, found, rec.world_size)
     print_table(
         fc.table.dropna(axis=1, how="all"),
         rec,
@@ -81,5 +84,43 @@ def search_main(
         print(f"every candidate written to {args.output}")
         print(saved_line(saved, rec))
     if verify is not None and rec.world_size is not None:
-        return verify(overrides, args.recipes, found, rec.world_size, args.verify)
+        runs = runnable(cfg, found)
+        if not next(s for s in runs.sizes if s.world_size == rec.world_size).ranked:
+            raise ConfigError(
+                f"--verify {args.verify}: nothing the built-in trainer runs fits at {rec.world_size} GPUs (the "
+                "search's best there need per-op checkpointing, model.activation_checkpointing=op); run them under "
+                "torchtitan (job=command), or verify at another size (--gpus)"
+            )
+        return verify(overrides, args.recipes, runs, rec.world_size, args.verify)
     return 0 if rec.world_size is not None else 1
+
+
+def recommended_lines(cfg: LauncherConfig, found: Search, n: int) -> list[str]:
+    """`Recommended:` with the best candidate's overrides at `n` GPUs; where the recipe is the built-in
+    trainer's and that best asks what it lacks (per-op checkpointing), one more line says so and names
+    the best it runs."""
+    ranked = next(s for s in found.sizes if s.world_size == n).ranked
+    best = ranked[0].candidate
+    out = [f"Recommended: {n} GPUs with {best.layout}: {' '.join(best.overrides())}"]
+    if not builtin_runs(cfg, best):
+        lacks = ", ".join(builtin_lacks(best.config(cfg)))
+        own = next((s for s in ranked if builtin_runs(cfg, s.candidate)), None)
+        alt = (
+            f"the best it runs at {n} GPUs: {own.candidate.label} "
+            f"({own.tokens_per_s / ranked[0].tokens_per_s - 1:+.0%}): {' '.join(own.candidate.overrides())}"
+            if own
+            else f"nothing it runs fits at {n} GPUs"
+        )
+        out.append(
+            f"  {lacks} is torchtitan's per-op recompute, which the built-in trainer does not implement: run it "
+            f"under torchtitan (job=command); {alt}"
+        )
+    return out
+
+
+def runnable(cfg: LauncherConfig, found: Search) -> Search:
+    """`found` less the candidates the recipe's trainer cannot run, for --verify to run for real."""
+    sizes = [
+        dataclasses.replace(s, ranked=[x for x in s.ranked if builtin_runs(cfg, x.candidate)]) for s in found.sizes
+    ]
+    return dataclasses.replace(found, sizes=sizes)

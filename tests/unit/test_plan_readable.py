@@ -138,14 +138,16 @@ def test_tight_is_the_last_5_percent_of_the_usable_memory_of_a_size_predicted_to
 
 def test_the_search_explains_its_label_words_once_and_only_those_shown(capsys):
     """Fails without search_table.key_line in plan_search's footer (`keep`, `sync-each`, `mb1×512` are
-    unexplained), or if the key explained words no label shows (`op`, `ep`, `v`)."""
+    unexplained), or if the key explained words no label shows (`op`, `ep`). 256 GPUs' #3 interleaves
+    5 stages a rank (`v5`, a divisor of its 10 layers a stage: issue 32 item 5), so `vN` is explained."""
     assert main([*SEARCH_70B, "--gpus", "16,256"]) == 0
     out = _said(capsys)
     assert out.count("key: ") == 1
     assert (
         "key: mbA×B: B micro-batches of A samples per step (accumulated, or a pipeline's micro-batches); tpN: "
         "tensor-parallel degree; ppN: pipeline stages; cpN: context-parallel degree (each sequence split over N GPUs); "
-        "no-ckpt: no activation checkpointing; full: full recompute (each block's forward again in backward); "
+        "vN: interleaved virtual stages per GPU; no-ckpt: no activation checkpointing; full: full recompute (each "
+        "block's forward again in backward); "
         "reshard: FSDP frees gathered parameters after forward and gathers them again in backward; keep: FSDP keeps "
         "them from forward to backward (more memory, one gather fewer); sync-each: gradients reduce-scattered at "
         "every micro-step, not only the last (less memory) memory:"

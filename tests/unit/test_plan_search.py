@@ -17,6 +17,7 @@ from launcher.config.compose import compose_config
 from launcher.perf.candidates import Candidate, candidates
 from launcher.perf.memory import GIB, estimate, rank_memory, room
 from launcher.perf.memory_limit import MEMORY_MARGIN, limit_of
+from launcher.perf.search import search
 from launcher.perf.shapes import shape_for
 from launcher.trials.spec import make_trial
 
@@ -319,3 +320,26 @@ def test_a_candidate_is_frozen_and_its_global_batch_follows_its_split():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.tp = 2  # type: ignore[misc]
     assert not math.isnan(c.global_batch)
+
+
+HAND_WRITTEN = [  # llama3_70b at 64 H100s as one would write it without a search (global batch 1024)
+    "parallel=fsdp batch.micro=1 batch.accum=16 model.activation_checkpointing=full",
+    "parallel=fsdp_tp parallel.tp=8 batch.micro=2 batch.accum=64 model.activation_checkpointing=selective",
+    "parallel=fsdp_tp parallel.tp=8 batch.micro=1 batch.accum=128 model.activation_checkpointing=full",
+    "parallel=fsdp_tp_pp parallel.tp=8 parallel.pp=4 batch.micro=1 model.activation_checkpointing=none "
+    "parallel.reshard_after_forward=false",
+]
+
+
+def test_no_hand_written_configuration_beats_the_searched_best(tmp_path):
+    """An independent check of the search's best (issue 32 item 6: 'best == max' was its own sort):
+    `launcher plan` of configurations written by hand, not taken from the search, predicts none faster
+    than the best, and some of them fit. A search that dropped a layout, ranked slowest first or predicted
+    its candidates otherwise than plan does fails here."""
+    recipe = [a for a in SEARCH[2 : SEARCH.index("--gpus")]]
+    best = search(compose_config(recipe), [64], assume_mfu=None).sizes[0].ranked[0]
+    planned = [_planned(o, 64, tmp_path) for o in HAND_WRITTEN]
+    fit = [r["tokens_per_s"] for r in planned if r["status"] == "predicted"]
+    assert len(fit) >= 2, [r["status"] for r in planned]
+    assert max(fit) <= best.tokens_per_s * (1 + 1e-9)
+    assert min(fit) < best.tokens_per_s
