@@ -9,6 +9,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slurm
+
 PROBE = """
 import json, runpy, sys
 sys.argv = ["launcher", *sys.argv[1:]]
