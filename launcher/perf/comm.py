@@ -19,7 +19,11 @@ with 1 NIC the node's GPUs share it. Times (S bytes, n ranks):
     all-reduce              2(n−1)/n · S / B_eff + messages · hops · α
     all-gather/reduce-scatter (n−1)/n · S / B_eff + messages · (n−1) · α
     ring hops = 2(n−1); NCCL's tree (across nodes, hierarchical: in-node chain, then a binary
-    tree of nodes) hops = 2(⌈log2 N⌉ + g − 1); NCCL takes the better, so hops = min of the two
+    tree of nodes) hops = 2(⌈log2 N⌉ + g − 1) at NCCL_TREE_BW_SHARE of the ring's bandwidth; NCCL
+    picks the algorithm per message by the time its model predicts for each (NCCL_ALGO unset), so an
+    all-reduce takes the faster of the two: the tree for small messages at many nodes, where the
+    ring's 2(n−1) hops dominate, the ring for large ones
+
 
 The tree only where NCCL runs (GPUs); gloo rings on CPU. α is the slowest link's the group uses.
 See `exposed` for what each layout hides behind compute.
@@ -147,13 +151,26 @@ def allreduce_hops(g: Group, topo: Topology) -> float:
     return min(ring, 2.0 * (math.ceil(math.log2(g.nodes)) + g.per_node - 1))
 
 
+NCCL_TREE_BW_SHARE = 0.92
+"""The tree all-reduce's bus bandwidth ÷ the ring's in NCCL's own cost model (src/graph/tuning.cc,
+ncclTopoTuneModel: `if (a == NCCL_ALGO_TREE && coll == ncclFuncAllReduce) busBw = min(busBw * .92, …)`),
+from which NCCL picks the algorithm and protocol of each collective by predicted time (ncclTopoGetAlgoTime:
+latency + bytes / bandwidth); its latency there is 2·((ranks per node − 1)·intra + log2(nodes)·inter)
+against the ring's hops between every pair of neighbours, which is why the tree wins small messages at scale."""
+
+
 def allreduce_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
-    """Seconds of all-reducing `nbytes` over `g` in `messages` collectives (0 for one rank)."""
+    """Seconds of all-reducing `nbytes` over `g` in `messages` collectives (0 for one rank): the ring's
+    time, or NCCL's tree's (its log-depth latency at NCCL_TREE_BW_SHARE of the bandwidth) when faster."""
     if g.size == 1:
         return 0.0
     n = g.size
     bw = 2.0 * (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter)
-    return bw + messages * allreduce_hops(g, topo) * latency(g, intra, inter, topo)
+    alpha = latency(g, intra, inter, topo)
+    ring = bw + messages * 2.0 * (n - 1) * alpha
+    if not topo.tree or topo.on_nvlink(g):
+        return ring
+    return min(ring, bw / NCCL_TREE_BW_SHARE + messages * allreduce_hops(g, topo) * alpha)
 
 
 def gather_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:

@@ -1,0 +1,42 @@
+"""What the model adds where real runs lose efficiency with size (issue 32 item 4), each term on literal
+shapes: NCCL's algorithm chosen per message by its time (the tree's log-depth latency for small
+all-reduces at many nodes, the ring's bandwidth for large ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.perf.comm import NCCL_TREE_BW_SHARE, Group, Topology, allreduce_s
+from launcher.perf.links import Link
+
+NV = Link(bandwidth_gbps=100.0, latency_s=2e-6, name="nv")
+IB = Link(bandwidth_gbps=10.0, latency_s=10e-6, name="ib")
+NCCL = Topology(ranks_per_node=8, nics_per_node=8, tree=True)
+
+
+def test_a_small_all_reduce_at_4096_ranks_is_latency_bound_and_slower_than_at_64():
+    small = 4096.0  # bytes: a clipping norm's worth, or a tiny bucket
+    at_64, at_4096 = Group(size=64, per_node=8), Group(size=4096, per_node=8)  # 8 and 512 nodes
+    t64, t4096 = allreduce_s(small, at_64, NCCL, NV, IB), allreduce_s(small, at_4096, NCCL, NV, IB)
+    assert t4096 > t64
+    # Latency-bound: the bytes' share of the time is under 1%; the tree's 2·(log2 512 + 7) hops are the rest.
+    assert t4096 == pytest.approx(2 * 4095 / 4096 * small / 80e9 / NCCL_TREE_BW_SHARE + 2 * (9 + 7) * 10e-6)
+    assert 2 * 4095 / 4096 * small / 80e9 / t4096 < 0.01
+
+
+def test_tree_beats_ring_for_small_messages_at_many_nodes_and_ring_wins_large_ones():
+    g = Group(size=4096, per_node=8)
+    ring_only = Topology(ranks_per_node=8, nics_per_node=8)  # gloo's rings, or NCCL_ALGO=Ring
+    bw = 2 * 4095 / 4096 / 80e9  # seconds per byte of the ring
+    for nbytes in (0.0, 4096.0, 1 * 2**20):
+        ring = allreduce_s(nbytes, g, ring_only, NV, IB)
+        assert ring == pytest.approx(bw * nbytes + 2 * 4095 * 10e-6)
+        assert allreduce_s(nbytes, g, NCCL, NV, IB) == pytest.approx(bw * nbytes / 0.92 + 32 * 10e-6)
+        assert allreduce_s(nbytes, g, NCCL, NV, IB) < ring
+    # 8 nodes, 1 GiB: the tree's 8% less bandwidth (2.3 ms) costs more than the ring's 106 extra hops
+    # (1.06 ms) save, so the ring it is; 1 MiB: the tree.
+    g64, big = Group(size=64, per_node=8), 2.0**30
+    bw64 = 2 * 63 / 64 / 80e9
+    assert allreduce_s(big, g64, NCCL, NV, IB) == pytest.approx(bw64 * big + 126 * 10e-6)
+    assert bw64 * big / 0.92 + 20 * 10e-6 > bw64 * big + 126 * 10e-6
+    assert allreduce_s(2.0**20, g64, NCCL, NV, IB) == pytest.approx(bw64 * 2.0**20 / 0.92 + 20 * 10e-6)
