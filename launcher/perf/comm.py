@@ -24,7 +24,6 @@ with 1 NIC the node's GPUs share it. Times (S bytes, n ranks):
     all-reduce takes the faster of the two: the tree for small messages at many nodes, where the
     ring's 2(n−1) hops dominate, the ring for large ones
 
-
 The tree only where NCCL runs (GPUs); gloo rings on CPU. α is the slowest link's the group uses.
 See `exposed` for what each layout hides behind compute.
 """
@@ -95,6 +94,28 @@ def group(size: int, stride: int, ranks_per_node: int) -> Group:
 
 
 @dataclass(kw_only=True, frozen=True)
+class Leaf:
+    """The switches above the nodes: a group spanning more nodes than one leaf switch holds crosses the
+    layer above it, where each NIC gets 1/oversubscription of its rate (see `bandwidth`)."""
+
+    nodes: int = 0
+    """Nodes under one leaf switch (cluster.nodes_per_leaf); 0: every node under one non-blocking fabric."""
+    oversubscription: float = 1.0
+    """A leaf's downlink ÷ uplink bandwidth (cluster.oversubscription), ≥ 1; 1: non-blocking."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 0 or not (math.isfinite(self.oversubscription) and self.oversubscription >= 1.0):
+            raise ValueError(
+                f"leaf: nodes must be ≥ 0 and oversubscription ≥ 1, got {self.nodes}, {self.oversubscription}"
+            )
+
+    def crossed_by(self, g: Group, ranks_per_node: int) -> bool:
+        """The group's members lie under more than one leaf: its size × stride consecutive ranks span
+        more nodes than a leaf holds (nodes fill leaves in order, as a job's nodes sit in a block)."""
+        return self.nodes > 0 and -(-g.size * g.stride // ranks_per_node) > self.nodes
+
+
+@dataclass(kw_only=True, frozen=True)
 class Topology:
     """The nodes and how NCCL may use them."""
 
@@ -107,6 +128,8 @@ class Topology:
     nvlink_domain: int = 0
     """Ranks sharing one NVLink domain, a multiple of ranks_per_node (GB200 NVL72: 72, over 18 nodes of 4);
     0: each node is its own domain."""
+    leaf: Leaf = Leaf()
+    """The leaf switches and the oversubscription above them (default: one non-blocking fabric)."""
 
     def __post_init__(self) -> None:
         if self.ranks_per_node < 1 or self.nics_per_node < 1:
@@ -131,10 +154,20 @@ class Topology:
 
 
 def bandwidth(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
-    """B_eff in bytes/s for a ring over `g`."""
+    """B_eff in bytes/s for a ring over `g`; ÷ the oversubscription when the group spans leaf switches.
+
+    Above a leaf with oversubscription r, its nodes' NICs share 1/r of their rate on the uplinks. Every
+    rank runs its group's collective at once, and where the job's nodes sit and how ECMP hashes their
+    flows onto the uplinks is the scheduler's and the fabric's, not the plan's: so a spanning group's
+    inter-node hops are taken to cross at B_inter / r (Llama 3's 24K-GPU RoCE fabric, 1:7 above its
+    3072-GPU pods, keeps data-parallel traffic inside a pod for this reason, arXiv 2407.21783 §3.3.1;
+    NVIDIA's SuperPOD reference builds a non-blocking fat tree, r = 1, for collectives' sake)."""
     if topo.on_nvlink(g):
         return intra.bandwidth_gbps * 1e9
-    return min(intra.bandwidth_gbps, inter.bandwidth_gbps * topo.share(g)) * 1e9
+    inter_gbps = inter.bandwidth_gbps * topo.share(g)
+    if topo.leaf.crossed_by(g, topo.ranks_per_node):
+        inter_gbps /= topo.leaf.oversubscription
+    return min(intra.bandwidth_gbps, inter_gbps) * 1e9
 
 
 def latency(g: Group, intra: Link, inter: Link, topo: Topology | None = None) -> float:

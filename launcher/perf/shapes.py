@@ -24,7 +24,7 @@ from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
-from launcher.perf.comm import Traffic, ddp_buckets
+from launcher.perf.comm import Leaf, Traffic, ddp_buckets
 from launcher.perf.step import Shape
 from launcher.trials.layout import expert_degree, pipeline_bubble, trial_degrees, virtual_stages
 
@@ -185,6 +185,7 @@ def layout_shape(
     nvlink_domain: int = 0,
     cp: int = 1,
     shard: int = 0,
+    leaf: Leaf | None = None,
 ) -> Shape:
     """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × cp × tp
     × pp with dp = batch.dp (hsdp: FSDP inside `shard` of the dp ranks)."""
@@ -210,6 +211,7 @@ def layout_shape(
         nics_per_node=nics_per_node,
         tree=tree,
         nvlink_domain=nvlink_domain,
+        leaf=leaf or Leaf(),
         traffic=traffic(spec, tp=tp, pp=pp, batch=batch, cp=cp),
     )
 
@@ -254,4 +256,5 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         nvlink_domain=nvlink_domain(cfg.cluster),
         cp=degrees.cp,
         shard=degrees.shard if traits(par.layout).replicate != Degree.none else 0,
+        leaf=Leaf(nodes=cfg.cluster.nodes_per_leaf or 0, oversubscription=cfg.cluster.oversubscription),
     )

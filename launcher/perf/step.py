@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launcher.perf.comm import BACKWARD_SHARE, Topology, Traffic, group
+from launcher.perf.comm import BACKWARD_SHARE, Leaf, Topology, Traffic, group
 from launcher.perf.links import Link
 from launcher.perf.overlap import CommTerms, Groups, comm_terms
 
@@ -86,6 +86,8 @@ class Shape:
     """Collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
     nvlink_domain: int = 0
     """Ranks sharing one NVLink domain, a multiple of ranks_per_node; 0: one node's (comm.Topology)."""
+    leaf: Leaf = Leaf()
+    """Leaf switches and their oversubscription (comm.Leaf); default: one non-blocking fabric."""
     traffic: Traffic = Traffic()
     """What one rank communicates per step (see `comm.Traffic`)."""
 
@@ -146,6 +148,7 @@ class Shape:
             nics_per_node=self.nics_per_node,
             tree=self.tree,
             nvlink_domain=self.nvlink_domain,
+            leaf=self.leaf,
         )
 
     def compute_work(self, gamma: float = 1.0) -> float:

@@ -1,13 +1,17 @@
 """What the model adds where real runs lose efficiency with size (issue 32 item 4), each term on literal
 shapes: NCCL's algorithm chosen per message by its time (the tree's log-depth latency for small
-all-reduces at many nodes, the ring's bandwidth for large ones)."""
+all-reduces at many nodes, the ring's bandwidth for large ones), an oversubscribed layer above the leaf
+switches; the cluster fields that set them."""
 
 from __future__ import annotations
 
 import pytest
 
-from launcher.perf.comm import NCCL_TREE_BW_SHARE, Group, Topology, allreduce_s
+from launcher.config.compose import compose_config
+from launcher.config.errors import ConfigError
+from launcher.perf.comm import NCCL_TREE_BW_SHARE, Group, Leaf, Topology, allreduce_s, bandwidth, gather_s
 from launcher.perf.links import Link
+from launcher.perf.shapes import shape_for
 
 NV = Link(bandwidth_gbps=100.0, latency_s=2e-6, name="nv")
 IB = Link(bandwidth_gbps=10.0, latency_s=10e-6, name="ib")
@@ -40,3 +44,42 @@ def test_tree_beats_ring_for_small_messages_at_many_nodes_and_ring_wins_large_on
     assert allreduce_s(big, g64, NCCL, NV, IB) == pytest.approx(bw64 * big + 126 * 10e-6)
     assert bw64 * big / 0.92 + 20 * 10e-6 > bw64 * big + 126 * 10e-6
     assert allreduce_s(2.0**20, g64, NCCL, NV, IB) == pytest.approx(bw64 * 2.0**20 / 0.92 + 20 * 10e-6)
+
+
+def test_two_to_one_oversubscription_doubles_the_cross_leaf_term():
+    leafy = Topology(ranks_per_node=8, nics_per_node=8, leaf=Leaf(nodes=4, oversubscription=2.0))
+    flat = Topology(ranks_per_node=8, nics_per_node=8)
+    inside, across = Group(size=32, per_node=8), Group(size=64, per_node=8)  # 4 nodes (one leaf), 8 nodes
+    assert bandwidth(inside, leafy, NV, IB) == bandwidth(inside, flat, NV, IB) == 80e9
+    assert bandwidth(across, flat, NV, IB) == 80e9
+    assert bandwidth(across, leafy, NV, IB) == 40e9
+    gib = 2.0**30
+    assert gather_s(gib, across, leafy, NV, IB) - 63 * 10e-6 == pytest.approx(2 * (63 / 64 * gib / 80e9))
+    # A dp group one rank per node (tp = 8 beside it) spans 8 nodes' worth of ranks: it crosses too.
+    strided = Group(size=8, per_node=1, stride=8)
+    assert bandwidth(strided, leafy, NV, IB) == bandwidth(strided, flat, NV, IB) / 2
+    # 1:1 (a non-blocking fat tree) changes nothing, however many leaves.
+    assert bandwidth(across, Topology(ranks_per_node=8, nics_per_node=8, leaf=Leaf(nodes=1)), NV, IB) == 80e9
+    with pytest.raises(ValueError, match=r"leaf: nodes must be ≥ 0 and oversubscription ≥ 1, got 4, 0.5"):
+        Leaf(nodes=4, oversubscription=0.5)
+
+
+def test_cluster_fields_reach_the_plan_and_bad_values_are_one_line():
+    gpu = ["cluster=example_gpu_site", "model=gpt_1_3b", "parallel=fsdp", "cluster.nics_per_node=8"]
+    leafy = shape_for(compose_config([*gpu, "cluster.nodes_per_leaf=4", "cluster.oversubscription=2"]), 64)
+    assert leafy.topology.leaf == Leaf(nodes=4, oversubscription=2.0)
+    for override, message in (
+        (
+            "cluster.oversubscription=0.5",
+            "cluster.oversubscription=0.5 must be ≥ 1 (a leaf's downlink ÷ uplink bandwidth); "
+            "set e.g. cluster.oversubscription=2 for 2:1, or 1 for a non-blocking fat tree",
+        ),
+        (
+            "cluster.nodes_per_leaf=0",
+            "cluster.nodes_per_leaf=0 must be ≥ 1 (nodes under one leaf switch); "
+            "set e.g. cluster.nodes_per_leaf=32, or null for one non-blocking fabric",
+        ),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            compose_config([*gpu, override])
+        assert str(raised.value) == message
