@@ -1,4 +1,4 @@
-"""The cluster's network figures `launcher plan` reads: one line each, with the value and a fix."""
+"""The cluster's network and straggler figures `launcher plan` reads: one line each, with the value and a fix."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from launcher.config.errors import ConfigError
 
 
 def check_network(c: ClusterConfig) -> None:
-    """cluster.nodes_per_leaf ≥ 1 (or null), cluster.oversubscription ≥ 1."""
+    """cluster.nodes_per_leaf ≥ 1 (or null), cluster.oversubscription ≥ 1, cluster.step_jitter ≥ 0 (or null)."""
     if c.nodes_per_leaf is not None and c.nodes_per_leaf < 1:
         raise ConfigError(
             f"cluster.nodes_per_leaf={c.nodes_per_leaf} must be ≥ 1 (nodes under one leaf switch); "
@@ -19,4 +19,9 @@ def check_network(c: ClusterConfig) -> None:
         raise ConfigError(
             f"cluster.oversubscription={c.oversubscription} must be ≥ 1 (a leaf's downlink ÷ uplink bandwidth); "
             "set e.g. cluster.oversubscription=2 for 2:1, or 1 for a non-blocking fat tree"
+        )
+    if c.step_jitter is not None and not (math.isfinite(c.step_jitter) and c.step_jitter >= 0.0):
+        raise ConfigError(
+            f"cluster.step_jitter={c.step_jitter} must be ≥ 0 (a rank's mean relative delay per step); "
+            "set e.g. cluster.step_jitter=0.01, or null for the fitted default"
         )

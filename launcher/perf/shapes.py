@@ -26,6 +26,7 @@ from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.comm import Leaf, Traffic, ddp_buckets
 from launcher.perf.step import Shape
+from launcher.perf.stragglers import site_jitter
 from launcher.trials.layout import expert_degree, pipeline_bubble, trial_degrees, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
@@ -186,6 +187,7 @@ def layout_shape(
     cp: int = 1,
     shard: int = 0,
     leaf: Leaf | None = None,
+    jitter: float = 0.0,
 ) -> Shape:
     """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × cp × tp
     × pp with dp = batch.dp (hsdp: FSDP inside `shard` of the dp ranks)."""
@@ -212,6 +214,7 @@ def layout_shape(
         tree=tree,
         nvlink_domain=nvlink_domain,
         leaf=leaf or Leaf(),
+        jitter=jitter,
         traffic=traffic(spec, tp=tp, pp=pp, batch=batch, cp=cp),
     )
 
@@ -257,4 +260,5 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         cp=degrees.cp,
         shard=degrees.shard if traits(par.layout).replicate != Degree.none else 0,
         leaf=Leaf(nodes=cfg.cluster.nodes_per_leaf or 0, oversubscription=cfg.cluster.oversubscription),
+        jitter=site_jitter(cfg.cluster.step_jitter, device),
     )
