@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import sys
 import time
@@ -42,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_THR, QUANTILE, Case
+from benchmarks.replay_jitter import fit_jitter, pairs
 from benchmarks.replay_mapping import Unexpressible, map_row, num, series_key
 from benchmarks.replay_memory import fitted_checkpointing, memory_verdict
 from launcher.config.compose import compose_config
@@ -49,6 +51,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.perf import preset_fit
 from launcher.perf.plan_table import from_presets_forecast, work_of
+from launcher.perf.stragglers import straggle
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -93,6 +96,8 @@ def prepare(index: int, row: dict) -> Case:
     case = Case(index=index, row=row)
     try:
         case.mapped = map_row(row)
+        # Planned without stragglers: the fitted s is applied through the MFU (replay_jitter).
+        case.mapped = dataclasses.replace(case.mapped, overrides=[*case.mapped.overrides, "cluster.step_jitter=0"])
         case.mapped, case.cfg = fitted_checkpointing(case.mapped, compose_config(case.mapped.overrides, None))
         case.out["memory"] = memory_verdict(case.mapped, case.cfg)
         case.key = preset_fit.fit_key(case.cfg.cluster.device_name, work_of(case.cfg).dtype)
@@ -139,31 +144,45 @@ def mfu_of(case: Case, per_key: dict[str, float], pooled: float) -> float:
     return per_key.get(case.key, pooled)
 
 
+def fold_constants(train: list[Case], done: list[Case], curves: dict[int, np.ndarray]) -> dict:
+    """The constants fitted on `train`: the straggler jitter s on its efficiency pairs (at the MFUs fitted
+    without it), then the MFUs with that s; "curves": `train`'s and `done`'s rows at s (at FINE's MFUs)."""
+    per_key0, pooled0 = fit_constants(train, curves)
+    mapped = [c for c in train if c.mapped is not None]  # every replayed row is; a test's stand-in may not be
+    found = pairs(mapped, _series(mapped, same_micro=True), published_unit)
+    s = fit_jitter(found, curves, FINE, lambda c: mfu_of(c, per_key0, pooled0))
+    at_s = curves if s == 0 else {c.index: predicted_log(c, FINE / straggle(c.mapped.gpus, s)) for c in [*train, *done]}
+    per_key, pooled = fit_constants(train, at_s)
+    return {"per_key": per_key, "pooled": pooled, "jitter": s, "curves": at_s}
+
+
 def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, dict[str, dict]]:
     """In-sample constants, and the constants fitted without each source; each row predicted with both."""
-    per_key, pooled = fit_constants(done, curves)
+    fitted = fold_constants(done, done, curves)
+    per_key, pooled = fitted["per_key"], fitted["pooled"]
     folds = {}
     for source in sorted({c.source for c in done}):
         others = [c for c in done if c.source != source]
         if others:  # a corpus of one source has nothing to hold out against
-            k, p = fit_constants(others, curves)
-            folds[source] = {"per_key": k, "pooled": p}
+            folds[source] = fold_constants(others, done, curves)
     for c in done:
         fold = folds.get(c.source)
-        for tag, mfu in (
-            ("in", mfu_of(c, per_key, pooled)),
-            ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan),
+        for tag, mfu, s in (
+            ("in", mfu_of(c, per_key, pooled), fitted["jitter"]),
+            ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan, fold["jitter"] if fold else 0),
         ):
             if math.isnan(mfu):
                 c.out |= {f"{k}_{tag}": math.nan for k in ("mfu_assumed", "predicted", "predicted_mfu")}
                 continue
-            r = plan_row(c.cfg, c.mapped.gpus, mfu)
+            # straggle(N, s) on the compute is the compute at MFU ÷ straggle(N, s) (replay_jitter).
+            r = plan_row(c.cfg, c.mapped.gpus, mfu / straggle(c.mapped.gpus, s))
             c.out |= {
                 f"mfu_assumed_{tag}": mfu,
                 f"predicted_{tag}": r["tokens_per_s_per_device"],
                 f"predicted_mfu_{tag}": r["mfu"],
             }
-    return {"per_key": per_key, "pooled": pooled, "rows_by_key": dict(Counter(c.key for c in done))}, folds
+    constants = {"per_key": per_key, "pooled": pooled, "jitter": fitted["jitter"]}
+    return constants | {"rows_by_key": dict(Counter(c.key for c in done))}, folds
 
 
 def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
@@ -174,7 +193,11 @@ def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
 def baselines(done: list[Case], folds: dict[str, dict], curves: dict[int, np.ndarray]) -> dict:
     """What each goal reads without the model's detail, leave-one-source-out as the goals: throughput from
     one MFU pooled over every device (fitted on the other sources), and efficiency 1.0 for every row."""
-    thr = [_on_curve(c, curves, folds[c.source]["pooled"]) / c.published - 1 for c in done if c.source in folds]
+    thr = [
+        _on_curve(c, folds[c.source].get("curves", curves), folds[c.source]["pooled"]) / c.published - 1
+        for c in done
+        if c.source in folds
+    ]
     eff = [1.0 - c.out["published_eff"] for c in done if "published_eff" in c.out and "predicted_eff_loso" in c.out]
     return {"thr_rows": len(thr), **scored(thr, eff)}
 
@@ -203,9 +226,10 @@ def held_out_coverage(done: list[Case], curves: dict[int, np.ndarray]) -> dict:
             train = [c for c in others if c.source != t]
             if not train:
                 continue
-            per_key, pooled = fit_constants(train, curves)
+            fold = fold_constants(train, [c for c in others if c.source == t], curves)
             for c in (c for c in others if c.source == t):
-                logs.append(abs(math.log(_on_curve(c, curves, mfu_of(c, per_key, pooled)) / c.published)))
+                mfu = mfu_of(c, fold["per_key"], fold["pooled"])
+                logs.append(abs(math.log(_on_curve(c, fold["curves"], mfu) / c.published)))
                 whose.append(t)
         if not logs:
             continue

@@ -157,6 +157,11 @@ def constant_lines(constants: dict, folds: dict) -> list[str]:
         f"| every device | {sum(constants['rows_by_key'].values())} | {constants['pooled']:.3f} | "
         f"{min(pooled):.3f}–{max(pooled):.3f} |"
     )
+    s = [f["jitter"] for f in folds.values()]
+    out.append(
+        f"| straggler jitter s (perf/stragglers.py), on efficiency pairs | — | {constants['jitter']:.4f} | "
+        f"{min(s):.4f}–{max(s):.4f} |"
+    )
     return out
 
 
@@ -337,7 +342,13 @@ def write_results(
     atomic_write_text(out / "published_replay.csv", buf.getvalue())
     atomic_write_json(
         out / "published_replay.json",
-        {"made_by": made_by, "seconds": seconds, "summary": stats, "constants": constants, "folds": folds},
+        {
+            "made_by": made_by,
+            "seconds": seconds,
+            "summary": stats,
+            "constants": constants,
+            "folds": {k: {n: v for n, v in f.items() if n != "curves"} for k, f in folds.items()},
+        },
     )
     if figure:
         draw_figure(out / "published_replay.png", cases)

@@ -43,6 +43,18 @@ class ClusterConfig:
     line otherwise): 72 for GB200 NVL72 (18 nodes of 4). For `launcher plan`: a collective whose group fits
     in one domain runs on `intra_link`, not the inter-node one, and `plan --search` tries tensor parallel
     over whole nodes up to it (tp 16 over 4 trays). null: one node's GPUs."""
+    nodes_per_leaf: int | None = None
+    """Nodes under one leaf switch of the network (a scalable unit: 32 DGX nodes in NVIDIA's SuperPOD
+    reference), for `launcher plan`: a collective whose group spans more nodes than one leaf holds crosses
+    the switches above it, at the inter-node link ÷ `oversubscription`. null: every node under one
+    non-blocking fabric."""
+    oversubscription: float = 1.0
+    """Ratio of a leaf's downlink to its uplink bandwidth (≥ 1): 1 for a non-blocking fat tree; Llama 3's
+    fabric has 7 between its 3072-GPU pods (arXiv 2407.21783 §3.3.1). Used with `nodes_per_leaf`."""
+    step_jitter: float | None = None
+    """Mean relative delay of one rank's compute per step (≥ 0), for `launcher plan`: a synchronous step waits
+    for the slowest rank, which costs 1 + jitter·(H_N − 1) at N ranks (launcher/perf/stragglers.py).
+    null: the published corpus's fitted figure on GPUs (stragglers.STEP_JITTER), 0 on CPU ranks."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0

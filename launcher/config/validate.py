@@ -9,7 +9,6 @@ from pathlib import Path
 
 from launcher.config.checks import at_least, check_sizes, positive, short
 from launcher.config.cluster_traits import cluster_traits
-from launcher.config.derived import nvlink_domain
 from launcher.config.errors import ConfigError
 from launcher.config.schema import (
     BatchConfig,
@@ -25,6 +24,7 @@ from launcher.config.validate_byo import check_byo
 from launcher.config.validate_job import check_job
 from launcher.config.validate_layout import check_byo_layout, check_torch_release, set_degrees
 from launcher.config.validate_moe import check_moe
+from launcher.config.validate_network import check_network
 from launcher.config.validate_precision import check_fp8_model
 from launcher.config.validate_slurm import check_slurm
 from launcher.layouts import layout_names, traits
@@ -52,6 +52,7 @@ def validate(cfg: LauncherConfig) -> LauncherConfig:
     _check_optim(cfg.optim)
     _check_data(cfg.data, cfg.model)
     _check_cluster(cfg.cluster)
+    check_network(cfg.cluster)
     _check_sweep(cfg.sweep, cfg.cluster)
     check_slurm(cfg.cluster, command=cfg.job.kind == "command")
     _check_run(cfg.run, cfg)
@@ -233,7 +234,6 @@ def _check_cluster(c: ClusterConfig) -> None:
         positive("cluster.device_memory_gb", c.device_memory_gb, 80)
     if c.host_memory_gb is not None:
         positive("cluster.host_memory_gb", c.host_memory_gb, 256)
-    nvlink_domain(c)  # whole nodes: one line naming the value and a multiple that fits
 
 
 def _check_peak(peak: float) -> None:

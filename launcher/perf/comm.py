@@ -19,7 +19,10 @@ with 1 NIC the node's GPUs share it. Times (S bytes, n ranks):
     all-reduce              2(n−1)/n · S / B_eff + messages · hops · α
     all-gather/reduce-scatter (n−1)/n · S / B_eff + messages · (n−1) · α
     ring hops = 2(n−1); NCCL's tree (across nodes, hierarchical: in-node chain, then a binary
-    tree of nodes) hops = 2(⌈log2 N⌉ + g − 1); NCCL takes the better, so hops = min of the two
+    tree of nodes) hops = 2(⌈log2 N⌉ + g − 1) at NCCL_TREE_BW_SHARE of the ring's bandwidth; NCCL
+    picks the algorithm per message by the time its model predicts for each (NCCL_ALGO unset), so an
+    all-reduce takes the faster of the two: the tree for small messages at many nodes, where the
+    ring's 2(n−1) hops dominate, the ring for large ones
 
 The tree only where NCCL runs (GPUs); gloo rings on CPU. α is the slowest link's the group uses.
 See `exposed` for what each layout hides behind compute.
@@ -91,6 +94,28 @@ def group(size: int, stride: int, ranks_per_node: int) -> Group:
 
 
 @dataclass(kw_only=True, frozen=True)
+class Leaf:
+    """The switches above the nodes: a group spanning more nodes than one leaf switch holds crosses the
+    layer above it, where each NIC gets 1/oversubscription of its rate (see `bandwidth`)."""
+
+    nodes: int = 0
+    """Nodes under one leaf switch (cluster.nodes_per_leaf); 0: every node under one non-blocking fabric."""
+    oversubscription: float = 1.0
+    """A leaf's downlink ÷ uplink bandwidth (cluster.oversubscription), ≥ 1; 1: non-blocking."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 0 or not (math.isfinite(self.oversubscription) and self.oversubscription >= 1.0):
+            raise ValueError(
+                f"leaf: nodes must be ≥ 0 and oversubscription ≥ 1, got {self.nodes}, {self.oversubscription}"
+            )
+
+    def crossed_by(self, g: Group, ranks_per_node: int) -> bool:
+        """The group's members lie under more than one leaf: its size × stride consecutive ranks span
+        more nodes than a leaf holds (nodes fill leaves in order, as a job's nodes sit in a block)."""
+        return self.nodes > 0 and -(-g.size * g.stride // ranks_per_node) > self.nodes
+
+
+@dataclass(kw_only=True, frozen=True)
 class Topology:
     """The nodes and how NCCL may use them."""
 
@@ -103,6 +128,8 @@ class Topology:
     nvlink_domain: int = 0
     """Ranks sharing one NVLink domain, a multiple of ranks_per_node (GB200 NVL72: 72, over 18 nodes of 4);
     0: each node is its own domain."""
+    leaf: Leaf = Leaf()
+    """The leaf switches and the oversubscription above them (default: one non-blocking fabric)."""
 
     def __post_init__(self) -> None:
         if self.ranks_per_node < 1 or self.nics_per_node < 1:
@@ -127,10 +154,20 @@ class Topology:
 
 
 def bandwidth(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
-    """B_eff in bytes/s for a ring over `g`."""
+    """B_eff in bytes/s for a ring over `g`; ÷ the oversubscription when the group spans leaf switches.
+
+    Above a leaf with oversubscription r, its nodes' NICs share 1/r of their rate on the uplinks. Every
+    rank runs its group's collective at once, and where the job's nodes sit and how ECMP hashes their
+    flows onto the uplinks is the scheduler's and the fabric's, not the plan's: so a spanning group's
+    inter-node hops are taken to cross at B_inter / r (Llama 3's 24K-GPU RoCE fabric, 1:7 above its
+    3072-GPU pods, keeps data-parallel traffic inside a pod for this reason, arXiv 2407.21783 §3.3.1;
+    NVIDIA's SuperPOD reference builds a non-blocking fat tree, r = 1, for collectives' sake)."""
     if topo.on_nvlink(g):
         return intra.bandwidth_gbps * 1e9
-    return min(intra.bandwidth_gbps, inter.bandwidth_gbps * topo.share(g)) * 1e9
+    inter_gbps = inter.bandwidth_gbps * topo.share(g)
+    if topo.leaf.crossed_by(g, topo.ranks_per_node):
+        inter_gbps /= topo.leaf.oversubscription
+    return min(intra.bandwidth_gbps, inter_gbps) * 1e9
 
 
 def latency(g: Group, intra: Link, inter: Link, topo: Topology | None = None) -> float:
@@ -147,13 +184,26 @@ def allreduce_hops(g: Group, topo: Topology) -> float:
     return min(ring, 2.0 * (math.ceil(math.log2(g.nodes)) + g.per_node - 1))
 
 
+NCCL_TREE_BW_SHARE = 0.92
+"""The tree all-reduce's bus bandwidth ÷ the ring's in NCCL's own cost model (src/graph/tuning.cc,
+ncclTopoTuneModel: `if (a == NCCL_ALGO_TREE && coll == ncclFuncAllReduce) busBw = min(busBw * .92, …)`),
+from which NCCL picks the algorithm and protocol of each collective by predicted time (ncclTopoGetAlgoTime:
+latency + bytes / bandwidth); its latency there is 2·((ranks per node − 1)·intra + log2(nodes)·inter)
+against the ring's hops between every pair of neighbours, which is why the tree wins small messages at scale."""
+
+
 def allreduce_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:
-    """Seconds of all-reducing `nbytes` over `g` in `messages` collectives (0 for one rank)."""
+    """Seconds of all-reducing `nbytes` over `g` in `messages` collectives (0 for one rank): the ring's
+    time, or NCCL's tree's (its log-depth latency at NCCL_TREE_BW_SHARE of the bandwidth) when faster."""
     if g.size == 1:
         return 0.0
     n = g.size
     bw = 2.0 * (n - 1) / n * nbytes / bandwidth(g, topo, intra, inter)
-    return bw + messages * allreduce_hops(g, topo) * latency(g, intra, inter, topo)
+    alpha = latency(g, intra, inter, topo)
+    ring = bw + messages * 2.0 * (n - 1) * alpha
+    if not topo.tree or topo.on_nvlink(g):
+        return ring
+    return min(ring, bw / NCCL_TREE_BW_SHARE + messages * allreduce_hops(g, topo) * alpha)
 
 
 def gather_s(nbytes: float, g: Group, topo: Topology, intra: Link, inter: Link, *, messages: int = 1) -> float:

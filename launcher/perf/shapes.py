@@ -24,8 +24,9 @@ from launcher.compute.peaks import resolve_precision
 from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
-from launcher.perf.comm import Traffic, ddp_buckets
+from launcher.perf.comm import Leaf, Traffic, ddp_buckets
 from launcher.perf.step import Shape
+from launcher.perf.stragglers import site_jitter
 from launcher.trials.layout import expert_degree, pipeline_bubble, trial_degrees, virtual_stages
 
 __all__ = ["LayoutSpec", "ddp_buckets", "layout_shape", "planned_device", "rank_numel", "shape_for"]
@@ -185,6 +186,8 @@ def layout_shape(
     nvlink_domain: int = 0,
     cp: int = 1,
     shard: int = 0,
+    leaf: Leaf | None = None,
+    jitter: float = 0.0,
 ) -> Shape:
     """The Shape of `spec` at `world_size` ranks, `ranks_per_node` to a node, split dp × cp × tp
     × pp with dp = batch.dp (hsdp: FSDP inside `shard` of the dp ranks)."""
@@ -210,6 +213,8 @@ def layout_shape(
         nics_per_node=nics_per_node,
         tree=tree,
         nvlink_domain=nvlink_domain,
+        leaf=leaf or Leaf(),
+        jitter=jitter,
         traffic=traffic(spec, tp=tp, pp=pp, batch=batch, cp=cp),
     )
 
@@ -254,4 +259,6 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         nvlink_domain=nvlink_domain(cfg.cluster),
         cp=degrees.cp,
         shard=degrees.shard if traits(par.layout).replicate != Degree.none else 0,
+        leaf=Leaf(nodes=cfg.cluster.nodes_per_leaf or 0, oversubscription=cfg.cluster.oversubscription),
+        jitter=site_jitter(cfg.cluster.step_jitter, device),
     )

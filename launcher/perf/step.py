@@ -7,9 +7,11 @@ One optimizer step of a configuration costs
 with, for per-rank work w = global_batch / world_size (tp and pp split the model, dp splits the
 batch, so every layout leaves each rank global/world samples' worth of work):
 
-    compute_s = c · w · contention^γ           c: seconds per sample on one device, recompute
+    compute_s = c · w · contention^γ · k(N)    c: seconds per sample on one device, recompute
                                                 included (hardware FLOPs: presets divide those by
-                                                the achieved FLOP/s; a fit measures them)
+                                                the achieved FLOP/s; a fit measures them);
+                                                k(N) the wait for the slowest of N ranks
+                                                (`stragglers.straggle`, 1 on one rank)
     bubble_s  = compute_s · b / (1 − b)        b: pipeline bubble fraction
     r         = recompute FLOPs ÷ model FLOPs (activation checkpointing): compute_s · r / (1 + r)
                 of compute_s is recompute, run in backward, so it widens the window DDP's
@@ -35,9 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launcher.perf.comm import BACKWARD_SHARE, Topology, Traffic, group
+from launcher.perf.comm import BACKWARD_SHARE, Leaf, Topology, Traffic, group
 from launcher.perf.links import Link
 from launcher.perf.overlap import CommTerms, Groups, comm_terms
+from launcher.perf.stragglers import straggle
 
 MIN_REL_HALF_WIDTH = 0.03
 """Floor of a fitted model's relative interval half-width: a median step time is itself only
@@ -86,6 +89,10 @@ class Shape:
     """Collectives may take NCCL's tree across nodes (NCCL on GPUs; gloo rings only)."""
     nvlink_domain: int = 0
     """Ranks sharing one NVLink domain, a multiple of ranks_per_node; 0: one node's (comm.Topology)."""
+    leaf: Leaf = Leaf()
+    """Leaf switches and their oversubscription (comm.Leaf); default: one non-blocking fabric."""
+    jitter: float = 0.0
+    """Mean relative delay of a rank's compute per step: the step waits for the slowest (`stragglers`)."""
     traffic: Traffic = Traffic()
     """What one rank communicates per step (see `comm.Traffic`)."""
 
@@ -109,6 +116,8 @@ class Shape:
             raise ValueError(f"shape: contention must be ≥ 1, got {self.contention}")
         if not self.recompute >= 0.0:
             raise ValueError(f"shape: recompute must be ≥ 0, got {self.recompute}")
+        if not (math.isfinite(self.jitter) and self.jitter >= 0.0):
+            raise ValueError(f"shape: jitter must be a finite number ≥ 0, got {self.jitter}")
 
     @property
     def work_per_rank(self) -> float:
@@ -146,11 +155,12 @@ class Shape:
             nics_per_node=self.nics_per_node,
             tree=self.tree,
             nvlink_domain=self.nvlink_domain,
+            leaf=self.leaf,
         )
 
     def compute_work(self, gamma: float = 1.0) -> float:
-        """compute_s ÷ c: w · contention^γ."""
-        return self.work_per_rank * self.contention**gamma
+        """compute_s ÷ c: w · contention^γ · straggle(world_size, jitter)."""
+        return self.work_per_rank * self.contention**gamma * straggle(self.world_size, self.jitter)
 
 
 def comm_at(shape: Shape, intra: Link, inter: Link, compute_s: float) -> CommTerms:

@@ -187,12 +187,13 @@ def test_a_plan_that_cannot_fit_reads_oom_predicted_with_its_estimate(tmp_path, 
 
 def test_a_dominant_term_is_named_with_what_would_reduce_it(capsys):
     # The A100 constant as fitted before issue 24's rows (0.54): the published replay refits it as its corpus grows.
-    # 53%: compute is priced at the executed FLOPs (the causal core halved), so communication's share is larger.
+    # 51%: compute is priced at the executed FLOPs (the causal core halved), so communication's share is larger;
+    # the wait for the slowest of 4096 GPUs (stragglers.straggle) lengthens the compute again.
     argv = ["plan", "model=gpt_1_3b", "parallel=fsdp", "cluster=example_gpu_site", "--gpus", "2048,4096"]
     assert main([*argv, "--assume-mfu", "0.54"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert (
-        "dominant: communication > 50% of the step at 4096 GPUs (up to 53%); to reduce it: data-parallel traffic: "
+        "dominant: communication > 50% of the step at 4096 GPUs (up to 51%); to reduce it: data-parallel traffic: "
         "another layout with a smaller data-parallel group (fsdp_tp, fsdp_tp_pp)"
     ) in printed
 

@@ -389,3 +389,27 @@ def test_the_interval_is_judged_on_sources_it_was_not_built_from():
     assert got == {"rows": 8, "covers": 6, "sources": 4, "weighted_share": 0.75}
     logs = [abs(math.log(c.out["predicted_loso"] / c.published)) for c in cases]
     assert pr.weighted_quantile(logs, [c.source for c in cases], pr.QUANTILE) == pytest.approx(math.log(1.5))
+
+
+def test_the_straggler_jitter_is_fitted_on_efficiency_pairs_through_the_mfu():
+    """A series at 8 and 512 GPUs whose planned (jitter-free) per-GPU rate is flat: its published efficiency
+    0.95 is the straggle ratio at one s of the grid, and fit_jitter finds that s; the row at 512 GPUs
+    planned at s reads its jitter-free curve at MFU ÷ straggle(512, s). Fails without replay_jitter."""
+    from benchmarks.replay_jitter import GRID, fit_jitter, pairs, throughput
+    from benchmarks.replay_mapping import Mapped
+    from launcher.perf.stragglers import straggle
+
+    s = float(GRID[np.argmin(np.abs(GRID - 0.0125))])
+    small, large = 100.0, 100.0 * straggle(8, s) / straggle(512, s)
+    cases = []
+    for i, (gpus, published) in enumerate(((8, small), (512, large))):
+        row = {"source": "a", "model": "m", "gpus": str(gpus), "tokens_per_s_per_gpu": str(published)}
+        c = Case(index=i, row=row, published=published, key="H100/bf16")
+        c.mapped = Mapped(overrides=[], gpus=gpus, layout="fsdp")
+        cases.append(c)
+    curves = {c.index: np.log(100.0 * pr.FINE / 0.5) for c in cases}  # flat: 100/GPU at both sizes at MFU 0.5
+    found = pairs(cases, [cases], pr.published_unit)
+    assert [(c.index, b.index) for c, b, _ in found] == [(1, 0)] and found[0][2] == pytest.approx(large / small)
+    assert fit_jitter(found, curves, pr.FINE, lambda c: 0.5) == s
+    # Within the linear interpolation between FINE's MFUs (0.0025 apart) of a ln curve.
+    assert throughput(cases[1], curves[1], pr.FINE, 0.5, s) == pytest.approx(100.0 / straggle(512, s), rel=1e-5)

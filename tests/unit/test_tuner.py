@@ -14,6 +14,7 @@ from launcher.io import atomic_write_json
 from launcher.perf.comm import Topology, allreduce_s, ddp_buckets, ddp_last_bucket, group
 from launcher.perf.links import LINKS
 from launcher.perf.plan import from_presets_forecast, parse_gpus
+from launcher.perf.stragglers import STEP_JITTER, straggle
 
 
 def test_gpu_ranges():
@@ -27,7 +28,7 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     """mlp recipe on an 8-GPU-per-node A100 site: compute = FLOPs/sample ÷ (peak × MFU); DDP's
     all-reduce of 4-byte gradients (NVLink inside a node, 400 Gb/s IB across) exposed only where it
     does not fit under the last micro-step's backward (2/3 of that micro-step's compute), and never
-    less than the last bucket."""
+    less than the last bucket; the compute waits for the slowest of the n GPUs (stragglers.straggle)."""
     from launcher.compute.flops import flops_per_token, param_counts
 
     cfg = compose_config(
@@ -43,16 +44,18 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     fc = from_presets_forecast(cfg, [8, 16], assume_mfu=0.5)
     total, non_emb = param_counts(cfg.model)
     seq = cfg.model.seq_len
-    compute = flops_per_token(cfg.model, non_emb) * seq * 8 / (3.12e14 * 0.5)  # 8 samples per rank per step
     grad = 4 * total
-    window = 2 / 3 * compute / 2  # accum 2: DDP syncs in the second micro-step's backward only
+
+    def compute(n: int) -> float:  # 8 samples per rank per step, waiting for the slowest of n GPUs
+        return flops_per_token(cfg.model, non_emb) * seq * 8 / (3.12e14 * 0.5) * straggle(n, STEP_JITTER)
 
     def exposed(n: int) -> float:
+        window = 2 / 3 * compute(n) / 2  # accum 2: DDP syncs in the second micro-step's backward only
         g, topo = group(n, 1, 8), Topology(ranks_per_node=8, tree=True)
         full = allreduce_s(grad, g, topo, LINKS["nvlink"], LINKS["ib400"], messages=ddp_buckets(grad))
         return max(allreduce_s(ddp_last_bucket(grad), g, topo, LINKS["nvlink"], LINKS["ib400"]), full - window)
 
-    step8, step16 = compute + exposed(8), compute + exposed(16)
+    step8, step16 = compute(8) + exposed(8), compute(16) + exposed(16)
     t = fc.table.set_index("world_size")
     assert t.loc[8, "tokens_per_s"] == pytest.approx(8 * 8 * seq / step8, rel=1e-9)
     assert t.loc[16, "tokens_per_s"] == pytest.approx(16 * 8 * seq / step16, rel=1e-9)
