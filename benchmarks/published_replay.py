@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_THR, QUANTILE, Case
+from benchmarks.replay_curve import case_parts, fit_curves, shaped_mfu
 from benchmarks.replay_mapping import Unexpressible, map_row, num, series_key
 from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
@@ -96,6 +97,7 @@ def prepare(index: int, row: dict) -> Case:
         case.key = preset_fit.fit_key(case.cfg.cluster.device_name, work_of(case.cfg).dtype)
         case.published, case.published_from = published_figure(row, case.cfg)
         case.inv_grid = np.array([1 / plan_row(case.cfg, case.mapped.gpus, u)["tokens_per_s_per_device"] for u in GRID])
+        case.parts = case_parts(case)
     except (Unexpressible, ConfigError) as exc:
         case.skip, case.inv_grid = str(exc), None
     return case
@@ -124,33 +126,39 @@ source's stack is not its device's: the only B200 rows (a Qwen3 MoE run at 15% o
 every B200 plan's constant, as a LOSO fold would never test."""
 
 
-def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict[str, float], float]:
-    """Per fit key backed by MIN_SOURCES sources, and over every device."""
+def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> dict:
+    """The shape model's matmul curves (replay_curve), and the one-MFU constants (the baseline, and the
+    fallback for a row no curve prices) per fit key backed by MIN_SOURCES sources and over every device."""
     sources: dict[str, set[str]] = {}
     for c in cases:
         sources.setdefault(c.key, set()).add(c.source)
     keys = sorted(k for k, s in sources.items() if len(s) >= MIN_SOURCES)
-    return {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys}, fit_mfu(cases, curves)
+    return {
+        "per_key": {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys},
+        "pooled": fit_mfu(cases, curves),
+        "curves": fit_curves(cases, predicted_log, MIN_SOURCES),
+    }
 
 
-def mfu_of(case: Case, per_key: dict[str, float], pooled: float) -> float:
-    return per_key.get(case.key, pooled)
+def mfu_of(case: Case, fit: dict) -> float:
+    """The MFU the row is planned at: its Parts under the fitted curves, else its key's constant."""
+    shaped = shaped_mfu(case, fit["curves"])
+    return shaped if shaped is not None else fit["per_key"].get(case.key, fit["pooled"])
 
 
 def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, dict[str, dict]]:
     """In-sample constants, and the constants fitted without each source; each row predicted with both."""
-    per_key, pooled = fit_constants(done, curves)
+    fitted = fit_constants(done, curves)
     folds = {}
     for source in sorted({c.source for c in done}):
         others = [c for c in done if c.source != source]
         if others:  # a corpus of one source has nothing to hold out against
-            k, p = fit_constants(others, curves)
-            folds[source] = {"per_key": k, "pooled": p}
+            folds[source] = fit_constants(others, curves)
     for c in done:
         fold = folds.get(c.source)
         for tag, mfu in (
-            ("in", mfu_of(c, per_key, pooled)),
-            ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan),
+            ("in", mfu_of(c, fitted)),
+            ("loso", mfu_of(c, fold) if fold else math.nan),
         ):
             if math.isnan(mfu):
                 c.out |= {f"{k}_{tag}": math.nan for k in ("mfu_assumed", "predicted", "predicted_mfu")}
@@ -161,7 +169,7 @@ def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, 
                 f"predicted_{tag}": r["tokens_per_s_per_device"],
                 f"predicted_mfu_{tag}": r["mfu"],
             }
-    return {"per_key": per_key, "pooled": pooled, "rows_by_key": dict(Counter(c.key for c in done))}, folds
+    return fitted | {"rows_by_key": dict(Counter(c.key for c in done))}, folds
 
 
 def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
@@ -201,9 +209,9 @@ def held_out_coverage(done: list[Case], curves: dict[int, np.ndarray]) -> dict:
             train = [c for c in others if c.source != t]
             if not train:
                 continue
-            per_key, pooled = fit_constants(train, curves)
+            fit = fit_constants(train, curves)
             for c in (c for c in others if c.source == t):
-                logs.append(abs(math.log(_on_curve(c, curves, mfu_of(c, per_key, pooled)) / c.published)))
+                logs.append(abs(float(predicted_log(c, np.array([mfu_of(c, fit)]))[0]) - math.log(c.published)))
                 whose.append(t)
         if not logs:
             continue
@@ -364,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         sources=len({c.source for c in done}),
         made_by=who,
         rows_by_key=constants["rows_by_key"],
+        curves=constants["curves"],
     )
     preset_fit.save(fit, args.fit_out)
     from benchmarks.replay_report import (

@@ -116,26 +116,14 @@ def matmul_tflops(
     device or precision the peak table does not know."""
     if measured:
         return _measured_rate(m, n, k, measured)
-    row = find_device(device)
-    peak = row.flops(dtype) if row is not None else None
-    if peak is None:
-        raise ValueError(f"matmul_tflops: no {dtype} peak for device {device!r} in the peak table")
-    rate = peak * curve.efficiency(m, n, k)
-    if (bw := mem_bw_gbs(device)) is not None:
-        width = 1 if dtype == "fp8" else 4 if dtype in ("tf32", "fp32") else 2
-        intensity = 2.0 * m * n * k / (width * (m * k + k * n + m * n))
-        rate = min(rate, intensity * bw * 1e9)
+    rate = min(_peak(device, dtype) * curve.efficiency(m, n, k), _roofline(device, m, n, k, dtype))
     return rate / 1e12
 
 
 def attention_flops(device: str | None, seq: int, head_dim: int, dtype: str, *, curve: Curve) -> float:
     """FLOP/s of the fused attention kernel (module docstring); ValueError for an unknown device."""
-    row = find_device(device)
-    peak = row.flops(dtype) if row is not None else None
-    if peak is None:
-        raise ValueError(f"attention_flops: no {dtype} peak for device {device!r} in the peak table")
     shape = head_dim / (head_dim + HEAD_DIM_HALF) * seq / (seq + SEQ_HALF)
-    return peak * FLASH_SHARE * curve.e_max * shape
+    return _peak(device, dtype) * FLASH_SHARE * curve.e_max * shape
 
 
 @dataclass(frozen=True)
@@ -151,48 +139,75 @@ class StepTime:
         return self.matmul_s + self.attention_s + self.memory_s
 
 
-def op_seconds(
-    ops: Sequence[Op],
-    device: str | None,
-    dtype: str,
-    *,
-    curve: Curve,
-    fp8_curve: Curve | None = None,
-    extra_bytes: float = 0.0,
-) -> StepTime:
-    """Seconds per token of `ops` on `device` (every FLOP of the model's token, tp's share of the
-    work being 1/tp of it on each of tp ranks at the split shapes' rate). `dtype` fp8 runs the
-    blocks' linear layers at fp8 by `fp8_curve` and the rest at bf16 by `curve`. `extra_bytes`:
-    memory-bound bytes per token beyond the ops' (the optimizer step's share, fp8's casts)."""
+@dataclass(frozen=True)
+class Parts:
+    """A step's ops reduced to what the curves act on, so a fit can price them under many curves."""
+
+    matmuls: tuple[tuple[float, int, float, float, bool], ...]
+    """Per matmul: (FLOPs per token, smallest dimension s, peak FLOP/s at its precision, roofline
+    FLOP/s cap, runs at fp8)."""
+    attention_s: float
+    """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max)."""
+    memory_s: float
+    """Seconds per token of the memory-bound ops, curve-free."""
+
+    def seconds(self, curve: Curve, fp8_curve: Curve | None = None) -> StepTime:
+        mm = 0.0
+        for flops, s, peak, cap, fp8 in self.matmuls:
+            c = fp8_curve if fp8 and fp8_curve is not None else curve
+            mm += flops / min(peak * c.e_max * s / (s + c.s_half), cap)
+        return StepTime(matmul_s=mm, attention_s=self.attention_s / curve.e_max, memory_s=self.memory_s)
+
+
+def _peak(device: str | None, dtype: str) -> float:
+    row = find_device(device)
+    peak = row.flops(dtype) if row is not None else None
+    if peak is None:
+        raise ValueError(f"shape_rate: no {dtype} peak for device {device!r} in the peak table")
+    return peak
+
+
+def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
+    """Arithmetic intensity × bandwidth, FLOP/s (inf for a device of no known bandwidth)."""
+    bw = mem_bw_gbs(device)
+    if bw is None:
+        return math.inf
+    width = 1 if dtype == "fp8" else 4 if dtype in ("tf32", "fp32") else 2
+    return 2.0 * m * n * k / (width * (m * k + k * n + m * n)) * bw * 1e9
+
+
+def op_parts(ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: float = 0.0) -> Parts:
+    """`ops` on `device` as Parts (every FLOP of the model's token, tp's ranks each doing their 1/tp at
+    the split shapes' rate). `dtype` fp8 runs the blocks' linear layers at fp8, the rest at bf16.
+    `extra_bytes`: memory-bound bytes per token beyond the ops' (the optimizer step, fp8's casts)."""
     base = "bf16" if dtype == "fp8" else dtype
     bw = (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
-    mm = att = mem = 0.0
+    matmuls, att, nbytes = [], 0.0, extra_bytes
     for op in ops:
         if op.kind == "matmul":
-            fp8 = dtype == "fp8" and op.fp8
-            tflops = matmul_tflops(device, op.m, op.n, op.k, "fp8" if fp8 else base, curve=fp8_curve if fp8 else curve)
-            mm += op.flops / (tflops * 1e12)
+            d = "fp8" if dtype == "fp8" and op.fp8 else base
+            cap = _roofline(device, op.m, op.n, op.k, d)
+            matmuls.append((op.flops, min(op.m, op.n, op.k), _peak(device, d), cap, d == "fp8"))
         elif op.kind == "attention":
-            att += op.flops * CAUSAL_EXECUTED_SHARE / attention_flops(device, op.n, op.k, base, curve=curve)
+            shape = op.k / (op.k + HEAD_DIM_HALF) * op.n / (op.n + SEQ_HALF)
+            att += op.flops * CAUSAL_EXECUTED_SHARE / (_peak(device, base) * FLASH_SHARE * shape)
         else:
-            mem += op.nbytes / bw
-    return StepTime(matmul_s=mm, attention_s=att, memory_s=mem + extra_bytes / bw)
+            nbytes += op.nbytes
+    return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw)
 
 
-def step_time(
+def step_parts(
     model: ModelConfig,
     *,
     micro_batch: int,
     device: str | None,
     dtype: str,
-    curve: Curve,
-    fp8_curve: Curve | None = None,
     tp: int = 1,
     cp: int = 1,
     optimizer: str = "adamw",
     tokens_per_step: float | None = None,
-) -> StepTime:
-    """Seconds per token of a recipe's step on one device: its ops at one micro-batch's shapes, the
+) -> Parts:
+    """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes, the
     optimizer step spread over `tokens_per_step` (the tokens of one optimizer step over the whole
     job: with the optimizer's state sharded as FSDP does, each rank's share of both is 1/world),
     fp8's casts where `dtype` is fp8."""
@@ -208,4 +223,9 @@ def step_time(
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
         weights = sum(op.flops / 6.0 for op in linear)
         extra += FP8_CAST_BYTES * elements + FP8_WEIGHT_BYTES * weights / tokens
-    return op_seconds(ops, device, dtype, curve=curve, fp8_curve=fp8_curve, extra_bytes=extra)
+    return op_parts(ops, device, dtype, extra_bytes=extra)
+
+
+def step_time(model: ModelConfig, *, curve: Curve, fp8_curve: Curve | None = None, **shape) -> StepTime:
+    """Seconds per token of a recipe's step (step_parts' arguments) under the device's curves."""
+    return step_parts(model, **shape).seconds(curve, fp8_curve)
