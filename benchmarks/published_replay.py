@@ -173,8 +173,9 @@ def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, 
 
 
 def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
-    """Predicted tokens/s per GPU at `mfu` (a FINE value: what fit_mfu returns) from the row's curve."""
-    return math.exp(curves[case.index][int(np.argmin(np.abs(FINE - mfu)))])
+    """Predicted tokens/s per GPU at `mfu` from the row's curve over FINE (interpolated: the shape
+    model's MFUs fall between FINE's values, fit_mfu's on them)."""
+    return math.exp(float(np.interp(mfu, FINE, curves[case.index])))
 
 
 def baselines(done: list[Case], folds: dict[str, dict], curves: dict[int, np.ndarray]) -> dict:
@@ -211,7 +212,7 @@ def held_out_coverage(done: list[Case], curves: dict[int, np.ndarray]) -> dict:
                 continue
             fit = fit_constants(train, curves)
             for c in (c for c in others if c.source == t):
-                logs.append(abs(float(predicted_log(c, np.array([mfu_of(c, fit)]))[0]) - math.log(c.published)))
+                logs.append(abs(math.log(_on_curve(c, curves, mfu_of(c, fit)) / c.published)))
                 whose.append(t)
         if not logs:
             continue

@@ -44,5 +44,5 @@ def shaped_mfu(cfg: LauncherConfig, *, executed_flops: float, peak_flops: float,
         tokens_per_step=tokens_per_optimizer_step(cfg),
     )
     mfu = executed_flops / (peak_flops * t.total_s)
-    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f}, s_half {s_half:.0f} fitted on {said} runs"
+    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f}, s_half {s_half:.0f} fitted on {said}"
     return min(1.0, mfu), why

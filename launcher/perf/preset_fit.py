@@ -76,9 +76,9 @@ class PresetFit:
         key = fit_key(device_name, dtype)
         pooled = f"*/{key.split('/')[1]}"
         if key in self.curves:
-            return self.curves[key], key
+            return self.curves[key], f"{key} runs"
         if pooled in self.curves:
-            return self.curves[pooled], f"every device's {pooled[2:]} ({key} not among the fits)"
+            return self.curves[pooled], f"every device's {pooled[2:]} runs ({key} has no curve of its own)"
         return None
 
 
