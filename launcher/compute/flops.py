@@ -225,7 +225,7 @@ class Op:
 
     name: str
     """What it is ("qkv", "w2", "attention", "norms", "loss")."""
-    kind: str
+    priced: str
     """`matmul` (rate by its shape), `attention` (the fused kernel's rate), `memory` (bandwidth)."""
     m: int = 0
     """matmul: rows (tokens of one micro-batch on one rank); attention: query positions."""
@@ -304,7 +304,15 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> lis
     convention's) on the memory op they run in, so the ops' FLOPs sum to hardware_flops_per_token."""
     d, L, parts = cfg.d_model, cfg.n_layers, model_parts(cfg)
     ops = [
-        Op(name=name, kind="matmul", m=m, n=n, k=k, flops=2.0 * n * k * tp * count * (3 + _reruns(cfg, name)), fp8=True)
+        Op(
+            name=name,
+            priced="matmul",
+            m=m,
+            n=n,
+            k=k,
+            flops=2.0 * n * k * tp * count * (3 + _reruns(cfg, name)),
+            fp8=True,
+        )
         for name, m, n, k, count in block_matmuls(cfg, tokens, tp)
     ]
     matmul_params = sum(n * k * tp * count for _, _, n, k, count in block_matmuls(cfg, tokens, tp))
@@ -313,7 +321,7 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> lis
         runs = 3 + _reruns(cfg, "attention")
         head_dim = d // cfg.n_heads
         seq = cfg.seq_len
-        ops.append(Op(name="attention", kind="attention", m=seq // cp, n=seq, k=head_dim, flops=core * runs))
+        ops.append(Op(name="attention", priced="attention", m=seq // cp, n=seq, k=head_dim, flops=core * runs))
     # Norm weights and biases: what N counts beyond the matmuls' weights (exact for a dense model;
     # a MoE model's mean block in model_parts carries its rounding).
     small = parts.block * L - inactive_params(cfg) - matmul_params
@@ -322,8 +330,8 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> lis
         rerun_small = 2.0 * (small - L * (d if cfg.arch != "llama" else 0))  # not the output projection's bias
     full = 1.0 + 0.4 * (cfg.activation_checkpointing == "full")  # a rerun forward moves ~2 of its 5 passes' bytes
     elementwise = L * _elementwise_bytes(cfg) * full
-    ops.append(Op(name="elementwise", kind="memory", flops=6.0 * small + rerun_small, nbytes=elementwise))
-    ops.append(Op(name="head", kind="matmul", m=tokens, n=cfg.vocab_size // tp, k=d, flops=6.0 * parts.head))
+    ops.append(Op(name="elementwise", priced="memory", flops=6.0 * small + rerun_small, nbytes=elementwise))
+    ops.append(Op(name="head", priced="matmul", m=tokens, n=cfg.vocab_size // tp, k=d, flops=6.0 * parts.head))
     loss = LOSS_BYTES_PER_LOGIT * cfg.vocab_size + ACT_BYTES * 5 * d
-    ops.append(Op(name="loss", kind="memory", flops=6.0 * parts.final_norm, nbytes=loss))
+    ops.append(Op(name="loss", priced="memory", flops=6.0 * parts.final_norm, nbytes=loss))
     return ops

@@ -184,11 +184,11 @@ def op_parts(ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: 
     bw = (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
     matmuls, att, nbytes = [], 0.0, extra_bytes
     for op in ops:
-        if op.kind == "matmul":
+        if op.priced == "matmul":
             d = "fp8" if dtype == "fp8" and op.fp8 else base
             cap = _roofline(device, op.m, op.n, op.k, d)
             matmuls.append((op.flops, min(op.m, op.n, op.k), _peak(device, d), cap, d == "fp8"))
-        elif op.kind == "attention":
+        elif op.priced == "attention":
             shape = op.k / (op.k + HEAD_DIM_HALF) * op.n / (op.n + SEQ_HALF)
             att += op.flops * CAUSAL_EXECUTED_SHARE / (_peak(device, base) * FLASH_SHARE * shape)
         else:
@@ -217,7 +217,7 @@ def step_parts(
     if tokens_per_step:
         extra += OPTIMIZER_BYTES.get(optimizer, 28) * param_counts(model)[0] / tokens_per_step
     if dtype == "fp8":
-        linear = [op for op in ops if op.kind == "matmul" and op.fp8]
+        linear = [op for op in ops if op.priced == "matmul" and op.fp8]
         # Per token of the whole model's work (tp's ranks each cast their split): inputs and output
         # gradients once per forward-and-backward, each weight once per micro-step of `tokens`.
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0

@@ -41,7 +41,7 @@ def test_the_op_list_of_a_small_gpt_split_by_tensor_parallel():
     m = compose_config(["model=tiny_gpt"], None).model
     d, f, v = m.d_model, flops.ffn_width(m), m.vocab_size
     ops = {op.name: op for op in flops.model_ops(m, tokens=512, tp=2)}
-    assert [(o.name, o.kind) for o in ops.values()] == [
+    assert [(o.name, o.priced) for o in ops.values()] == [
         ("qkv", "matmul"),
         ("proj", "matmul"),
         ("fc1", "matmul"),
