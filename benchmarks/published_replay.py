@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_THR, QUANTILE, Case
+from benchmarks.replay_curve import case_parts, fit_curves, shaped_mfu
 from benchmarks.replay_jitter import fit_jitter, pairs
 from benchmarks.replay_mapping import Unexpressible, map_row, num, series_key
 from benchmarks.replay_memory import fitted_checkpointing, memory_verdict
@@ -103,6 +104,7 @@ def prepare(index: int, row: dict) -> Case:
         case.key = preset_fit.fit_key(case.cfg.cluster.device_name, work_of(case.cfg).dtype)
         case.published, case.published_from = published_figure(row, case.cfg)
         case.inv_grid = np.array([1 / plan_row(case.cfg, case.mapped.gpus, u)["tokens_per_s_per_device"] for u in GRID])
+        case.parts = case_parts(case)
     except (Unexpressible, ConfigError) as exc:
         case.skip, case.inv_grid = str(exc), None
     return case
@@ -131,35 +133,41 @@ source's stack is not its device's: the only B200 rows (a Qwen3 MoE run at 15% o
 every B200 plan's constant, as a LOSO fold would never test."""
 
 
-def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict[str, float], float]:
-    """Per fit key backed by MIN_SOURCES sources, and over every device."""
+def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> dict:
+    """The shape model's matmul curves (replay_curve), and the one-MFU constants (the baseline, and the
+    fallback for a row no curve prices) per fit key backed by MIN_SOURCES sources and over every device."""
     sources: dict[str, set[str]] = {}
     for c in cases:
         sources.setdefault(c.key, set()).add(c.source)
     keys = sorted(k for k, s in sources.items() if len(s) >= MIN_SOURCES)
-    return {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys}, fit_mfu(cases, curves)
+    return {
+        "per_key": {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys},
+        "pooled": fit_mfu(cases, curves),
+        "curves": fit_curves(cases, predicted_log, MIN_SOURCES),
+    }
 
 
-def mfu_of(case: Case, per_key: dict[str, float], pooled: float) -> float:
-    return per_key.get(case.key, pooled)
+def mfu_of(case: Case, fit: dict) -> float:
+    """The MFU the row is planned at: its Parts under the fitted curves, else its key's constant."""
+    shaped = shaped_mfu(case, fit["curves"])
+    return shaped if shaped is not None else fit["per_key"].get(case.key, fit["pooled"])
 
 
 def fold_constants(train: list[Case], done: list[Case], curves: dict[int, np.ndarray]) -> dict:
-    """The constants fitted on `train`: the straggler jitter s on its efficiency pairs (at the MFUs fitted
-    without it), then the MFUs with that s; "curves": `train`'s and `done`'s rows at s (at FINE's MFUs)."""
-    per_key0, pooled0 = fit_constants(train, curves)
+    """The constants fitted on `train` (fit_constants: MFUs and matmul curves): the straggler jitter s on its
+    efficiency pairs (at the constants fitted without it), then the constants with that s; "grid": `train`'s and
+    `done`'s throughput curves at s (predicted_log over GRID's MFUs)."""
+    first = fit_constants(train, curves)
     mapped = [c for c in train if c.mapped is not None]  # every replayed row is; a test's stand-in may not be
     found = pairs(mapped, _series(mapped, same_micro=True), published_unit)
-    s = fit_jitter(found, curves, FINE, lambda c: mfu_of(c, per_key0, pooled0))
+    s = fit_jitter(found, curves, FINE, lambda c: mfu_of(c, first))
     at_s = curves if s == 0 else {c.index: predicted_log(c, FINE / straggle(c.mapped.gpus, s)) for c in [*train, *done]}
-    per_key, pooled = fit_constants(train, at_s)
-    return {"per_key": per_key, "pooled": pooled, "jitter": s, "curves": at_s}
+    return fit_constants(train, at_s) | {"jitter": s, "grid": at_s}
 
 
 def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, dict[str, dict]]:
     """In-sample constants, and the constants fitted without each source; each row predicted with both."""
     fitted = fold_constants(done, done, curves)
-    per_key, pooled = fitted["per_key"], fitted["pooled"]
     folds = {}
     for source in sorted({c.source for c in done}):
         others = [c for c in done if c.source != source]
@@ -168,8 +176,8 @@ def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, 
     for c in done:
         fold = folds.get(c.source)
         for tag, mfu, s in (
-            ("in", mfu_of(c, per_key, pooled), fitted["jitter"]),
-            ("loso", mfu_of(c, fold["per_key"], fold["pooled"]) if fold else math.nan, fold["jitter"] if fold else 0),
+            ("in", mfu_of(c, fitted), fitted["jitter"]),
+            ("loso", mfu_of(c, fold) if fold else math.nan, fold["jitter"] if fold else 0),
         ):
             if math.isnan(mfu):
                 c.out |= {f"{k}_{tag}": math.nan for k in ("mfu_assumed", "predicted", "predicted_mfu")}
@@ -181,20 +189,21 @@ def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, 
                 f"predicted_{tag}": r["tokens_per_s_per_device"],
                 f"predicted_mfu_{tag}": r["mfu"],
             }
-    constants = {"per_key": per_key, "pooled": pooled, "jitter": fitted["jitter"]}
+    constants = {k: v for k, v in fitted.items() if k != "grid"}
     return constants | {"rows_by_key": dict(Counter(c.key for c in done))}, folds
 
 
 def _on_curve(case: Case, curves: dict[int, np.ndarray], mfu: float) -> float:
-    """Predicted tokens/s per GPU at `mfu` (a FINE value: what fit_mfu returns) from the row's curve."""
-    return math.exp(curves[case.index][int(np.argmin(np.abs(FINE - mfu)))])
+    """Predicted tokens/s per GPU at `mfu` from the row's curve over FINE (interpolated: the shape
+    model's MFUs fall between FINE's values, fit_mfu's on them)."""
+    return math.exp(float(np.interp(mfu, FINE, curves[case.index])))
 
 
 def baselines(done: list[Case], folds: dict[str, dict], curves: dict[int, np.ndarray]) -> dict:
     """What each goal reads without the model's detail, leave-one-source-out as the goals: throughput from
     one MFU pooled over every device (fitted on the other sources), and efficiency 1.0 for every row."""
     thr = [
-        _on_curve(c, folds[c.source].get("curves", curves), folds[c.source]["pooled"]) / c.published - 1
+        _on_curve(c, folds[c.source].get("grid", curves), folds[c.source]["pooled"]) / c.published - 1
         for c in done
         if c.source in folds
     ]
@@ -228,8 +237,7 @@ def held_out_coverage(done: list[Case], curves: dict[int, np.ndarray]) -> dict:
                 continue
             fold = fold_constants(train, [c for c in others if c.source == t], curves)
             for c in (c for c in others if c.source == t):
-                mfu = mfu_of(c, fold["per_key"], fold["pooled"])
-                logs.append(abs(math.log(_on_curve(c, fold["curves"], mfu) / c.published)))
+                logs.append(abs(math.log(_on_curve(c, fold["grid"], mfu_of(c, fold)) / c.published)))
                 whose.append(t)
         if not logs:
             continue
@@ -390,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         sources=len({c.source for c in done}),
         made_by=who,
         rows_by_key=constants["rows_by_key"],
+        curves=constants["curves"],
     )
     preset_fit.save(fit, args.fit_out)
     from benchmarks.replay_report import (

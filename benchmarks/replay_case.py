@@ -41,6 +41,9 @@ class Case:
     """Which published column that came from."""
     inv_grid: np.ndarray | None = None
     """1 / predicted per-GPU throughput at each MFU of published_replay.GRID."""
+    parts: tuple | None = None
+    """(compute/shape_rate.Parts of its step, executed FLOPs ÷ peak): what the shape model prices; None
+    where it does not apply (replay_curve.case_parts)."""
     out: dict = field(default_factory=dict)
     """Figures reported for the row."""
 

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from benchmarks.replay_case import GOAL_EFF, GOAL_EFF_SHARE, GOAL_THR, GOAL_THR_SHARE, QUANTILE, Case
+from benchmarks.replay_curve import curve_lines
 from benchmarks.replay_features import feature_lines
 from benchmarks.replay_mapping import CP_OF_DP, DEFAULT_NETWORK, HSDP, INTERCONNECTS, LAYOUTS, ONE_EXPERIMENT, WITH_CP
 from launcher.io import atomic_write_json, atomic_write_text
@@ -380,6 +381,7 @@ def write_results(
         "## Fitted constant: the share of peak the compute achieves (`--assume-mfu` default)",
         "",
         *constant_lines(constants, folds),
+        *curve_lines(constants, folds),
         "",
         "## Per source",
         "",

@@ -114,3 +114,19 @@ def repeated_sweep(tmp_path_factory) -> tuple[Path, str]:
             == 0
         )
     return out / "rep", printed.getvalue()
+
+
+@pytest.fixture
+def one_mfu_presets(monkeypatch):
+    """Presets with the fit file's one MFU per device, its matmul curves left out: for tests that pin
+    the one-MFU plan's figures and phrases (the shape model's plan is tests/unit/test_shape_rate.py's),
+    so they read the same before and after published_replay writes curves into preset_fit.json."""
+    import dataclasses  # noqa: PLC0415 - only this fixture needs it
+
+    from launcher.perf import preset_fit  # noqa: PLC0415 - as the plan's own import, lazily
+
+    real = preset_fit.load
+    fit = dataclasses.replace(real(), curves={})
+    monkeypatch.setattr(
+        preset_fit, "load", lambda path=preset_fit.PACKAGED: fit if path == preset_fit.PACKAGED else real(path)
+    )

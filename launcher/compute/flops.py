@@ -217,3 +217,121 @@ def executed_flops_per_token(cfg: ModelConfig, non_embedding_params: int | None 
     core = attention_forward_flops_per_token(cfg)
     skipped = attention_core_runs(cfg) * core * (1.0 - CAUSAL_EXECUTED_SHARE)
     return hardware_flops_per_token(cfg, non_embedding_params) - skipped
+
+
+@dataclass(kw_only=True, frozen=True)
+class Op:
+    """One operation of a training step, as compute/shape_rate.py prices it."""
+
+    name: str
+    """What it is ("qkv", "w2", "attention", "norms", "loss")."""
+    priced: str
+    """`matmul` (rate by its shape), `attention` (the fused kernel's rate), `memory` (bandwidth)."""
+    m: int = 0
+    """matmul: rows (tokens of one micro-batch on one rank); attention: query positions."""
+    n: int = 0
+    """matmul: output features on one rank (tp splits them, or `k`); attention: key positions."""
+    k: int = 0
+    """matmul: the inner dimension; attention: the head dimension."""
+    flops: float = 0.0
+    """Counted FLOPs per token of the whole model (not split by tp), every run (forward, backward's
+    two, recompute): the ops' sum is hardware_flops_per_token."""
+    nbytes: float = 0.0
+    """memory: bytes moved per token of the whole model's work, every run (tp's ranks each move
+    their share: sequence parallelism splits the norms' and activations' tokens as tp splits matmuls)."""
+    fp8: bool = False
+    """A block's linear layer: precision=fp8 runs it at the fp8 rate (compute/fp8.py)."""
+
+
+ACT_BYTES = 2
+"""Bytes of one activation element (bf16 autocast; fp32 runs move twice: ignored, priced at bf16)."""
+LOSS_BYTES_PER_LOGIT = 16
+"""Cross-entropy over the logits, forward and backward: bf16 logits read, fp32 log-softmax written
+and read, the bf16 gradient written (autocast upcasts the loss to fp32)."""
+
+
+def _reruns(cfg: ModelConfig, name: str) -> int:
+    """Forward runs activation checkpointing adds to op `name` (recompute_flops_per_token's rule)."""
+    mode = cfg.activation_checkpointing
+    if mode == "full":
+        return 0 if name in ("w2", "fc2", "expert_w2", "shared_w2") else 1
+    if mode == "selective":
+        return 1 if name == "attention" else 0
+    if mode == "op":
+        return 1 if name in ("wk", "wo", "w3", "proj", "expert_w3", "shared_w3") else 0
+    return 0
+
+
+def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int, int, int, int]]:
+    """(name, m, n, k, how many per model) of the blocks' matmuls on one rank: tp splits each
+    layer's output features or its inner dimension, an expert sees the tokens routed to it."""
+    d, f, L = cfg.d_model, ffn_width(cfg), cfg.n_layers
+    if cfg.arch == "mlp":
+        return [("fc1", tokens, f // tp, d, L), ("fc2", tokens, d, f // tp, L)]
+    if cfg.arch == "gpt":
+        qkv, proj = ("qkv", tokens, 3 * d // tp, d, L), ("proj", tokens, d, d // tp, L)
+        return [qkv, proj, ("fc1", tokens, f // tp, d, L), ("fc2", tokens, d, f // tp, L)]
+    kv, moe = kv_heads(cfg) * (d // cfg.n_heads), moe_layers(cfg)
+    out = [(w, tokens, width // tp, d, L) for w, width in (("wq", d), ("wk", kv), ("wv", kv))]
+    out += [("wo", tokens, d, d // tp, L)]
+    out += [(w, tokens, f // tp, d, L - moe) for w in ("w1", "w3")] + [("w2", tokens, d, f // tp, L - moe)]
+    if moe:
+        h, routed = expert_width(cfg), max(1, tokens * cfg.experts_per_token // cfg.n_experts)
+        out += [("router", tokens, cfg.n_experts, d, moe)]
+        for group, m, count in (("expert", routed, cfg.experts_per_token), ("shared", tokens, cfg.shared_experts)):
+            out += [(f"{group}_{w}", m, h // tp, d, moe * count) for w in ("w1", "w3") if count]
+            out += [(f"{group}_w2", m, d, h // tp, moe * count)] if count else []
+    return out
+
+
+def _elementwise_bytes(cfg: ModelConfig) -> float:
+    """Activation bytes one block moves per token outside its matmuls and attention kernel, forward
+    and backward (≈ 2 passes back for each forward one): two norms and two residual adds (5 and 5
+    elements of d each), the activation (gelu: 5 of f; SwiGLU: 8 of f), the heads' reshapes (8 of d),
+    rope on q and k (llama: 4 of d + kv)."""
+    d, f = cfg.d_model, active_ffn_width(cfg)
+    if cfg.arch == "mlp":
+        return ACT_BYTES * (10 * d + 5 * f)
+    if cfg.arch == "gpt":
+        return ACT_BYTES * (28 * d + 5 * f)
+    return ACT_BYTES * (32 * d + 4 * kv_heads(cfg) * (d // cfg.n_heads) + 8 * f)
+
+
+def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> list[Op]:
+    """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank),
+    tp and cp as the layout splits them. Matmul and attention FLOPs count every run (forward,
+    backward's two, recompute); norms and biases carry their 6 FLOPs per parameter (the 6N
+    convention's) on the memory op they run in, so the ops' FLOPs sum to hardware_flops_per_token."""
+    d, L, parts = cfg.d_model, cfg.n_layers, model_parts(cfg)
+    ops = [
+        Op(
+            name=name,
+            priced="matmul",
+            m=m,
+            n=n,
+            k=k,
+            flops=2.0 * n * k * tp * count * (3 + _reruns(cfg, name)),
+            fp8=True,
+        )
+        for name, m, n, k, count in block_matmuls(cfg, tokens, tp)
+    ]
+    matmul_params = sum(n * k * tp * count for _, _, n, k, count in block_matmuls(cfg, tokens, tp))
+    if cfg.arch != "mlp":
+        core = attention_forward_flops_per_token(cfg)
+        runs = 3 + _reruns(cfg, "attention")
+        head_dim = d // cfg.n_heads
+        seq = cfg.seq_len
+        ops.append(Op(name="attention", priced="attention", m=seq // cp, n=seq, k=head_dim, flops=core * runs))
+    # Norm weights and biases: what N counts beyond the matmuls' weights (exact for a dense model;
+    # a MoE model's mean block in model_parts carries its rounding).
+    small = parts.block * L - inactive_params(cfg) - matmul_params
+    rerun_small = 2.0 * L * (d if cfg.arch == "gpt" else 0) if cfg.activation_checkpointing == "op" else 0.0
+    if cfg.activation_checkpointing == "full":
+        rerun_small = 2.0 * (small - L * (d if cfg.arch != "llama" else 0))  # not the output projection's bias
+    full = 1.0 + 0.4 * (cfg.activation_checkpointing == "full")  # a rerun forward moves ~2 of its 5 passes' bytes
+    elementwise = L * _elementwise_bytes(cfg) * full
+    ops.append(Op(name="elementwise", priced="memory", flops=6.0 * small + rerun_small, nbytes=elementwise))
+    ops.append(Op(name="head", priced="matmul", m=tokens, n=cfg.vocab_size // tp, k=d, flops=6.0 * parts.head))
+    loss = LOSS_BYTES_PER_LOGIT * cfg.vocab_size + ACT_BYTES * 5 * d
+    ops.append(Op(name="loss", priced="memory", flops=6.0 * parts.final_norm, nbytes=loss))
+    return ops

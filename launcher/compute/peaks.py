@@ -50,6 +50,12 @@ class DevicePeak:
     """The document `memory_gb` comes from."""
     fp8: float | None = None
     """Dense fp8 tensor-core FLOP/s, from `source`; None: the device has no fp8 tensor cores."""
+    hbm_gbs: float | None = None
+    """Peak memory bandwidth of one device, GB/s (10⁹ bytes/s) as its datasheet states it: what
+    memory-bound operations (norms, activations, optimizer step, fp8 casts) run against
+    (compute/shape_rate.py); None where no datasheet figure is recorded."""
+    hbm_source: str = ""
+    """The document `hbm_gbs` comes from."""
 
     def flops(self, math_dtype: str) -> float | None:
         return {"bf16": self.bf16, "fp16": self.bf16, "tf32": self.tf32, "fp32": self.fp32, "fp8": self.fp8}[math_dtype]
@@ -67,6 +73,9 @@ _NV_GB200 = "NVIDIA GB200 NVL72 specifications, https://www.nvidia.com/en-us/dat
 _NV_A100_MEM = "NVIDIA A100 Tensor Core GPU Datasheet (40 GB HBM2 or 80 GB HBM2e by part)"
 _NV_H100_MEM = "NVIDIA H100 Tensor Core GPU Datasheet (SXM and PCIe 80 GB, NVL 94 GB)"
 _NV_H200_MEM = "NVIDIA H200 Tensor Core GPU Datasheet (141 GB HBM3e, SXM and NVL)"
+_NV_A100_BW = "NVIDIA A100 Tensor Core GPU Datasheet (80 GB SXM 2,039 GB/s, 80 GB PCIe 1,935 GB/s, 40 GB 1,555 GB/s)"
+_NV_H100_BW = "NVIDIA H100 Tensor Core GPU Datasheet (SXM 3.35 TB/s, PCIe 2 TB/s, NVL 3.9 TB/s)"
+_NV_H200_BW = "NVIDIA H200 Tensor Core GPU Datasheet (4.8 TB/s, SXM and NVL)"
 
 PEAKS: tuple[DevicePeak, ...] = (
     # A100 SXM4 and PCIe share their tensor-core peaks (40 GB and 80 GB alike), so a bare "A100" is no guess.
@@ -80,6 +89,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_A100,
         memory_gb=80,
         memory_source=_NV_A100_MEM,
+        hbm_gbs=2039,
+        hbm_source=_NV_A100_BW,
     ),
     DevicePeak(
         device="A100 PCIe",
@@ -90,6 +101,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_A100,
         memory_gb=80,
         memory_source=_NV_A100_MEM,
+        hbm_gbs=1935,
+        hbm_source=_NV_A100_BW,
     ),
     DevicePeak(
         device="A100",
@@ -100,6 +113,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         source=_NV_A100,
         memory_gb=80,
         memory_source=_NV_A100_MEM,
+        hbm_gbs=2039,
+        hbm_source=_NV_A100_BW,
     ),
     DevicePeak(
         device="H100 PCIe",
@@ -111,6 +126,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=80,
         memory_source=_NV_H100_MEM,
         fp8=1513e12,
+        hbm_gbs=2000,
+        hbm_source=_NV_H100_BW,
     ),
     DevicePeak(
         device="H100 NVL",
@@ -122,6 +139,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=94,
         memory_source=_NV_H100_MEM,
         fp8=1670.5e12,
+        hbm_gbs=3900,
+        hbm_source=_NV_H100_BW,
     ),
     # torch reports the SXM5 part as "NVIDIA H100 80GB HBM3"; a bare "H100" could be a PCIe card: unknown.
     DevicePeak(
@@ -134,6 +153,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=80,
         memory_source=_NV_H100_MEM,
         fp8=1979e12,
+        hbm_gbs=3350,
+        hbm_source=_NV_H100_BW,
     ),
     DevicePeak(
         device="H200 NVL",
@@ -145,6 +166,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=141,
         memory_source=_NV_H200_MEM,
         fp8=1670.5e12,
+        hbm_gbs=4800,
+        hbm_source=_NV_H200_BW,
     ),
     # H200 ships as SXM or NVL only; torch reports the SXM part as "NVIDIA H200".
     DevicePeak(
@@ -157,6 +180,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=141,
         memory_source=_NV_H200_MEM,
         fp8=1979e12,
+        hbm_gbs=4800,
+        hbm_source=_NV_H200_BW,
     ),
     # HGX B200 (1,000 W). A GB200 superchip's B200 runs at 1,200 W with higher peaks: not matched ("GB200").
     DevicePeak(
@@ -169,6 +194,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=180,
         memory_source="NVIDIA HGX B200 specifications (1,440 GB of HBM3e over 8 GPUs)",
         fp8=4.5e15,
+        hbm_gbs=8000,
+        hbm_source="HGX B200 column of " + _NV_HGX + " (64 TB/s HBM3e over 8 GPUs)",
     ),
     # The GB200 superchip's B200 (1,200 W): NVL72's rack figures ÷ 72. torch reports it as "NVIDIA GB200".
     DevicePeak(
@@ -181,6 +208,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=186,
         memory_source=f"{_NV_GB200} (up to 13.4 TB HBM3e over 72 GPUs)",
         fp8=5e15,
+        hbm_gbs=8000,
+        hbm_source=_NV_GB200 + " (576 TB/s HBM3e over 72 GPUs)",
     ),
     # HGX B300 (Blackwell Ultra, 1,100 W); the GB300 superchip's part is not matched ("GB300").
     DevicePeak(
@@ -204,6 +233,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=48,
         memory_source="NVIDIA L40S GPU Datasheet (48 GB GDDR6 with ECC)",
         fp8=733e12,
+        hbm_gbs=864,
+        hbm_source="NVIDIA L40S GPU Datasheet (864 GB/s GDDR6)",
     ),
     DevicePeak(
         device="MI300X",
@@ -216,6 +247,8 @@ PEAKS: tuple[DevicePeak, ...] = (
         memory_gb=192,
         memory_source="AMD Instinct MI300X Accelerator Data Sheet (192 GB HBM3)",
         fp8=2614.9e12,
+        hbm_gbs=5300,
+        hbm_source="AMD Instinct MI300X Accelerator Data Sheet (5.3 TB/s peak HBM3 bandwidth)",
     ),
 )
 

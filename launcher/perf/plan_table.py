@@ -29,6 +29,7 @@ from launcher.io import atomic_write_text
 from launcher.layouts import layout_names, traits
 from launcher.perf import preset_fit
 from launcher.perf.calibrate import calibration, fit_layouts, shape_at
+from launcher.perf.compute_term import shaped_mfu
 from launcher.perf.links import LINKS
 from launcher.perf.memory import GIB
 from launcher.perf.memory_limit import Limit, limit_of, planned_bytes
@@ -217,8 +218,11 @@ def _assumed_mfu(cfg: LauncherConfig, work: Work, fit: preset_fit.PresetFit, giv
             f"fitted on {fit.rows} published runs of every device; cluster.peak_flops_per_device is not "
             f"{cfg.cluster.device_name}'s, so no device's own fit applies"
         )
-    elif given is None:
-        given, said = fit.mfu_for(cfg.cluster.device_name, work.dtype)
+    elif given is None:  # the recipe's ops where a curve applies; else the one constant of the device
+        shaped = shaped_mfu(
+            cfg, executed_flops=work.executed_flops, peak_flops=work.peak.flops, dtype=work.dtype, fit=fit
+        )
+        given, said = shaped or fit.mfu_for(cfg.cluster.device_name, work.dtype)
     else:
         said = "--assume-mfu"
     if not 0 < given <= 1:

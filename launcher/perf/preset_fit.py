@@ -42,6 +42,11 @@ class PresetFit:
     """Command, commit and date of the replay that wrote the file."""
     rows_by_key: dict[str, int] = field(default_factory=dict)
     """Rows behind each `mfu` entry."""
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]) per `fit_key`, and per
+    precision over every device (`*/bf16`, `*/fp8`): with them the presets' compute comes from the
+    recipe's operations (perf/compute_term.py) and MFU is an output; without (a file written before
+    them) the `mfu` constants serve as before."""
 
     def __post_init__(self) -> None:
         values = [*self.mfu.values(), self.mfu_any_device]
@@ -64,6 +69,17 @@ class PresetFit:
             chip = f" ({family}: the same chip)" if family in SAME_CHIP else ""
             return self.mfu[key], f"fitted on {self.rows_by_key.get(key, '?')} published {key} runs{chip}"
         return self.mfu_any_device, f"fitted on {self.rows} published runs of every device ({key} not among them)"
+
+    def curve_for(self, device_name: str | None, dtype: str) -> tuple[list[float], str] | None:
+        """([e_max, s_half], which fit) for a device and precision: its own key's, else the one fitted
+        on every device for the precision; None where the file has no curve for either."""
+        key = fit_key(device_name, dtype)
+        pooled = f"*/{key.split('/')[1]}"
+        if key in self.curves:
+            return self.curves[key], f"{key} runs"
+        if pooled in self.curves:
+            return self.curves[pooled], f"every device's {pooled[2:]} runs ({key} has no curve of its own)"
+        return None
 
 
 SAME_CHIP = {"H200": "H100"}

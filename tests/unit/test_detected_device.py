@@ -23,6 +23,8 @@ from launcher.results.table import COLUMNS, trial_row
 from launcher.train import measure
 from tests.support.report import write_test_report
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 H100 = "NVIDIA H100 80GB HBM3"
 SITE = ["cluster=example_gpu_site", "precision=bf16"]  # device_name A100-80GB, peak 3.12e14 (A100 bf16)
 

@@ -25,6 +25,8 @@ from launcher.perf.plan_table import from_presets_forecast, work_of
 from launcher.perf.shapes import shape_for
 from launcher.perf.terms import FP8_H200
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 FP8_SPEEDUP = Path(__file__).parents[2] / "benchmarks/results/fp8_speedup.json"
 """What benchmarks/fp8_speedup.py measured on an H200, which the plan's fp8 footer quotes."""
 TINY = [  # a llama of hand-countable shape: d 256, 4 heads, ffn 512, 2 layers, vocab 1000, seq 128

@@ -20,6 +20,8 @@ from launcher.perf.shapes import LayoutSpec, shape_for, traffic
 from launcher.perf.terms import moe_line
 from launcher.trials.spec import make_trial
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 INTRA = Link(bandwidth_gbps=100.0, latency_s=1e-6)
 INTER = Link(bandwidth_gbps=25.0, latency_s=1e-5)
 EXPERT = 3 * 128 * 128  # one expert: w1, w3 128×128 and w2 128×128

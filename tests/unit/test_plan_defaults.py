@@ -11,6 +11,8 @@ from launcher.cli import main
 from launcher.compute.peaks import find_device
 from launcher.perf import preset_fit
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 
 def test_a_gpu_on_the_local_cluster_is_one_line_naming_cluster(capsys):
     """Fails without plan.check_nodes: the plan exits 0 with 64 GPUs as 64 one-GPU nodes."""

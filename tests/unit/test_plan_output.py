@@ -19,6 +19,8 @@ from launcher.perf.plan import from_presets_forecast
 from launcher.results.policy import recommend
 from launcher.results.scaling import add_scaling
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 ACCEPTANCE = [
     "plan",
     "model=llama3_8b",

@@ -21,6 +21,8 @@ from launcher.perf.search import search
 from launcher.perf.shapes import shape_for
 from launcher.trials.spec import make_trial
 
+pytestmark = pytest.mark.usefixtures("one_mfu_presets")  # pins the one-MFU presets (conftest)
+
 H100 = [
     "cluster=example_gpu_site",
     "cluster.device_name=H100-SXM",

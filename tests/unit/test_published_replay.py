@@ -14,6 +14,7 @@ from benchmarks import published_replay as pr
 from benchmarks import replay_mapping as rm
 from benchmarks.replay_case import Case
 from launcher.perf import preset_fit
+from launcher.perf.compute_term import shaped_mfu
 
 MPT_30B = {
     "source": "llmfoundry_mpt",
@@ -314,13 +315,24 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     work = pr.work_of(pr.compose_config(rm.map_row(MEGATRON_39B).overrides))
     assert float(megatron["published_per_gpu"]) == pytest.approx(0.44 * 312e12 / work.hardware_flops)
     fit = preset_fit.load(fit_out)
-    # A100 has one source (Megatron's): no constant of its own; its rows take every device's, in-sample too.
-    assert (fit.rows, fit.sources, sorted(fit.mfu)) == (4, 3, ["H100/bf16"])
-    assert fit.mfu["H100/bf16"] == float(base["mfu_assumed_in"])
-    assert fit.mfu_any_device == float(megatron["mfu_assumed_in"])
-    # Held out, MPT leaves H100 one source: the constant fitted on every device of the other sources applies.
+    # A100 has one source (Megatron's): no constant or curve of its own; its rows take every device's.
+    assert (fit.rows, fit.sources, sorted(fit.mfu), sorted(fit.curves)) == (
+        4,
+        3,
+        ["H100/bf16"],
+        ["*/bf16", "H100/bf16"],
+    )
+    # Each row is planned at the MFU its ops come to under the fitted curves, as `launcher plan` prices it.
+    for row, published in ((base, MPT_30B), (megatron, MEGATRON_39B)):
+        cfg = pr.compose_config(rm.map_row(published).overrides)
+        w = pr.work_of(cfg)
+        planned = shaped_mfu(cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=fit)
+        assert float(row["mfu_assumed_in"]) == pytest.approx(planned[0], rel=1e-9)
+    assert "fitted on every device's bf16" in shaped_mfu(cfg, executed_flops=1, peak_flops=1, dtype="bf16", fit=fit)[1]
+    # Held out, MPT leaves H100 one source: the curve fitted on every device of the other sources applies.
     fold = json.loads((tmp_path / "published_replay.json").read_text())["folds"]["llmfoundry_mpt"]
-    assert "H100/bf16" not in fold["per_key"] and float(base["mfu_assumed_loso"]) == fold["pooled"]
+    assert "H100/bf16" not in fold["curves"] and "*/bf16" in fold["curves"]
+    assert float(base["mfu_assumed_loso"]) != float(base["mfu_assumed_in"])
     md = (tmp_path / "published_replay.md").read_text()
     assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
     assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md

@@ -1,0 +1,126 @@
+"""The shape model's curves fitted on the published replay (issue 32 item 1).
+
+Each replayed row's step is reduced once to its Parts (launcher/compute/shape_rate.py: its matmuls'
+FLOPs, smallest dimensions, peaks and roofline caps; its attention and memory-bound seconds), so its
+predicted throughput under any matmul curve (e_max, s_half) is read off the row's throughput-vs-MFU
+curve (published_replay.predicted_log) at the MFU those Parts come to. Two parameters per device
+family and precision, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
+alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
+A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from benchmarks.replay_case import Case
+from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
+from launcher.perf.compute_term import tokens_per_optimizer_step
+from launcher.perf.plan_table import work_of
+
+E_GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)
+"""Candidate e_max: the share of peak a large matmul reaches."""
+H_GRID = np.array([0.0, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048])
+"""Candidate s_half: the smallest dimension at which a matmul reaches half of e_max."""
+
+
+def case_parts(case: Case) -> tuple[Parts, float] | None:
+    """(the row's Parts, executed FLOPs per token ÷ the peak its MFU is against), or None where the
+    shape model does not apply (a device of no known bandwidth)."""
+    cfg = case.cfg
+    if mem_bw_gbs(cfg.cluster.device_name) is None:
+        return None
+    work = work_of(cfg)
+    parts = step_parts(
+        cfg.model,
+        micro_batch=cfg.batch.micro,
+        device=cfg.cluster.device_name,
+        dtype=work.dtype,
+        tp=cfg.parallel.tp or 1,
+        cp=cfg.parallel.cp or 1,
+        optimizer=str(cfg.optim.name),
+        tokens_per_step=tokens_per_optimizer_step(cfg),
+    )
+    return parts, work.executed_flops / work.peak.flops
+
+
+def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
+    """Seconds per token over E_GRID × H_GRID: of every matmul and the attention (fixed None), or of
+    the fp8 matmuls only, the rest priced by `fixed` (an fp8 row's bf16 curve)."""
+    e, h = E_GRID[:, None], H_GRID[None, :]
+    total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s)
+    total += parts.attention_s / (e if fixed is None else fixed.e_max)
+    for flops, s, peak, cap, fp8 in parts.matmuls:
+        if fixed is not None and not fp8:
+            total += flops / min(peak * fixed.e_max * s / (s + fixed.s_half), cap)
+        else:
+            total += flops / np.minimum(peak * e * s / (s + h), cap)
+    return total
+
+
+def fit_curve(cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict) -> list[float]:
+    """[e_max, s_half] minimising the source-weighted Σ ln²(predicted/published) over `cases`;
+    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by."""
+    per_source = Counter(c.source for c in cases)
+    loss = np.zeros((len(E_GRID), len(H_GRID)))
+    for c in cases:
+        parts, exec_per_peak = c.parts
+        seconds = grid_seconds(parts, fixed.get(c.key))
+        loss += (log_at(c, (exec_per_peak / seconds).ravel()).reshape(seconds.shape) - math.log(c.published)) ** 2 / (
+            per_source[c.source]
+        )
+    i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
+    return [float(E_GRID[i]), float(H_GRID[j])]
+
+
+def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[str, list[float]]:
+    """Curves per fit key backed by `min_sources` sources, and per precision over every device (`*/bf16`)."""
+    shaped = [c for c in cases if c.parts is not None]
+    curves: dict[str, list[float]] = {}
+    for precision in ("bf16", "fp8"):
+        mine = [c for c in shaped if c.key.endswith("/" + precision)]
+        fixed = {c.key: bf16_curve(curves, c.key) for c in mine} if precision == "fp8" else {}
+        if not mine or any(v is None for v in fixed.values()):
+            continue
+        sources: dict[str, set[str]] = {}
+        for c in mine:
+            sources.setdefault(c.key, set()).add(c.source)
+        for key in sorted(k for k, s in sources.items() if len(s) >= min_sources):
+            curves[key] = fit_curve([c for c in mine if c.key == key], log_at, fixed)
+        curves[f"*/{precision}"] = fit_curve(mine, log_at, fixed)
+    return curves
+
+
+def bf16_curve(curves: dict[str, list[float]], key: str) -> Curve | None:
+    found = curves.get(key.split("/")[0] + "/bf16") or curves.get("*/bf16")
+    return Curve(*found) if found else None
+
+
+def shaped_mfu(case: Case, curves: dict[str, list[float]]) -> float | None:
+    """The MFU (executed FLOPs ÷ peak) the row's Parts come to under `curves`; None without a curve."""
+    if case.parts is None:
+        return None
+    precision = case.key.split("/")[1]
+    own = curves.get(case.key) or curves.get(f"*/{precision}")
+    if own is None:
+        return None
+    parts, exec_per_peak = case.parts
+    if precision == "fp8":
+        base = bf16_curve(curves, case.key)
+        return None if base is None else exec_per_peak / parts.seconds(base, Curve(*own)).total_s
+    return exec_per_peak / parts.seconds(Curve(*own)).total_s
+
+
+def curve_lines(constants: dict, folds: dict) -> list[str]:
+    """The report's table of the fitted curves, in-sample and their range over the LOSO folds."""
+    out = ["", "Matmul efficiency curves (e_max, s_half), the shape model's two parameters per key:", ""]
+    out += ["| key | in-sample | e_max over folds | s_half over folds |", "|---|---|---|---|"]
+    for key, (e, h) in sorted(constants.get("curves", {}).items()):
+        loso = [f["curves"][key] for f in folds.values() if key in f.get("curves", {})]
+        es, hs = [v[0] for v in loso] or [e], [v[1] for v in loso] or [h]
+        out.append(f"| {key} | {e:.2f}, {h:.0f} | {min(es):.2f}–{max(es):.2f} | {min(hs):.0f}–{max(hs):.0f} |")
+    return out

@@ -1,0 +1,48 @@
+"""The presets' compute term from the recipe's operations (compute/shape_rate.py), as the MFU it
+comes to: executed FLOPs per token ÷ (peak × the ops' seconds per token). The step model (step.py)
+keeps its one compute parameter c; only where c comes from changes. Pure: no torch."""
+
+from __future__ import annotations
+
+from launcher.compute.shape_rate import Curve, mem_bw_gbs, step_time
+from launcher.config.schema import LauncherConfig
+from launcher.layouts import DataParallel, traits
+from launcher.perf.preset_fit import PresetFit
+
+
+def tokens_per_optimizer_step(cfg: LauncherConfig) -> float | None:
+    """Tokens one copy of the optimizer state steps for: a replica's (micro × accum × sequence ÷ cp)
+    where every dp rank holds the whole state; under FSDP the state is sharded as the batch is, so the
+    job's global batch (None when the recipe leaves it to the size: then dp shards it away)."""
+    b, seq = cfg.batch, cfg.model.seq_len
+    if traits(cfg.parallel.layout).data_parallel == DataParallel.fsdp:
+        return b.global_batch * seq if b.global_batch else None
+    return b.micro * b.accum * seq / (cfg.parallel.cp or 1)
+
+
+def shaped_mfu(cfg: LauncherConfig, *, executed_flops: float, peak_flops: float, dtype: str, fit: PresetFit):
+    """(MFU the recipe's ops come to, where from), or None where no curve applies: a device without a
+    bandwidth in the peak table, a precision the fits have no curve for, a `_target_` model (no op list)."""
+    c = cfg.cluster
+    found = fit.curve_for(c.device_name, "bf16" if dtype == "fp8" else dtype)
+    if cfg.model._target_ is not None or mem_bw_gbs(c.device_name) is None or found is None:
+        return None
+    (e_max, s_half), said = found
+    fp8 = fit.curve_for(c.device_name, "fp8") if dtype == "fp8" else None
+    if dtype == "fp8" and fp8 is None:
+        return None
+    t = step_time(
+        cfg.model,
+        micro_batch=cfg.batch.micro,
+        device=c.device_name,
+        dtype=dtype,
+        curve=Curve(e_max, s_half),
+        fp8_curve=Curve(*fp8[0]) if fp8 else None,
+        tp=cfg.parallel.tp or 1,
+        cp=cfg.parallel.cp or 1,
+        optimizer=str(cfg.optim.name),
+        tokens_per_step=tokens_per_optimizer_step(cfg),
+    )
+    mfu = executed_flops / (peak_flops * t.total_s)
+    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f}, s_half {s_half:.0f} fitted on {said}"
+    return min(1.0, mfu), why

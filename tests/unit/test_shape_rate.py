@@ -1,0 +1,139 @@
+"""Compute that depends on shape (issue 32 item 1): a step's op list, the matmul curve, MFU as an output."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from launcher.compute import flops
+from launcher.compute.shape_rate import Curve, matmul_tflops, mem_bw_gbs, step_time
+from launcher.config.compose import compose_config
+from launcher.perf import preset_fit
+from launcher.perf.plan_table import from_presets_forecast, work_of
+
+H200 = "NVIDIA H200"
+CURVE, FP8_CURVE = Curve(0.6, 300), Curve(0.5, 500)
+WIDTHS = {  # fp8_speedup's three shapes on one H200
+    768: ["model=gpt_125m", "batch.micro=8"],
+    2048: ["model=gpt_1_3b", "batch.micro=4"],
+    4096: ["model=llama3_8b", "model.n_layers=4", "model.seq_len=4096", "batch.micro=2"],
+}
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt", "tiny_llama", "mlp", "gpt_125m", "llama3_8b"])
+@pytest.mark.parametrize("ckpt", ["none", "selective", "op", "full"])
+def test_the_op_lists_flops_sum_to_the_hardware_flops(model, ckpt):
+    m = dataclasses.replace(compose_config([f"model={model}"], None).model, activation_checkpointing=ckpt)
+    ops = flops.model_ops(m, tokens=1024, tp=2 if m.n_heads % 2 == 0 else 1)
+    assert sum(op.flops for op in ops) == pytest.approx(flops.hardware_flops_per_token(m), rel=1e-12)
+
+
+def test_a_moes_op_list_prices_its_active_experts():
+    m = compose_config(["model=tiny_moe"], None).model
+    ops = {op.name: op for op in flops.model_ops(m, tokens=1024)}
+    assert sum(op.flops for op in ops.values()) == pytest.approx(flops.hardware_flops_per_token(m), rel=1e-9)
+    # Each expert sees the tokens routed to it: experts_per_token of n_experts of the micro-batch's.
+    assert ops["expert_w1"].m == 1024 * m.experts_per_token // m.n_experts
+
+
+def test_the_op_list_of_a_small_gpt_split_by_tensor_parallel():
+    m = compose_config(["model=tiny_gpt"], None).model
+    d, f, v = m.d_model, flops.ffn_width(m), m.vocab_size
+    ops = {op.name: op for op in flops.model_ops(m, tokens=512, tp=2)}
+    assert [(o.name, o.priced) for o in ops.values()] == [
+        ("qkv", "matmul"),
+        ("proj", "matmul"),
+        ("fc1", "matmul"),
+        ("fc2", "matmul"),
+        ("attention", "attention"),
+        ("elementwise", "memory"),
+        ("head", "matmul"),
+        ("loss", "memory"),
+    ]
+    assert (ops["qkv"].m, ops["qkv"].n, ops["qkv"].k) == (512, 3 * d // 2, d)
+    assert (ops["fc2"].m, ops["fc2"].n, ops["fc2"].k) == (512, d, f // 2)
+    assert (ops["head"].n, ops["head"].k) == (v // 2, d)
+    assert ops["attention"].k == d // m.n_heads and ops["attention"].n == m.seq_len
+    assert ops["qkv"].flops == 6 * 3 * d * d * m.n_layers  # forward and backward's two, every layer, all of tp's
+    assert ops["loss"].nbytes == flops.LOSS_BYTES_PER_LOGIT * v + flops.ACT_BYTES * 5 * d
+
+
+def test_the_curve_rises_with_width_and_saturates_below_the_peak():
+    rates = [matmul_tflops(H200, 8192, d, d, "bf16", curve=CURVE) for d in (256, 768, 2048, 4096, 16384)]
+    assert rates == sorted(rates) and len(set(rates)) == 5
+    assert rates[-1] < 989.5 * CURVE.e_max
+    assert rates[-1] == pytest.approx(989.5 * CURVE.efficiency(8192, 16384, 16384))
+    # A skinny matmul is under the roofline: 2mnk FLOPs over its operands' bytes at 4.8 TB/s.
+    assert matmul_tflops(H200, 8192, 8192, 8, "bf16", curve=Curve(1.0, 0)) == pytest.approx(
+        2 * 8192 * 8192 * 8 / (2 * (8192 * 8 + 8 * 8192 + 8192 * 8192)) * 4800e9 / 1e12
+    )
+
+
+def test_measured_points_are_interpolated_in_log_space_instead_of_the_curve():
+    points = [(4096, 256, 256, 100.0), (4096, 1024, 1024, 400.0)]
+    assert matmul_tflops(H200, 4096, 512, 512, "bf16", curve=CURVE, measured=points) == pytest.approx(200.0)
+    assert matmul_tflops(H200, 4096, 64, 64, "bf16", curve=CURVE, measured=points) == pytest.approx(100.0)
+    assert matmul_tflops(H200, 4096, 8192, 8192, "bf16", curve=CURVE, measured=points) == pytest.approx(400.0)
+
+
+def test_memory_bandwidth_per_device_from_the_datasheets():
+    assert mem_bw_gbs("NVIDIA H200") == 4800
+    assert mem_bw_gbs("NVIDIA H100 80GB HBM3") == 3350
+    assert mem_bw_gbs("NVIDIA H100 PCIe") == 2000
+    assert mem_bw_gbs("NVIDIA A100-SXM4-80GB") == 2039
+    assert mem_bw_gbs("NVIDIA A100-SXM4-40GB") == 1555
+    assert mem_bw_gbs("NVIDIA B200") == 8000 and mem_bw_gbs("NVIDIA GB200") == 8000
+    assert mem_bw_gbs("AMD Instinct MI300X") == 5300
+    assert mem_bw_gbs("Some GPU") is None
+
+
+def _seconds_and_mfu(width: int, precision: str) -> tuple[float, float]:
+    """(seconds per token, model-FLOPs MFU against the precision's own peak) on one H200."""
+    over = [*WIDTHS[width], "cluster.device=cuda", f"cluster.device_name={H200}", f"precision={precision}"]
+    cfg = compose_config(over, None)
+    work = work_of(cfg)
+    t = step_time(
+        cfg.model, micro_batch=cfg.batch.micro, device=H200, dtype=work.dtype, curve=CURVE, fp8_curve=FP8_CURVE
+    )
+    return t.total_s, work.model_flops / (work.peak.flops * t.total_s)
+
+
+def test_a_wide_models_predicted_mfu_is_above_a_narrow_ones():
+    mfu = [_seconds_and_mfu(w, "bf16")[1] for w in WIDTHS]
+    assert mfu == sorted(mfu) and mfu[2] / mfu[0] > 1.2
+
+
+def test_fp8s_gain_over_bf16_grows_with_width():
+    """fp8 ÷ bf16 tokens/s of one family widened (gpt_1_3b's depth, head dim 128): fp8's casts are
+    memory-bound, ∝ d per token, where its matmuls' savings are ∝ d² (the H200 measured 0.90, 1.06,
+    1.13 at d 768, 2048, 4096 over three models: benchmarks/results/fp8_speedup.md)."""
+    gain = []
+    for d in (768, 2048, 4096, 8192):
+        over = ["model=gpt_1_3b", f"model.d_model={d}", f"model.n_heads={d // 128}", "batch.micro=4"]
+        cfg = compose_config([*over, "cluster.device=cuda", f"cluster.device_name={H200}"], None)
+        bf16, fp8 = (
+            step_time(cfg.model, micro_batch=4, device=H200, dtype=p, curve=CURVE, fp8_curve=FP8_CURVE).total_s
+            for p in ("bf16", "fp8")
+        )
+        gain.append(bf16 / fp8)
+    assert gain == sorted(gain) and gain[3] - gain[0] > 0.2
+
+
+def test_plan_on_presets_prices_the_recipes_ops_when_the_fit_has_curves(monkeypatch):
+    fit = dataclasses.replace(preset_fit.load(), curves={"H100/bf16": [0.6, 300.0]})
+    monkeypatch.setattr(preset_fit, "load", lambda path=None: fit)
+    got = {}
+    for width in (768, 4096):
+        cfg = compose_config([*WIDTHS[width], "cluster.device=cuda", f"cluster.device_name={H200}"], None)
+        forecast = from_presets_forecast(cfg, [1], assume_mfu=None)
+        got[width] = forecast.table.iloc[0]["mfu"]
+        assert (
+            "from the recipe's operations, matmul curve e_max 0.60, s_half 300 fitted on H100/bf16" in forecast.source
+        )
+    assert got[4096] > 1.2 * got[768]
+    # --assume-mfu still sets one constant: the plan's MFU then does not depend on width.
+    cfg = compose_config([*WIDTHS[768], "cluster.device=cuda", f"cluster.device_name={H200}"], None)
+    assert from_presets_forecast(cfg, [1], assume_mfu=0.4).table.iloc[0]["mfu"] == pytest.approx(
+        0.4 * flops.flops_per_token(cfg.model) / flops.executed_flops_per_token(cfg.model)
+    )
