@@ -348,7 +348,7 @@ def write_results(
             "seconds": seconds,
             "summary": stats,
             "constants": constants,
-            "folds": {k: {n: v for n, v in f.items() if n != "curves"} for k, f in folds.items()},
+            "folds": {k: {n: v for n, v in f.items() if n != "grid"} for k, f in folds.items()},
         },
     )
     if figure:
