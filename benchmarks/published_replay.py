@@ -399,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         made_by=who,
         rows_by_key=constants["rows_by_key"],
         curves=constants["curves"],
+        jitter=constants["jitter"],
     )
     preset_fit.save(fit, args.fit_out)
     from benchmarks.replay_report import (

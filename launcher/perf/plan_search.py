@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from launcher.config.builtin_support import builtin_lacks
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
-from launcher.perf.candidates import builtin_runs
+from launcher.perf.candidates import Candidate, builtin_runs
 from launcher.perf.memory_limit import limit_of
 from launcher.perf.notes import efficiency_lines, tight_line
 from launcher.perf.plan_table import fp8_mfu_ratio, write_output
@@ -67,6 +67,7 @@ def search_main(
     rec, best = fc.recommendation, None
     if rec.world_size is not None:
         footer += recommended_lines(cfg, found, rec.world_size)
+        best = startable_best(cfg, found, rec.world_size)
     print_table(
         fc.table.dropna(axis=1, how="all"),
         rec,
@@ -116,6 +117,13 @@ def recommended_lines(cfg: LauncherConfig, found: Search, n: int) -> list[str]:
             f"under torchtitan (job=command); {alt}"
         )
     return out
+
+
+def startable_best(cfg: LauncherConfig, found: Search, n: int) -> Candidate | None:
+    """What a saved plan hands `run --from` at `n` GPUs: the best candidate the recipe's trainer runs (the
+    built-in trainer lacks per-op checkpointing, which the search's best may use); None when none fits."""
+    ranked = next(s for s in runnable(cfg, found).sizes if s.world_size == n).ranked
+    return ranked[0].candidate if ranked else None
 
 
 def runnable(cfg: LauncherConfig, found: Search) -> Search:

@@ -42,6 +42,9 @@ class PresetFit:
     """Command, commit and date of the replay that wrote the file."""
     rows_by_key: dict[str, int] = field(default_factory=dict)
     """Rows behind each `mfu` entry."""
+    jitter: float | None = None
+    """Straggler jitter s on GPUs (perf/stragglers.py), fitted on the published efficiency pairs; None in a
+    file written before it (stragglers.STEP_JITTER then serves)."""
     curves: dict[str, list[float]] = field(default_factory=dict)
     """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]) per `fit_key`, and per
     precision over every device (`*/bf16`, `*/fp8`): with them the presets' compute comes from the

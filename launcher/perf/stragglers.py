@@ -19,13 +19,16 @@ efficiency pairs by benchmarks/published_replay.py (leave-one-source-out there).
 
 from __future__ import annotations
 
+import functools
 import math
 
+from launcher.perf import preset_fit
+
 STEP_JITTER = 0.0075
-"""s on GPUs when the cluster does not say: the mean relative per-rank delay that the published runs'
-loss of efficiency with size implies, as benchmarks/published_replay.py fits it on every source's
-efficiency pairs (0.0075; 0.0075–0.03 leave-one-source-out, the figures its goals are judged on):
-+0.5% of the step per doubling of the ranks at scale."""
+"""s on GPUs when the cluster does not say and preset_fit.json holds no fitted figure (a file written
+before it): the first fit's value. The figure a plan uses is the file's `jitter`, which
+benchmarks/published_replay.py fits on every source's efficiency pairs (its report gives the
+leave-one-source-out range its goals are judged on)."""
 
 _EULER_GAMMA = 0.5772156649015329
 _EXACT_UP_TO = 4096
@@ -55,4 +58,11 @@ def site_jitter(configured: float | None, device: str) -> float:
     slow-down with ranks is the oversubscription of their cores, `Shape.contention`)."""
     if configured is not None:
         return configured
-    return STEP_JITTER if device == "cuda" else 0.0
+    return fitted_jitter() if device == "cuda" else 0.0
+
+
+@functools.cache
+def fitted_jitter() -> float:
+    """The packaged fit's s (preset_fit.json, read once per process), else STEP_JITTER."""
+    fitted = preset_fit.load().jitter
+    return STEP_JITTER if fitted is None else fitted

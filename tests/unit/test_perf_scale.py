@@ -16,7 +16,7 @@ from launcher.perf.links import Link
 from launcher.perf.presets import from_presets
 from launcher.perf.shapes import shape_for
 from launcher.perf.step import Shape
-from launcher.perf.stragglers import STEP_JITTER, harmonic, straggle
+from launcher.perf.stragglers import fitted_jitter, harmonic, straggle
 
 NV = Link(bandwidth_gbps=100.0, latency_s=2e-6, name="nv")
 IB = Link(bandwidth_gbps=10.0, latency_s=10e-6, name="ib")
@@ -96,7 +96,7 @@ def test_a_jittery_step_waits_for_the_slowest_rank_weak_scaling_loses_efficiency
 
 def test_cluster_fields_reach_the_plan_and_bad_values_are_one_line():
     gpu = ["cluster=example_gpu_site", "model=gpt_1_3b", "parallel=fsdp", "cluster.nics_per_node=8"]
-    assert shape_for(compose_config(gpu), 64).jitter == STEP_JITTER  # GPUs: the fitted default
+    assert shape_for(compose_config(gpu), 64).jitter == fitted_jitter()  # GPUs: the fitted default
     assert shape_for(compose_config([*gpu, "cluster.step_jitter=0.05"]), 64).jitter == 0.05
     assert shape_for(compose_config([*gpu, "cluster.device=cpu"]), 64).jitter == 0.0  # CPU: contention instead
     leafy = shape_for(compose_config([*gpu, "cluster.nodes_per_leaf=4", "cluster.oversubscription=2"]), 64)
@@ -121,3 +121,14 @@ def test_cluster_fields_reach_the_plan_and_bad_values_are_one_line():
         with pytest.raises(ConfigError) as raised:
             compose_config([*gpu, override])
         assert str(raised.value) == message
+
+
+def test_a_gpu_plan_takes_the_straggler_jitter_the_replay_fitted():
+    """site_jitter's default is preset_fit.json's `jitter` (written by published_replay), not a copy of one
+    fit's figure in the code; fails if it falls back to STEP_JITTER while the file holds another figure."""
+    from launcher.perf import preset_fit, stragglers
+
+    fitted = preset_fit.load().jitter
+    assert fitted is not None and fitted != stragglers.STEP_JITTER
+    assert stragglers.site_jitter(None, "cuda") == fitted
+    assert stragglers.site_jitter(None, "cpu") == 0.0 and stragglers.site_jitter(0.02, "cuda") == 0.02

@@ -61,6 +61,10 @@ def _with_v(overrides: list[str], v: int) -> list[str]:
     )
 
 
+# One MFU for every candidate: under the fit's matmul curves `plan --search` still prices each candidate at its
+# base recipe's MFU, while `launcher plan` of a candidate's overrides prices that configuration's own ops (1%
+# apart here), a gap left open (issue 32 item 1's note); this test compares the two on bubbles and sends.
+@pytest.mark.usefixtures("one_mfu_presets")
 def test_a_deep_models_best_interleaves_and_no_other_divisor_predicts_faster(tmp_path):
     n = 2048
     cfg = compose_config(DEEP)
