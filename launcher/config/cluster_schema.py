@@ -42,6 +42,11 @@ class ClusterConfig:
     """GPUs sharing one NVLink domain (an NVSwitch fabric), a multiple of the GPUs per node: 72 for GB200
     NVL72 (18 nodes of 4). For `launcher plan`: a collective whose group fits in one domain runs on
     `intra_link`, not the inter-node one. null: one node's GPUs."""
+    profile: str | None = None
+    """A site profile (`launcher profile --output PATH` measures one): `launcher plan` on presets then
+    prices compute at its measured matmul rate at the model's shapes and takes its links from its measured
+    all-reduces (in-node and between nodes; a scope it did not measure keeps intra_link / inter_link).
+    A missing or damaged file stops the plan with one line. Null: the nominal presets and fitted MFU."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0
