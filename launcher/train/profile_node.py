@@ -31,7 +31,11 @@ from launcher.trials.folder import from_document, read_document
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MIN_ITERS, MAX_ITERS, ENOUGH_S = 3, 20, 0.2
-"""A figure is the median of at least MIN_ITERS timed runs, more until ENOUGH_S have passed."""
+"""A rank's own figure (a matmul, the copy) is the median of at least MIN_ITERS timed runs, more until ENOUGH_S
+have passed."""
+COMM_ITERS = 5
+"""A collective's figure is the median of exactly this many: every member must call it as often (a count each
+rank chose by its own clock left one rank waiting in a collective the others never called: a hang on the bed)."""
 
 
 class Steps:
@@ -46,11 +50,14 @@ class Steps:
             print(f"step {self.done}/{self.total}", flush=True)
 
 
-def timed(fn: Callable[[], Any], device: torch.device, before: Callable[[], Any] | None = None) -> float:
-    """Median seconds of `fn()` after one warm-up call; `before` runs untimed ahead of each (a barrier)."""
+def timed(
+    fn: Callable[[], Any], device: torch.device, before: Callable[[], Any] | None = None, iters: int | None = None
+) -> float:
+    """Median seconds of `fn()` after one warm-up call; `before` runs untimed ahead of each (a barrier);
+    `iters`: exactly that many runs (a collective), else as many as MIN_ITERS, MAX_ITERS and ENOUGH_S say."""
     fn()
     times: list[float] = []
-    while len(times) < MIN_ITERS or (sum(times) < ENOUGH_S and len(times) < MAX_ITERS):
+    while len(times) < (iters or MIN_ITERS) or (not iters and sum(times) < ENOUGH_S and len(times) < MAX_ITERS):
         if before:
             before()
         sync(device)
@@ -157,7 +164,8 @@ def measure_collectives(
         for op in plan.OPS:
             for nbytes in sizes:
                 if group is not None and rank in ranks[scope]:
-                    t = timed(_op(op, nbytes, n, group, device), device, lambda g=group: dist.barrier(group=g))
+                    fn, wait = _op(op, nbytes, n, group, device), lambda g=group: dist.barrier(group=g)
+                    t = timed(fn, device, wait, iters=COMM_ITERS)
                     slowest = torch.tensor([t], device=device)
                     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # ends when its last rank does
                     t = float(slowest.item())

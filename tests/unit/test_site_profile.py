@@ -208,3 +208,19 @@ def check_measured(doc: dict, *, ranks: int, nodes: int, scopes: set[str]) -> No
             assert all(p["busbw_gbs"] > 0 and p["latency_us"] > 0 for p in points)
     loaded = site_profile.load(write_doc(doc))
     assert set(loaded.scope_ranks) == scopes
+
+
+def test_a_collective_is_timed_the_same_number_of_times_on_every_rank():
+    """Each rank choosing its count by its own clock left one waiting in a collective the others never called
+    (the bed's profile hung at a 256 KiB all-reduce): a collective runs exactly COMM_ITERS times after a warm-up,
+    however long each took; a rank's own matmul runs until ENOUGH_S."""
+    import torch
+
+    from launcher.train.profile_node import COMM_ITERS, ENOUGH_S, MIN_ITERS, timed
+
+    calls, waits = [], []
+    timed(lambda: calls.append(1), torch.device("cpu"), lambda: waits.append(1), iters=COMM_ITERS)
+    assert (len(calls), len(waits)) == (1 + COMM_ITERS, COMM_ITERS)
+    quick: list[int] = []
+    timed(lambda: quick.append(1), torch.device("cpu"))
+    assert len(quick) - 1 > MIN_ITERS and ENOUGH_S > 0  # instant calls: more runs, up to MAX_ITERS
