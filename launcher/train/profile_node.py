@@ -30,9 +30,10 @@ from launcher.train.env import process_env
 from launcher.trials.folder import from_document, read_document
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-MIN_ITERS, MAX_ITERS, ENOUGH_S = 3, 20, 0.2
-"""A rank's own figure (a matmul, the copy) is the median of at least MIN_ITERS timed runs, more until ENOUGH_S
-have passed."""
+MIN_ITERS, ENOUGH_S = 3, 0.5
+"""A rank's own figure (a matmul, the copy) is its sustained rate: total time ÷ runs, over at least MIN_ITERS runs
+lasting ENOUGH_S together, five of the kernel's 100 ms CPU-quota periods. The median of short runs read the bed's
+256³ matmul at 109 GFLOP/s, a burst inside one period, where its 0.45-CPU quota sustains half that."""
 COMM_ITERS = 5
 """A collective's figure is the median of exactly this many: every member must call it as often (a count each
 rank chose by its own clock left one rank waiting in a collective the others never called: a hang on the bed)."""
@@ -53,11 +54,11 @@ class Steps:
 def timed(
     fn: Callable[[], Any], device: torch.device, before: Callable[[], Any] | None = None, iters: int | None = None
 ) -> float:
-    """Median seconds of `fn()` after one warm-up call; `before` runs untimed ahead of each (a barrier);
-    `iters`: exactly that many runs (a collective), else as many as MIN_ITERS, MAX_ITERS and ENOUGH_S say."""
+    """Seconds of one `fn()` after a warm-up call; `before` runs untimed ahead of each (a barrier). `iters`: the
+    median of exactly that many runs (a collective); else the mean over runs lasting ENOUGH_S (MIN_ITERS at least)."""
     fn()
     times: list[float] = []
-    while len(times) < (iters or MIN_ITERS) or (not iters and sum(times) < ENOUGH_S and len(times) < MAX_ITERS):
+    while len(times) < (iters or MIN_ITERS) or (not iters and sum(times) < ENOUGH_S):
         if before:
             before()
         sync(device)
@@ -65,7 +66,7 @@ def timed(
         fn()
         sync(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times) if iters else sum(times) / len(times)
 
 
 def _median_over_ranks(seconds: float, device: torch.device) -> float:
