@@ -12,6 +12,9 @@ trials only and predicts the held-out ones:
   extrapolate   fit nodes {1,2,3} → predict nodes 4
   accum 1→2     fit accumulation 1 → predict accumulation 2
   accum 2→1     fit accumulation 2 → predict accumulation 1
+Before the sweeps, the bed is profiled (`launcher profile`, 2 nodes at each ranks per node,
+benchmarks/bed_profile.py), and every measured shape is also predicted from that profile alone, with
+nothing fitted (issue 32 item 2): MAPE against the same goal.
 Truth is the measured held-out trials: MAPE of tokens/s against each held-out shape's median,
 coverage of every held-out trial by the interval. Goals: MAPE ≤ 10% (stretch ≤ 5%), coverage
 ≥ 80%, fitted inter-node bandwidth within ±20% of the configured rate.
@@ -34,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import bed_profile
 from launcher.io import atomic_write_json, atomic_write_text
 from launcher.perf.calibrate import Measured, fit_layouts, load_measured, shape_at
 from launcher.perf.interval import coverage
@@ -345,6 +349,7 @@ def markdown(doc: dict) -> str:
         "",
         METHOD,
         "",
+        *(bed_profile.lines(doc["profiled"], GOAL_MAPE) + [""] if doc.get("profiled") else []),
         "## Per held-out shape",
         "",
         *shape_lines(results),
@@ -393,6 +398,7 @@ def main() -> None:
         }
         base = Path(tempfile.mkdtemp(prefix="model-accuracy-"))
         run["sweeps_dir"] = str(base)
+        run["profiles"] = {str(rpn): str(bed_profile.profile_bed(base, rpn)) for rpn in (1, 2)}  # before any sweep
         atomic_write_json(base / "bed.json", run)
         sweeps = run_rounds(base, args.rounds, args.steps, args.warmup_steps, start)
         run["sweep_wall_s"] = time.time() - start
@@ -400,6 +406,11 @@ def main() -> None:
         atomic_write_json(base / "bed.json", run)
     evaluating = time.time()
     results = evaluate(sweeps)
+    measured = [m for s in sweeps for m in load_measured(s)]
+    profiled = {
+        rpn: bed_profile.predict([m for m in measured if m.ranks_per_node == int(rpn)], Path(path))
+        for rpn, path in run.get("profiles", {}).items()
+    }
     # Bring-up and sweeps as the run measured them, plus this evaluation: the whole benchmark.
     wall = run.get("sweep_wall_s", 0.0) + time.time() - evaluating
     doc = {
@@ -415,6 +426,7 @@ def main() -> None:
         },
         "results": results,
         "totals": totals(results),
+        "profiled": profiled,
     }
     atomic_write_json(HERE / "results" / "model_accuracy.json", doc)
     text = markdown(doc)

@@ -30,6 +30,7 @@ VERBS = {
     "cancel": "launcher.run.cancel",
     "report": "launcher.run.report",
     "plan": "launcher.perf.plan",
+    "profile": "launcher.run.profile",
     "analyze": "launcher.run.analyze",
     "cluster": "launcher.slurm.devcluster.cluster",
 }
@@ -50,6 +51,8 @@ EXAMPLES = """examples:
   launcher run --from results/<sweep-id> run.steps=20000
   launcher plan --search model=gpt_1_3b cluster=example_gpu_site --gpus 8..64 --output plan.csv
   launcher run --from plan.json run.steps=20000
+  launcher profile cluster=devcluster --nodes 2 --output site.json
+  launcher plan model=gpt_1_3b cluster=devcluster cluster.profile=site.json --gpus 1..4
   launcher analyze measured.csv --usd-per-gpu-hour 2.5 --token-budget 2e11
 overrides use Hydra's grammar: group=option (model=mlp), key=value (batch.micro=16), lists as '[a,b]'."""
 
@@ -131,6 +134,18 @@ def _plan_and_analyze(add) -> None:
     an.add_argument("--budget-usd", type=float, help="fastest_within_budget: dollars allowed")
 
 
+def _profile(add) -> None:
+    pr = add("profile", "measure the cluster's matmuls, memory and collectives into a profile `plan` reads")
+    pr.add_argument("overrides", nargs="*", help="Hydra overrides naming the cluster, e.g. cluster=devcluster")
+    pr.add_argument("--recipes", help="your recipes folder (default: $LAUNCHER_RECIPES or the bundled recipes/)")
+    pr.add_argument(
+        "--ranks", type=int, default=2, help="ranks, where the cluster runs them on this machine (default 2)"
+    )
+    pr.add_argument("--nodes", type=int, default=2, help="nodes of the job, on a batch cluster (default 2)")
+    pr.add_argument("--output", metavar="PATH", help="also write the profile here (it stays in its results folder)")
+    pr.add_argument("--quiet", action="store_true", help="no progress display")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launcher",
@@ -163,6 +178,7 @@ def parser() -> argparse.ArgumentParser:
     ):
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
     _plan_and_analyze(add)
+    _profile(add)
     cluster.add_arguments(add("cluster", "a real Slurm dev cluster on this machine (needs root)"))
     return p
 

@@ -54,7 +54,12 @@ class ClusterConfig:
     step_jitter: float | None = None
     """Mean relative delay of one rank's compute per step (≥ 0), for `launcher plan`: a synchronous step waits
     for the slowest rank, which costs 1 + jitter·(H_N − 1) at N ranks (launcher/perf/stragglers.py).
-    null: the published corpus's fitted figure on GPUs (stragglers.STEP_JITTER), 0 on CPU ranks."""
+    null: the published corpus's fitted figure on GPUs (preset_fit.json's `jitter`), 0 on CPU ranks."""
+    profile: str | None = None
+    """A site profile (`launcher profile --output PATH` measures one): `launcher plan` on presets then
+    prices compute at its measured matmul rate at the model's shapes and takes its links from its measured
+    all-reduces (in-node and between nodes; a scope it did not measure keeps intra_link / inter_link).
+    A missing or damaged file stops the plan with one line. Null: the nominal presets and fitted MFU."""
     threads_per_rank: int = 1
     """CPU threads per rank (torch.set_num_threads, OMP_NUM_THREADS); on Slurm at most cpus_per_task."""
     trial_timeout_s: float = 600.0

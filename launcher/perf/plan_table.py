@@ -27,7 +27,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text
 from launcher.layouts import layout_names, traits
-from launcher.perf import preset_fit
+from launcher.perf import preset_fit, site_profile
 from launcher.perf.calibrate import calibration, fit_layouts, shape_at
 from launcher.perf.compute_term import shaped_mfu
 from launcher.perf.links import LINKS
@@ -247,11 +247,11 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     `mfu` of the peak, the config's links, the replay's interval."""
     c = cfg.cluster
     per_sample = work.executed_flops * work.tokens_per_sample
+    profile = site_profile.for_plan(cfg)  # cluster.profile: measured compute and links in place of presets
+    rate = work.peak.flops * mfu if profile is None else site_profile.compute_rate(cfg, profile, work.dtype)
+    intra, inter = site_profile.links(profile, LINKS[c.intra_link], LINKS[c.inter_link])
     return from_presets(
-        compute_s_per_sample=per_sample / (work.peak.flops * mfu),
-        intra=LINKS[c.intra_link],
-        inter=LINKS[c.inter_link],
-        rel_uncertainty=fit.rel_half_width,
+        compute_s_per_sample=per_sample / rate, intra=intra, inter=inter, rel_uncertainty=fit.rel_half_width
     )
 
 
@@ -270,7 +270,7 @@ def from_presets_forecast(
             f"parallel.layout={cfg.parallel.layout}; measure it with a sweep and plan --from that"
         )
     work = work_of(cfg)
-    if work.peak.flops is None:
+    if work.peak.flops is None and not cfg.cluster.profile:  # a profile prices compute itself
         raise ConfigError(
             "launcher plan without a measured sweep needs the device's peak: "
             f"cluster.device_name={cfg.cluster.device_name!r} "
@@ -295,8 +295,13 @@ def from_presets_forecast(
     source = (
         f"presets: {cfg.model.name} ({work.model_flops:.3g} FLOPs/token{' counted' if work.numel else ''}, "
         f"{work.hardware_flops:.3g} with recompute, {work.executed_flops:.3g} executed: causal attention halved), "
-        f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}{_fp8_split(work)}) × MFU {mfu:.2f} ({said}); "
-        f"{c.intra_link} in-node, {c.inter_link} × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node"
+        + (
+            f"{c.device_name} at {work.peak.flops:.3g} FLOP/s ({work.dtype}{_fp8_split(work)}) × MFU {mfu:.2f} "
+            f"({said}); {c.intra_link} in-node, {c.inter_link}"
+            if not c.profile
+            else site_profile.phrase(cfg, work.dtype)
+        )
+        + f" × {c.nics_per_node or 1} NIC(s) between nodes, {rpn} devices per node"
         f"{f', NVLink domains of {c.nvlink_domain} GPUs' if (c.nvlink_domain or 0) > rpn else ''}; "
         f"interval ×/÷ {math.exp(fit.interval_log):.2f}: the "
         f"{fit.quantile:.0%} quantile of the published-runs replay's leave-one-source-out errors ({fit.rows} runs, "

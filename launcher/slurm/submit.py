@@ -37,7 +37,7 @@ from launcher.trials.folder import (
     write_outcome,
     write_submission,
 )
-from launcher.trials.payload import payload_for, probe_payload
+from launcher.trials.payload import Payload, payload_for, probe_payload
 from launcher.trials.spec import Trial
 
 
@@ -85,17 +85,18 @@ def job_requests(
     first_index: int = 0,
     payload_args: tuple[str, ...] = (),
     where: Where | None = None,
+    payload: Payload | None = None,
 ) -> list[PreparedJob]:
     """Render every job of these trials (pure apart from reading templates); `payload_args`
-    follow the payload's own arguments. `where`: the folders a container mounts (default: the
-    working folder, this sweep's, this launcher's package)."""
+    follow the payload's own arguments; `payload` replaces the config's (`launcher profile`). `where`:
+    the folders a container mounts (default: the working folder, this sweep's, this launcher's package)."""
     sweep_dir = sweep_dir.resolve()
     where = where or Where(
         submit_dir=Path.cwd().resolve(), sweep_dir=sweep_dir, launcher_src=Path(launcher.__file__).resolve().parent
     )
     python = cfg.cluster.python or sys.executable
-    command = cfg.job.kind == "command"
-    payload = None if command else payload_for(cfg, payload_args)
+    command = cfg.job.kind == "command" and payload is None
+    payload = payload or (None if command else payload_for(cfg, payload_args))
     jobs = []
     groups = group_trials(trials, pack=cfg.sweep.pack, by_round=cfg.cluster.serialize_trials)
     for i, group in enumerate(groups, start=first_index):

@@ -21,7 +21,7 @@ from launcher.compute.peaks import resolve_precision
 from launcher.config.schema import LauncherConfig, OptimConfig
 from launcher.config.validate_precision import check_fp8_capability, check_precision_device
 from launcher.train import checkpoint as ckpt
-from launcher.train import clipping, faults, float8, measure, nvml, profile, windows
+from launcher.train import clipping, faults, float8, measure, nvml, trace, windows
 from launcher.train.compiling import CompileClock, compile_failures, compile_metrics, compile_model
 from launcher.train.data import MicroBatches, build_dataset
 from launcher.train.engines import build_engine
@@ -111,8 +111,8 @@ def train(
         first_timed_step=trained.start_step + trial.warmup_steps,
     )
     traced = {}
-    if cfg.sweep.profile:  # extra steps after the timed ones, traced (profile.py): no timed figure includes them
-        traced["profile"] = profile.trace_steps(
+    if cfg.sweep.profile:  # extra steps after the timed ones, traced (trace.py): no timed figure includes them
+        traced["profile"] = trace.trace_steps(
             lambda: optimizer_step(run, [next(run.batches) for _ in range(trial.accum)]),
             device=device,
             rank=renv.rank,

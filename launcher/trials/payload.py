@@ -117,6 +117,12 @@ def probe_payload(*, launch: str = Launch.srun) -> Payload:
     return Payload(argv=(*argv, TrialFile(name="probe.json")), launch=launch if launch != "none" else Launch.srun)
 
 
+def profile_payload(*, launch: str = Launch.srun) -> Payload:
+    """`launcher profile`'s measurements (launcher/train/profile_node.py), one process per rank."""
+    argv = (PYTHON, "-m", "launcher.train.profile_node", "--trial", TrialFile(name="trial.json"), "--out")
+    return Payload(argv=(*argv, TrialFile(name="profile.json")), launch=launch, warning_signal=False)
+
+
 def payload_for(
     cfg: LauncherConfig,
     extra_args: Sequence[str] = (),

@@ -403,6 +403,18 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         tests=("test_plan_output.py::test_the_acceptance_command_writes_every_size_with_the_columns",),
         args=("--output",),
     ),
+    # docs/profile.md
+    "launcher profile cluster=devcluster cluster.tasks_per_node=2 --nodes 2 --output site.json": Ran(
+        tests=("test_profile_slurm.py::test_profile_on_two_nodes_of_the_dev_cluster",),
+        args=("cluster=devcluster", "cluster.tasks_per_node=2", "--nodes", "--output"),
+    ),
+    "launcher plan cluster=devcluster cluster.profile=site.json --gpus 1,2,4": Ran(
+        tests=("test_site_profile_local.py::test_profile_on_local_ranks",),
+        args=("cluster=devcluster", "cluster.profile="),
+    ),
+    "launcher profile --ranks 2 --output local.json": Ran(
+        tests=("test_site_profile_local.py::test_profile_on_local_ranks",), args=("--ranks", "--output")
+    ),
     # docs/gpus.md, docs/architecture.md
     "python -m benchmarks.gpu_smoke": ShownOnly(
         reason="it needs a CUDA GPU, and without one it overwrites the recorded H100 run with 'NOT run: no GPU'"

@@ -20,10 +20,10 @@ from launcher.report.markdown import write_report
 from launcher.results.policy import Recommendation
 from launcher.results.scaling import add_scaling
 from launcher.results.table import COLUMNS, trial_row
-from launcher.train import nvml, profile
+from launcher.train import nvml, trace
 from tests.support.report import write_test_report
 
-TRACE = profile.trace_name(0)
+TRACE = trace.trace_name(0)
 
 
 def _reading(util: float | None, mem: int | None, power: float | None) -> nvml.Reading:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from launcher.config.schema import LauncherConfig
 from launcher.slurm.track import Stalled
+from launcher.trials.payload import Payload
 from launcher.trials.spec import Trial
 
 __all__ = ["Executor", "NothingToCancel", "Stalled"]  # Stalled: what run_batch raises when a queue holds the trials
@@ -45,9 +46,12 @@ class Executor(ABC):
         """Refuse (ConfigError, one line) --detach where trials cannot outlive the launcher."""
 
     @abstractmethod
-    def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
+    def run_batch(
+        self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool, payload: Payload | None = None
+    ) -> None:
         """Run these trials and wait until each has ended, with its outcome.json written; a trial
-        started before (a resumed sweep) is followed, never started twice. May raise Stalled."""
+        started before (a resumed sweep) is followed, never started twice. May raise Stalled.
+        `payload`: what the ranks run in place of the config's (`launcher profile`'s measurements)."""
 
     @abstractmethod
     def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial]) -> None:

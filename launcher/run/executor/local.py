@@ -18,7 +18,7 @@ from launcher.run.executor.rows import TrialRows, columns
 from launcher.run.local import check_gpu_count, cuda_devices, rank_env, run_trial_dir
 from launcher.run.local_command import command_processes, run_command_trial
 from launcher.trials.folder import trial_dir
-from launcher.trials.payload import payload_for
+from launcher.trials.payload import Payload, payload_for
 from launcher.trials.spec import Trial
 
 
@@ -39,9 +39,11 @@ class LocalExecutor(Executor):
     def check_detach(self) -> None:
         raise ConfigError("--detach needs a Slurm cluster (cluster=slurm or cluster=devcluster); local trials run here")
 
-    def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
+    def run_batch(
+        self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool, payload: Payload | None = None
+    ) -> None:
         c = self.cfg.cluster
-        payload = payload_for(self.cfg) if self.cfg.job.kind != "command" else None
+        payload = payload or (payload_for(self.cfg) if self.cfg.job.kind != "command" else None)
         console = Console(stderr=True)
         with Progress(*columns(), console=console, disable=not progress_bars, refresh_per_second=2) as progress:
             rows = TrialRows(progress, trials)
@@ -49,7 +51,7 @@ class LocalExecutor(Executor):
                 total = None if self.cfg.job.kind == "command" else t.steps  # a program's own count is not sweep.steps
                 task, on_step = rows.start(t, total=total)
                 tdir = trial_dir(sweep_dir, t.trial_id)
-                if self.cfg.job.kind == "command":
+                if self.cfg.job.kind == "command" and not payload:
                     outcome = run_command_trial(tdir, self.cfg, t, on_step=on_step)
                 else:
                     outcome = run_trial_dir(

@@ -24,6 +24,7 @@ from launcher.slurm.submit import (
     write_scripts,
 )
 from launcher.slurm.track import track
+from launcher.trials.payload import Payload
 from launcher.trials.spec import Trial
 
 CTRL_C_REASON = "cancelled by the user ({how})"  # how: Ctrl-C or SIGTERM (run/stopped.py)
@@ -41,18 +42,20 @@ class SlurmExecutor(Executor):
     def check_detach(self) -> None:
         return None  # jobs outlive the launcher
 
-    def run_batch(self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool) -> None:
-        self.submit_detached(sweep_dir, trials)
+    def run_batch(
+        self, sweep_dir: Path, trials: Sequence[Trial], *, progress_bars: bool, payload: Payload | None = None
+    ) -> None:
+        self.submit_detached(sweep_dir, trials, payload=payload)
         track(sweep_dir, self.cfg, list(trials), progress_bars=progress_bars)
 
-    def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial]) -> None:
+    def submit_detached(self, sweep_dir: Path, trials: Sequence[Trial], payload: Payload | None = None) -> None:
         # A damaged submission.json still counts as submitted: submitting again would run the trial twice.
         submitted = submissions(sweep_dir)
         todo = [t for t in trials if t.trial_id not in submitted]
         if not todo:  # a resumed sweep whose jobs all went out (a pack of none would be an empty job)
             return
         done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
-        jobs = job_requests(self.cfg, sweep_dir, todo, first_index=len(done))
+        jobs = job_requests(self.cfg, sweep_dir, todo, first_index=len(done), payload=payload)
         write_scripts(sweep_dir, jobs)
         console = Console(stderr=True)
         submit_jobs(

@@ -1,0 +1,233 @@
+"""`python -m launcher.train.profile_node --trial trial.json --out profile.json`: `launcher profile`'s
+job on the nodes (torch and the standard library only). Every rank measures, as a training step
+would load it, at once: matmuls over profile_plan's grid of shapes and dtypes, the memory bandwidth
+of a large copy, then all-reduce / all-gather / reduce-scatter / all-to-all over a range of sizes
+among the first node's ranks (`intra`) and among one rank per node (`inter`). Rank 0 prints
+`step i/N` after each (the launcher's progress bar) and writes the profile (profile_plan's schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from launcher.io import atomic_write_json
+from launcher.train import dist as tdist
+from launcher.train import profile_plan as plan
+from launcher.train.dist import sync
+from launcher.train.env import process_env
+from launcher.trials.folder import from_document, read_document
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MIN_ITERS, ENOUGH_S = 3, 0.5
+"""A rank's own figure (a matmul, the copy) is its sustained rate: total time ÷ runs, over at least MIN_ITERS runs
+lasting ENOUGH_S together, five of the kernel's 100 ms CPU-quota periods. The median of short runs read the bed's
+256³ matmul at 109 GFLOP/s, a burst inside one period, where its 0.45-CPU quota sustains half that."""
+COMM_ITERS = 5
+"""A collective's figure is the median of exactly this many: every member must call it as often (a count each
+rank chose by its own clock left one rank waiting in a collective the others never called: a hang on the bed)."""
+
+
+class Steps:
+    """Rank 0's `step i/N` lines (the launcher reads the last one for its bar)."""
+
+    def __init__(self, total: int, rank: int) -> None:
+        self.total, self.done, self.rank = total, 0, rank
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.rank == 0:
+            print(f"step {self.done}/{self.total}", flush=True)
+
+
+def timed(
+    fn: Callable[[], Any], device: torch.device, before: Callable[[], Any] | None = None, iters: int | None = None
+) -> float:
+    """Seconds of one `fn()` after a warm-up call; `before` runs untimed ahead of each (a barrier). `iters`: the
+    median of exactly that many runs (a collective); else the mean over runs lasting ENOUGH_S (MIN_ITERS at least)."""
+    fn()
+    times: list[float] = []
+    while len(times) < (iters or MIN_ITERS) or (not iters and sum(times) < ENOUGH_S):
+        if before:
+            before()
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) if iters else sum(times) / len(times)
+
+
+def _median_over_ranks(seconds: float, device: torch.device) -> float:
+    """Every rank measured at once, as they compute in a step: the ranks' median time."""
+    if not dist.is_initialized():
+        return seconds
+    everyone = [0.0] * dist.get_world_size()
+    dist.all_gather_object(everyone, seconds)
+    return statistics.median(everyone)
+
+
+def _matmul(dtype: str, m: int, n: int, k: int, device: torch.device) -> Callable[[], Any]:
+    if dtype == "fp8":  # torch._scaled_mm: per-tensor scales, b column-major (what float8 training calls)
+        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    a = torch.randn(m, k, device=device, dtype=_TORCH_DTYPES[dtype])
+    b = torch.randn(k, n, device=device, dtype=_TORCH_DTYPES[dtype])
+    return lambda: a @ b
+
+
+def fp8_missing(device: torch.device) -> str | None:
+    """Why fp8 matmuls cannot be timed here, or None."""
+    if device.type != "cuda":
+        return "fp8: no fp8 matmul on CPU"
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        return f"fp8: {torch.cuda.get_device_name(device)} has no fp8 tensor cores (compute capability < 8.9)"
+    return None
+
+
+def measure_matmuls(device: torch.device, steps: Steps, skipped: list[str]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for dtype in plan.dtypes(device.type):
+        why = fp8_missing(device) if dtype == "fp8" else None
+        for m, n, k in plan.matmul_shapes(device.type):
+            if why is None:
+                try:
+                    t = _median_over_ranks(timed(_matmul(dtype, m, n, k, device), device), device)
+                    out.setdefault(dtype, []).append({"m": m, "n": n, "k": k, "tflops": 2 * m * n * k / t / 1e12})
+                except (RuntimeError, TypeError) as exc:  # a torch without this kernel: said, not guessed
+                    why = f"{dtype}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            steps.tick()
+        if why:
+            skipped.append(why)
+    return out
+
+
+def measure_memory(device: torch.device, steps: Steps) -> float:
+    """GB/s of a large copy: it reads and writes every byte once."""
+    nbytes = plan.MEM_BYTES[device.type]
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    t = _median_over_ranks(timed(lambda: dst.copy_(src), device), device)
+    steps.tick()
+    return 2 * nbytes / t / 1e9
+
+
+def _op(op: str, nbytes: int, n: int, group, device: torch.device) -> Callable[[], Any]:
+    """One collective whose nccl-tests size is `nbytes` (rounded down to whole float32 parts per rank)."""
+    parts = max(1, nbytes // 4 // n)
+    whole = torch.ones(parts * n, device=device)
+    part = torch.ones(parts, device=device)
+    out = torch.empty_like(whole)
+    return {
+        "all_reduce": lambda: dist.all_reduce(whole, group=group),
+        "all_gather": lambda: dist.all_gather_into_tensor(whole, part, group=group),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole, group=group),
+        "all_to_all": lambda: dist.all_to_all_single(out, whole, group=group),
+    }[op]
+
+
+def groups(world: int) -> tuple[dict[str, list[int]], list[str]]:
+    """Scope → its ranks: the first node's (intra), the first rank of each node (inter); and each rank's host."""
+    hosts = [socket.gethostname()] * world
+    if world > 1:
+        dist.all_gather_object(hosts, socket.gethostname())
+    first: dict[str, int] = {}
+    for r, h in enumerate(hosts):
+        first.setdefault(h, r)
+    return {"intra": [r for r, h in enumerate(hosts) if h == hosts[0]], "inter": sorted(first.values())}, hosts
+
+
+def measure_collectives(
+    rank: int, world: int, device: torch.device, steps: Steps, skipped: list[str]
+) -> tuple[dict[str, dict[str, list[dict]]], dict[str, dict], list[str]]:
+    sizes = plan.message_bytes(device.type)
+    ranks, hosts = groups(world)
+    made = {s: dist.new_group(r) if world > 1 and len(r) > 1 else None for s, r in ranks.items()}  # every rank
+    out: dict[str, dict[str, list[dict]]] = {op: {} for op in plan.OPS}
+    for scope in plan.SCOPES:
+        n, group = len(ranks[scope]), made[scope]
+        if group is None:
+            where = "one rank on the first node" if scope == "intra" else "one node"
+            skipped.append(f"{scope}: {where}, nothing crosses a link there")
+        for op in plan.OPS:
+            for nbytes in sizes:
+                if group is not None and rank in ranks[scope]:
+                    fn, wait = _op(op, nbytes, n, group, device), lambda g=group: dist.barrier(group=g)
+                    t = timed(fn, device, wait, iters=COMM_ITERS)
+                    slowest = torch.tensor([t], device=device)
+                    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # ends when its last rank does
+                    t = float(slowest.item())
+                    algbw = (max(1, nbytes // 4 // n) * n * 4) / t / 1e9
+                    point = {"bytes": nbytes, "busbw_gbs": algbw * plan.busbw_factor(op, n), "latency_us": t * 1e6}
+                    out[op].setdefault(scope, []).append(point)
+                if world > 1:
+                    dist.barrier()  # the others wait: one measurement at a time on the links
+                steps.tick()
+    scopes = {s: {"ranks": len(r)} for s, r in ranks.items() if made[s] is not None}
+    return {op: d for op, d in out.items() if d}, scopes, hosts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launcher.train.profile_node", description=__doc__)
+    parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
+    parser.add_argument("--out", required=True, type=Path, help="where rank 0 writes the profile")
+    args = parser.parse_args(argv)
+    spec = read_document(args.trial)
+    if not spec.ok:
+        print(f"launcher.train.profile_node: {spec.reason}", file=sys.stderr, flush=True)
+        return 2
+    _, cfg = from_document(spec.doc)
+    renv = process_env(os.environ)
+    torch.set_num_threads(cfg.cluster.threads_per_rank)
+    device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
+    if renv.world_size > 1:
+        tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
+    steps, skipped = Steps(plan.steps(device.type), renv.rank), []
+    matmul = measure_matmuls(device, steps, skipped)
+    mem = measure_memory(device, steps)
+    collectives, scopes, hosts = measure_collectives(renv.rank, renv.world_size, device, steps, skipped)
+    if renv.rank == 0:
+        atomic_write_json(
+            args.out, _document(cfg, device, renv.world_size, hosts, matmul, mem, collectives, scopes, skipped)
+        )
+    if renv.world_size > 1:
+        dist.barrier()  # the profile is on disk before any rank leaves
+    return 0
+
+
+def _document(cfg, device, world, hosts, matmul, mem, collectives, scopes, skipped) -> dict[str, Any]:
+    nodes = len(set(hosts))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {
+        "schema": plan.SCHEMA,
+        "version": plan.SCHEMA_VERSION,
+        "device": {"name": name, "type": device.type, "threads_per_rank": cfg.cluster.threads_per_rank},
+        "ranks": world,
+        "nodes": nodes,
+        "ranks_per_node": world // nodes,
+        "hosts": hosts,
+        "matmul": matmul,
+        "mem_bw_gbs": mem,
+        "scopes": scopes,
+        "collectives": collectives,
+        "skipped": skipped,
+        "torch": torch.__version__,
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+if __name__ == "__main__":
+    tdist.leave(main())

@@ -1,0 +1,86 @@
+"""What `launcher profile` measures on a node, and the site profile file's shape: stdlib only, so the
+control plane (launcher/run/profile.py, the bar's length) and the node (profile_node.py) read one plan.
+
+The file (docs/profile.md), schema version 1:
+
+    {"schema": "launcher.site_profile", "version": 1,
+     "device": {"name": "NVIDIA H200", "type": "cuda", "threads_per_rank": 1},
+     "ranks": 16, "nodes": 2, "ranks_per_node": 8, "hosts": [...],
+     "matmul": {"bf16": [{"m": 4096, "n": 4096, "k": 4096, "tflops": 712.3}, ...], "fp8": [...]},
+     "mem_bw_gbs": 4100.0,
+     "scopes": {"intra": {"ranks": 8}, "inter": {"ranks": 2}},
+     "collectives": {"all_reduce": {"intra": [{"bytes": 65536, "busbw_gbs": 1.2, "latency_us": 30.1}, ...],
+                                    "inter": [...]}, "all_gather": {...}, ...},
+     "skipped": ["fp8: ...", "inter: ..."], "torch": "2.9.0", "measured_at": "2026-11-28T20:00:00Z"}
+
+`bytes` is nccl-tests' "size" column: the all-reduce's buffer, the all-gather's output (n × a rank's
+part), the reduce-scatter's input, the all-to-all's per-rank buffer; `latency_us` the median time of one
+operation of that size; busbw as nccl-tests defines it (`busbw_factor`). Scope `intra`: the ranks of
+the first node; `inter`: one rank per node (the first of each), so the figure is one rank's path across
+the network, as a data-parallel ring between nodes sees it.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "launcher.site_profile"
+SCHEMA_VERSION = 1
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+SCOPES = ("intra", "inter")
+PROFILE_FILE = "profile.json"
+"""Where the node's rank 0 writes the profile, in the trial folder."""
+
+# Shapes (m, n, k): squares across the range a model's widths span, and the tall/wide ones of an MLP
+# block (k or n 4× the width); CPU ranks get a grid a few seconds long.
+_CPU_SHAPES = (
+    (128, 128, 128),
+    (256, 256, 256),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (512, 2048, 512),
+    (512, 512, 2048),
+)
+_GPU_SHAPES = (
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (8192, 16384, 4096),
+    (8192, 4096, 16384),
+    (16384, 8192, 8192),
+)
+_CPU_DTYPES = ("fp32", "bf16")
+_GPU_DTYPES = ("bf16", "fp8")
+# Message sizes, ×4 apart: a CPU bed's link may be 25 MB/s, so its grid stops at 4 MiB.
+_CPU_BYTES = tuple(4**i * 4096 for i in range(6))  # 4 KiB .. 4 MiB
+_GPU_BYTES = tuple(4**i * 65536 for i in range(8))  # 64 KiB .. 1 GiB
+MEM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
+"""Bytes of the tensor copied for the memory bandwidth: far larger than any cache."""
+
+
+def matmul_shapes(device_type: str) -> tuple[tuple[int, int, int], ...]:
+    return _GPU_SHAPES if device_type == "cuda" else _CPU_SHAPES
+
+
+def dtypes(device_type: str) -> tuple[str, ...]:
+    """The dtypes tried: fp8 where the GPU has it (skipped with a reason elsewhere)."""
+    return _GPU_DTYPES if device_type == "cuda" else _CPU_DTYPES
+
+
+def message_bytes(device_type: str) -> tuple[int, ...]:
+    return _GPU_BYTES if device_type == "cuda" else _CPU_BYTES
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw ÷ algbw (doc/PERFORMANCE.md): 2(n−1)/n for all-reduce, (n−1)/n for all-gather,
+    reduce-scatter and all-to-all, so busbw compares with the link's rate whatever the rank count."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; one of {', '.join(OPS)}")
+    if n < 2:
+        raise ValueError(f"a bus bandwidth needs ≥ 2 ranks, got {n}")
+    return (2.0 if op == "all_reduce" else 1.0) * (n - 1) / n
+
+
+def steps(device_type: str) -> int:
+    """Measurements in a profile (each a `step i/N` line): matmuls, one copy, every op × scope × size."""
+    grid = len(dtypes(device_type)) * len(matmul_shapes(device_type))
+    return grid + 1 + len(OPS) * len(SCOPES) * len(message_bytes(device_type))
