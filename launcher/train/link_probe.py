@@ -9,11 +9,8 @@ all-reduce; its probe records the device and host alone.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,10 +19,9 @@ import torch.distributed as dist
 from launcher.cgroup import own_cpu_quota
 from launcher.io import atomic_write_json
 from launcher.train import dist as tdist
+from launcher.train import node_tool
 from launcher.train.allreduce_probe import Comm, comm_metrics, time_allreduce
-from launcher.train.env import process_env
 from launcher.train.measure import machine_id, machine_metrics
-from launcher.trials.folder import from_document, read_document
 
 
 def _rank_facts() -> dict[str, Any]:
@@ -42,20 +38,14 @@ def _rank_facts() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.train.link_probe", description=__doc__)
-    parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
-    parser.add_argument("--out", required=True, type=Path, help="where rank 0 writes the probe's figures")
-    args = parser.parse_args(argv)
-    spec = read_document(args.trial)
-    if not spec.ok:
-        print(f"launcher.train.link_probe: {spec.reason}", file=sys.stderr, flush=True)
+    begun = node_tool.start(
+        "python -m launcher.train.link_probe", __doc__, "where rank 0 writes the probe's figures", argv
+    )
+    if begun is None:
         return 2
-    _, cfg = from_document(spec.doc)
-    renv = process_env(os.environ)
-    torch.set_num_threads(cfg.cluster.threads_per_rank)
-    device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
+    cfg, renv, device, out = begun.cfg, begun.renv, begun.device, begun.out
     if renv.world_size == 1:  # one rank moves nothing over a link: the row still gets its device and host
-        atomic_write_json(args.out, _facts([_rank_facts()], device))
+        atomic_write_json(out, _facts([_rank_facts()], device))
         return 0
     tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
     numel = max(1, cfg.job.probe_bytes // 4)
@@ -67,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if renv.rank == 0:
         comm = Comm(numel=numel, seconds=seconds, probe=points, ranks=renv.world_size)
         # The probe's bytes, not the program's gradient (perf/calibrate.py reads allreduce_of).
-        atomic_write_json(args.out, {**comm_metrics(comm), "allreduce_of": "link_probe", **_facts(everyone, device)})
+        atomic_write_json(out, {**comm_metrics(comm), "allreduce_of": "link_probe", **_facts(everyone, device)})
     dist.barrier()  # probe.json is on disk before any rank leaves (tdist.leave: no teardown after this)
     return 0
 

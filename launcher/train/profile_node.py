@@ -8,15 +8,11 @@ among the first node's ranks (`intra`) and among one rank per node (`inter`). Ra
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import os
 import socket
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,10 +20,9 @@ import torch.distributed as dist
 
 from launcher.io import atomic_write_json
 from launcher.train import dist as tdist
+from launcher.train import node_tool
 from launcher.train import profile_plan as plan
 from launcher.train.dist import sync
-from launcher.train.env import process_env
-from launcher.trials.folder import from_document, read_document
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MIN_ITERS, ENOUGH_S = 3, 0.5
@@ -181,18 +176,10 @@ def measure_collectives(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.train.profile_node", description=__doc__)
-    parser.add_argument("--trial", required=True, type=Path, help="trial.json written by the launcher")
-    parser.add_argument("--out", required=True, type=Path, help="where rank 0 writes the profile")
-    args = parser.parse_args(argv)
-    spec = read_document(args.trial)
-    if not spec.ok:
-        print(f"launcher.train.profile_node: {spec.reason}", file=sys.stderr, flush=True)
+    begun = node_tool.start("python -m launcher.train.profile_node", __doc__, "where rank 0 writes the profile", argv)
+    if begun is None:
         return 2
-    _, cfg = from_document(spec.doc)
-    renv = process_env(os.environ)
-    torch.set_num_threads(cfg.cluster.threads_per_rank)
-    device = tdist.pick_device(cfg.cluster.device, renv.local_rank)
+    cfg, renv, device, out = begun.cfg, begun.renv, begun.device, begun.out
     if renv.world_size > 1:
         tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
     steps, skipped = Steps(plan.steps(device.type), renv.rank), []
@@ -201,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     collectives, scopes, hosts = measure_collectives(renv.rank, renv.world_size, device, steps, skipped)
     if renv.rank == 0:
         atomic_write_json(
-            args.out, _document(cfg, device, renv.world_size, hosts, matmul, mem, collectives, scopes, skipped)
+            out, _document(cfg, device, renv.world_size, hosts, matmul, mem, collectives, scopes, skipped)
         )
     if renv.world_size > 1:
         dist.barrier()  # the profile is on disk before any rank leaves

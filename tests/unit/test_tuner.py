@@ -14,7 +14,7 @@ from launcher.io import atomic_write_json
 from launcher.perf.comm import Topology, allreduce_s, ddp_buckets, ddp_last_bucket, group
 from launcher.perf.links import LINKS
 from launcher.perf.plan import from_presets_forecast, parse_gpus
-from launcher.perf.stragglers import STEP_JITTER, straggle
+from launcher.perf.stragglers import fitted_jitter, straggle
 
 
 def test_gpu_ranges():
@@ -47,7 +47,7 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
     grad = 4 * total
 
     def compute(n: int) -> float:  # 8 samples per rank per step, waiting for the slowest of n GPUs
-        return flops_per_token(cfg.model, non_emb) * seq * 8 / (3.12e14 * 0.5) * straggle(n, STEP_JITTER)
+        return flops_per_token(cfg.model, non_emb) * seq * 8 / (3.12e14 * 0.5) * straggle(n, fitted_jitter())
 
     def exposed(n: int) -> float:
         window = 2 / 3 * compute(n) / 2  # accum 2: DDP syncs in the second micro-step's backward only
