@@ -47,20 +47,25 @@ class Steps:
 
 
 def timed(
-    fn: Callable[[], Any], device: torch.device, before: Callable[[], Any] | None = None, iters: int | None = None
+    fn: Callable[[], Any],
+    device: torch.device,
+    before: Callable[[], Any] | None = None,
+    iters: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Seconds of one `fn()` after a warm-up call; `before` runs untimed ahead of each (a barrier). `iters`: the
-    median of exactly that many runs (a collective); else the mean over runs lasting ENOUGH_S (MIN_ITERS at least)."""
+    median of exactly that many runs (a collective); else the mean over runs lasting ENOUGH_S (MIN_ITERS at least).
+    `clock`: the seconds it reads (a test's stand-in for time.perf_counter)."""
     fn()
     times: list[float] = []
     while len(times) < (iters or MIN_ITERS) or (not iters and sum(times) < ENOUGH_S):
         if before:
             before()
         sync(device)
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync(device)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times) if iters else sum(times) / len(times)
 
 
