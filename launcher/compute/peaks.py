@@ -280,15 +280,17 @@ def find_device(name: str | None) -> DevicePeak | None:
 
 
 def device_memory_gb(name: str | None) -> float | None:
-    """Memory of one device named `name` from the table (GiB, as cluster.device_memory_gb reads
-    it); None for a device it does not know. A100 parts come in 40 and 80 GB: a name that says
-    40GB (torch reports "NVIDIA A100-SXM4-40GB") is the smaller one."""
+    """Memory of one device named `name` from the table (GiB, as cluster.device_memory_gb reads it); None for
+    a device it does not know. A name that says 40GB (torch: "NVIDIA A100-SXM4-40GB") is the smaller A100."""
     row = find_device(name)
     if row is None or row.memory_gb is None:
         return None
-    if row.device.startswith("A100") and re.search(r"40\s*GB", (name or "").upper()):
-        return 40.0
-    return float(row.memory_gb)
+    return 40.0 if a100_40gb(row.device, name) else float(row.memory_gb)
+
+
+def a100_40gb(device: str, name: str | None) -> bool:
+    """`device` (a table row) is the A100 and `name` its 40 GB part: its memory and bandwidth are the smaller."""
+    return device.startswith("A100") and re.search(r"40\s*GB", (name or "").upper()) is not None
 
 
 def math_dtype(precision: str, *, tf32: bool) -> str:

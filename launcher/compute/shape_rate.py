@@ -27,12 +27,11 @@ share of peak than wide ones, and fp8, whose casts are memory-bound, gains more 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
-from launcher.compute.peaks import find_device
+from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
 FLASH_SHARE = 0.75
@@ -78,9 +77,7 @@ def mem_bw_gbs(device: str | None) -> float | None:
     row = find_device(device)
     if row is None or row.hbm_gbs is None:
         return None
-    if row.device.startswith("A100") and re.search(r"40\s*GB", (device or "").upper()):
-        return 1555.0
-    return float(row.hbm_gbs)
+    return 1555.0 if a100_40gb(row.device, device) else float(row.hbm_gbs)
 
 
 def _measured_rate(m: int, n: int, k: int, measured: Sequence[tuple[int, int, int, float]]) -> float:
