@@ -7,8 +7,8 @@ saturates (tiles fill the chip, the epilogue's share shrinks; cuBLAS and hipBLAS
 
 capped by the roofline, arithmetic intensity × memory bandwidth (2mnk FLOPs over the bytes of its
 three operands). Two parameters per device and precision (`Curve`), fitted on published runs
-(benchmarks/published_replay.py, leave-one-source-out) or, where a site profile measured the
-device, replaced by its measured (m, n, k, TFLOP/s) points interpolated in log space.
+(benchmarks/published_replay.py, leave-one-source-out). A site profile's measured matmuls
+(perf/site_profile.py) do not feed these curves yet: a plan on cluster.profile prices its matmuls there.
 The attention core runs in a fused flash kernel at
 
     FLASH_SHARE · e_max · Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
@@ -71,6 +71,10 @@ class Curve:
         s = min(m, n, k)
         return self.e_max * s / (s + self.s_half)
 
+    def rate(self, peak: float, smallest: int, roofline: float) -> float:
+        """FLOP/s of a matmul whose smallest dimension is `smallest`: `peak` × the curve, under `roofline`."""
+        return min(peak * self.e_max * smallest / (smallest + self.s_half), roofline)
+
 
 def mem_bw_gbs(device: str | None) -> float | None:
     """HBM bandwidth of one device, GB/s, from the peak table (an A100 named 40GB: 1,555); None unknown."""
@@ -80,47 +84,10 @@ def mem_bw_gbs(device: str | None) -> float | None:
     return 1555.0 if a100_40gb(row.device, device) else float(row.hbm_gbs)
 
 
-def _measured_rate(m: int, n: int, k: int, measured: Sequence[tuple[int, int, int, float]]) -> float:
-    """TFLOP/s at (m, n, k) from measured points: log rate linear in log smallest dimension between
-    the two nearest points (clamped at the ends), points at one smallest dimension averaged in log."""
-    by_s: dict[int, list[float]] = {}
-    for pm, pn, pk, tflops in measured:
-        by_s.setdefault(min(pm, pn, pk), []).append(math.log(tflops))
-    xs = sorted(by_s)
-    ys = [sum(by_s[x]) / len(by_s[x]) for x in xs]
-    s = min(m, n, k)
-    if s <= xs[0] or len(xs) == 1:
-        return math.exp(ys[0] if s <= xs[0] else ys[-1])
-    if s >= xs[-1]:
-        return math.exp(ys[-1])
-    i = next(j for j in range(1, len(xs)) if xs[j] >= s)
-    t = (math.log(s) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
-    return math.exp(ys[i - 1] + t * (ys[i] - ys[i - 1]))
-
-
-def matmul_tflops(
-    device: str | None,
-    m: int,
-    n: int,
-    k: int,
-    dtype: str,
-    *,
-    curve: Curve,
-    measured: Sequence[tuple[int, int, int, float]] = (),
-) -> float:
-    """TFLOP/s of an (m × k) · (k × n) matmul in `dtype` on `device`: the measured points where a
-    site profile gives them, else the device's peak × `curve`, under the roofline. ValueError for a
-    device or precision the peak table does not know."""
-    if measured:
-        return _measured_rate(m, n, k, measured)
-    rate = min(_peak(device, dtype) * curve.efficiency(m, n, k), _roofline(device, m, n, k, dtype))
-    return rate / 1e12
-
-
-def attention_flops(device: str | None, seq: int, head_dim: int, dtype: str, *, curve: Curve) -> float:
-    """FLOP/s of the fused attention kernel (module docstring); ValueError for an unknown device."""
-    shape = head_dim / (head_dim + HEAD_DIM_HALF) * seq / (seq + SEQ_HALF)
-    return _peak(device, dtype) * FLASH_SHARE * curve.e_max * shape
+def matmul_tflops(device: str | None, m: int, n: int, k: int, dtype: str, *, curve: Curve) -> float:
+    """TFLOP/s of an (m × k) · (k × n) matmul in `dtype` on `device`: the device's peak × `curve`, under the
+    roofline, as a step's Parts price it. ValueError for a device or precision the peak table does not know."""
+    return curve.rate(_peak(device, dtype), min(m, n, k), _roofline(device, m, n, k, dtype)) / 1e12
 
 
 @dataclass(frozen=True)
@@ -152,7 +119,7 @@ class Parts:
         mm = 0.0
         for flops, s, peak, cap, fp8 in self.matmuls:
             c = fp8_curve if fp8 and fp8_curve is not None else curve
-            mm += flops / min(peak * c.e_max * s / (s + c.s_half), cap)
+            mm += flops / c.rate(peak, s, cap)
         return StepTime(matmul_s=mm, attention_s=self.attention_s / curve.e_max, memory_s=self.memory_s)
 
 

@@ -70,13 +70,6 @@ def test_the_curve_rises_with_width_and_saturates_below_the_peak():
     )
 
 
-def test_measured_points_are_interpolated_in_log_space_instead_of_the_curve():
-    points = [(4096, 256, 256, 100.0), (4096, 1024, 1024, 400.0)]
-    assert matmul_tflops(H200, 4096, 512, 512, "bf16", curve=CURVE, measured=points) == pytest.approx(200.0)
-    assert matmul_tflops(H200, 4096, 64, 64, "bf16", curve=CURVE, measured=points) == pytest.approx(100.0)
-    assert matmul_tflops(H200, 4096, 8192, 8192, "bf16", curve=CURVE, measured=points) == pytest.approx(400.0)
-
-
 def test_memory_bandwidth_per_device_from_the_datasheets():
     assert mem_bw_gbs("NVIDIA H200") == 4800
     assert mem_bw_gbs("NVIDIA H100 80GB HBM3") == 3350
