@@ -335,7 +335,7 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     assert float(base["mfu_assumed_loso"]) != float(base["mfu_assumed_in"])
     md = (tmp_path / "published_replay.md").read_text()
     assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
-    assert "(goal ≥ 80%:" in md and "(goal ≥ 90%:" in md
+    assert "(goal ≥ 90%:" in md and "(goal ≤ 10%:" in md and "(goal ≥ 80%" not in md
 
 
 def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
@@ -353,7 +353,7 @@ def test_the_feature_table_judges_each_feature_and_source_against_the_goals():
         case(3, {"layout": "hsdp"}, skip="parallel=hsdp is not a recipe in /x/recipes/parallel; available: ddp"),
     ]
     lines = feature_lines(cases)
-    assert "| **fp8** | 2 | 2 | 1/2 = 50% (goal ≥ 80%: **NOT met**) | +25% | no pairs | +30% (1) |" in lines
+    assert "| **fp8** | 2 | 2 | 1/2 = 50% (goal ≥ 90%: **NOT met**) | +25% | no pairs | +30% (1) |" in lines
     assert "| **hsdp** | 1 | 0 (1: parallel=hsdp is not a recipe) | — | — | — | +30% (3) |" in lines
     assert any(line.startswith("| **mixture of experts** | 0 |") for line in lines)
 
