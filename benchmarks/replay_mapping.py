@@ -155,6 +155,14 @@ CHECKPOINTING_OF_SOURCE = {
     )
 }
 """Sources whose table does not state activation checkpointing but whose own configuration does."""
+ONE_LAYER_CHUNKS = {
+    "llama3_meta_2024": "arXiv 2407.21783 §3.3.2: 'we reduce one Transformer layer each from the first and the last "
+    "stages ... the first model chunk on the first stage has only the embedding, and the last model chunk on the "
+    "last stage has only output projection and loss', with 'an interleaved schedule ... with V pipeline stages on "
+    "one pipeline rank': a chunk is one layer, so V = (126 layers + the two end chunks) ÷ PP 16 = 8",
+}
+"""Sources whose pipeline interleaves model chunks of one Transformer layer each: interleaved 1F1B with
+virtual_stages = the planned layers ÷ pp (the schedule the replay without it priced as plain 1F1B)."""
 DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
 """Hardware whose name gives a memory the peak table's entry for the part does not (GiB, as
 cluster.device_memory_gb reads it)."""
@@ -377,6 +385,10 @@ def map_row(row: dict) -> Mapped:
         out.append(f"parallel.shard={int(num(row['gpus_per_node']))}")
     if reshard is not None:
         out.append(f"parallel.reshard_after_forward={str(reshard).lower()}")
+    if pp > 1 and (why := ONE_LAYER_CHUNKS.get(row["source"])):
+        layers = int(next(o for o in out if o.startswith("model.n_layers=")).split("=")[1])
+        out += ["parallel.schedule=interleaved_1f1b", f"parallel.virtual_stages={layers // pp}"]
+        assumed.append(f"interleaved 1F1B, {layers // pp} virtual stages a rank: {why}")
     if source_layout in SYNC_EACH_MICROSTEP and pp == 1:
         out.append("parallel.fsdp_sync_each_microstep=true")
     out += _batch(row, dp, pp, assumed)
