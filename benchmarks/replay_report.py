@@ -104,9 +104,13 @@ def _margin(k: int, n: int, k0: int, n0: int) -> str:
 
 
 def _eff_verdict(lo: dict, base: dict) -> str:
-    """Efficiency's goal: the share, and beating the 1.0-for-every-row baseline (which meets the share alone)."""
+    """Efficiency's goal: the share, and beating the 1.0-for-every-row baseline (which meets the share alone):
+    no fewer rows within the goal and a smaller median |error|. Rows alone cannot separate the two where the
+    baseline's only misses are super-linear published pairs (MPT 1B on A100-40GB: 1.20, 1.22) no model holding
+    a recipe's per-GPU rate reaches; the median counts every pair."""
     share = _verdict(lo["eff_within"], lo["eff_rows"], GOAL_EFF_SHARE)
-    beats = lo["eff_rows"] and lo["eff_within"] / lo["eff_rows"] > base["eff_within"] / max(base["eff_rows"], 1)
+    rows = lo["eff_rows"] and lo["eff_within"] / lo["eff_rows"] >= base["eff_within"] / max(base["eff_rows"], 1)
+    beats = rows and lo["eff_median_abs"] < base["eff_median_abs"]
     return "met" if share == "met" and beats else "**NOT met**"
 
 
@@ -122,13 +126,14 @@ def goal_lines(stats: dict) -> list[str]:
         f"sources): {_share(base['thr_within'], base['thr_rows'])}, median |error| {base['thr_median_abs']:.1%}; the "
         f"model's margin over it {_margin(lo['thr_within'], lo['rows'], base['thr_within'], base['thr_rows'])}.",
         f"- Efficiency within {GOAL_EFF * 100:.0f} points of the published: {_share(lo['eff_within'], lo['eff_rows'])} "
-        f"of the rows with a baseline (goal ≥ {GOAL_EFF_SHARE:.0%} and more rows than the baseline below: "
+        f"of the rows with a baseline (goal ≥ {GOAL_EFF_SHARE:.0%}, beating the baseline below: "
         f"{_eff_verdict(lo, base)}); "
         f"median |error| {lo['eff_median_abs'] * 100:.1f} points. Baseline, efficiency 1.0 for every row: "
         f"{_share(base['eff_within'], base['eff_rows'])} "
         f"({_verdict(base['eff_within'], base['eff_rows'], GOAL_EFF_SHARE)} by the same goal), median |error| "
         f"{base['eff_median_abs'] * 100:.1f} points; the model's margin over it "
-        f"{_margin(lo['eff_within'], lo['eff_rows'], base['eff_within'], base['eff_rows'])}.",
+        f"{_margin(lo['eff_within'], lo['eff_rows'], base['eff_within'], base['eff_rows'])} of rows and "
+        f"{(base['eff_median_abs'] - lo['eff_median_abs']) * 100:+.1f} points of median |error| (positive: smaller).",
         f"- Outside that goal, shown for what it is: rows whose series' smallest GPU count ran another micro batch "
         f"(not one recipe) are within {GOAL_EFF * 100:.0f} points in "
         f"{_share(stats['cross_micro']['within'], stats['cross_micro']['rows'])} "
