@@ -166,6 +166,14 @@ virtual_stages = the planned layers ÷ pp (the schedule the replay without it pr
 DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
 """Hardware whose name gives a memory the peak table's entry for the part does not (GiB, as
 cluster.device_memory_gb reads it)."""
+POWER_LIMIT = (
+    r"-(\d+)W$",
+    "its board power limit, as the hardware name says: torchtitan's Grand Teton H100s ran 'the default 500W power "
+    "limit, although tuning it up to 700W TDP can potentially provide further speedups' (pytorch/torchtitan "
+    "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md @2887250b; the Dec 2024 rows' notes record the same "
+    "hardware)",
+)
+"""A hardware name ending `-<N>W` ran at a board power limit of N W: cluster.power_limit_w (compute/power.py)."""
 DEFAULT_NETWORK = {"H100": ("ib400", 8, "DGX H100"), "A100": ("ib200", 8, "DGX A100")}
 """Network of a row that does not state one: the vendor reference node of its GPU."""
 
@@ -406,6 +414,9 @@ def map_row(row: dict) -> Mapped:
         f"cluster.nics_per_node={nics}",
     ]
     out += _device_memory(row, assumed)
+    if limit := re.search(POWER_LIMIT[0], str(row["hardware"])):
+        out.append(f"cluster.power_limit_w={limit.group(1)}")
+        assumed.append(f"{limit.group(1)} W: {POWER_LIMIT[1]}")
     offload = str(row.get("offload") or "").strip()
     return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed, offload=offload)
 

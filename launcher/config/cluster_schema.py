@@ -55,6 +55,10 @@ class ClusterConfig:
     """Mean relative delay of one rank's compute per step (≥ 0), for `launcher plan`: a synchronous step waits
     for the slowest rank, which costs 1 + jitter·(H_N − 1) at N ranks (launcher/perf/stragglers.py).
     null: the published corpus's fitted figure on GPUs (preset_fit.json's `jitter`), 0 on CPU ranks."""
+    power_limit_w: float | None = None
+    """Board power limit each GPU is held at (`nvidia-smi -pl`), in W, where a site sets one below the TDP
+    (torchtitan's Grand Teton H100s: 500 W of 700 W), for `launcher plan` on presets: compute runs at
+    (limit ÷ TDP)^(1/3) of its nominal rate (launcher/compute/power.py). null: the TDP, no limit."""
     profile: str | None = None
     """A site profile (`launcher profile --output PATH` measures one): `launcher plan` on presets then
     prices compute at its measured matmul rate at the model's shapes and takes its links from its measured

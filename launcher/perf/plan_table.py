@@ -22,6 +22,7 @@ import pandas as pd
 from launcher.compute.flops import executed_flops_per_token, flops_per_token, hardware_flops_per_token, param_counts
 from launcher.compute.fp8 import precision_peak
 from launcher.compute.peaks import PeakChoice, math_dtype, resolve_precision
+from launcher.compute.power import clock_share
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig
@@ -248,7 +249,8 @@ def preset_model(cfg: LauncherConfig, work: Work, mfu: float, fit: preset_fit.Pr
     c = cfg.cluster
     per_sample = work.executed_flops * work.tokens_per_sample
     profile = site_profile.for_plan(cfg)  # cluster.profile: measured compute and links in place of presets
-    rate = work.peak.flops * mfu if profile is None else site_profile.compute_rate(cfg, profile, work.dtype)
+    share = clock_share(c.device_name, c.power_limit_w)  # a power limit's clock (a profile ran at the site's own)
+    rate = work.peak.flops * mfu * share if profile is None else site_profile.compute_rate(cfg, profile, work.dtype)
     intra, inter = site_profile.links(profile, LINKS[c.intra_link], LINKS[c.inter_link])
     return from_presets(
         compute_s_per_sample=per_sample / rate, intra=intra, inter=inter, rel_uncertainty=fit.rel_half_width

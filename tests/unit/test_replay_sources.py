@@ -47,3 +47,16 @@ def test_llama3_405b_efficiency_from_8192_to_16384_gpus_is_the_published_within_
     published = float(big["mfu"]) / float(small["mfu"])
     assert published == pytest.approx(0.929, abs=1e-3)
     assert _per_gpu(big) / _per_gpu(small) == pytest.approx(published, abs=pr.GOAL_EFF)
+
+
+def test_torchtitans_h100s_are_planned_at_their_500_watt_limit_and_no_other_row_is():
+    """torchtitan's benchmark docs: 'We used the default 500W power limit' (TDP 700 W): cluster.power_limit_w=500
+    on every row whose hardware name says so, and on no other."""
+    with open(CORPUS, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["tp"] and r["pp"]]  # the two without them are skipped
+    limited = {r["source"] for r in rows if "cluster.power_limit_w=500" in rm.map_row(r).overrides}
+    assert limited == {"torchtitan_h100_2024", "torchtitan_asynctp_2025"}
+    assert not any("power_limit_w" in o for r in rows if "500W" not in r["hardware"] for o in rm.map_row(r).overrides)
+    row = _rows("torchtitan_h100_2024")[0]
+    capped, full = _per_gpu(row), _per_gpu(row | {"hardware": "H100-SXM-96GB-HBM2e"})
+    assert capped / full == pytest.approx((500 / 700) ** (1 / 3), rel=0.02)  # its FSDP traffic hides under compute
