@@ -163,6 +163,12 @@ ONE_LAYER_CHUNKS = {
 }
 """Sources whose pipeline interleaves model chunks of one Transformer layer each: interleaved 1F1B with
 virtual_stages = the planned layers ÷ pp (the schedule the replay without it priced as plain 1F1B)."""
+STATED_VP = (
+    r"virtual pipeline VP=(\d+)",
+    "the source's table prints its virtual pipeline degree (NeMo's performance summary: the 'VP' column, "
+    "Megatron-Core's interleaved 1F1B with VP model chunks a pipeline rank)",
+)
+"""A row whose notes carry the table's `VP`: interleaved 1F1B with that many virtual stages where VP > 1."""
 DEVICE_MEMORY = ((r"96GB", 96, "96 GB per GPU, as the hardware name says"),)
 """Hardware whose name gives a memory the peak table's entry for the part does not (GiB, as
 cluster.device_memory_gb reads it)."""
@@ -393,10 +399,7 @@ def map_row(row: dict) -> Mapped:
         out.append(f"parallel.shard={int(num(row['gpus_per_node']))}")
     if reshard is not None:
         out.append(f"parallel.reshard_after_forward={str(reshard).lower()}")
-    if pp > 1 and (why := ONE_LAYER_CHUNKS.get(row["source"])):
-        layers = int(next(o for o in out if o.startswith("model.n_layers=")).split("=")[1])
-        out += ["parallel.schedule=interleaved_1f1b", f"parallel.virtual_stages={layers // pp}"]
-        assumed.append(f"interleaved 1F1B, {layers // pp} virtual stages a rank: {why}")
+    out += _schedule(row, pp, int(next(o for o in out if o.startswith("model.n_layers=")).split("=")[1]), assumed)
     if source_layout in SYNC_EACH_MICROSTEP and pp == 1:
         out.append("parallel.fsdp_sync_each_microstep=true")
     out += _batch(row, dp, pp, assumed)
@@ -419,6 +422,18 @@ def map_row(row: dict) -> Mapped:
         assumed.append(f"{limit.group(1)} W: {POWER_LIMIT[1]}")
     offload = str(row.get("offload") or "").strip()
     return Mapped(overrides=out, gpus=int(row["gpus"]), layout=layout, assumed=assumed, offload=offload)
+
+
+def _schedule(row: dict, pp: int, layers: int, assumed: list[str]) -> list[str]:
+    """Interleaved 1F1B where the source ran it (ONE_LAYER_CHUNKS, STATED_VP); nothing (plain 1F1B) otherwise."""
+    stated = re.search(STATED_VP[0], str(row.get("notes") or ""))
+    if pp == 1 or (stated is None and row["source"] not in ONE_LAYER_CHUNKS):
+        return []
+    v, why = (int(stated.group(1)), STATED_VP[1]) if stated else (layers // pp, ONE_LAYER_CHUNKS[row["source"]])
+    if v == 1:
+        return []
+    assumed.append(f"interleaved 1F1B, {v} virtual stages a rank: {why}")
+    return ["parallel.schedule=interleaved_1f1b", f"parallel.virtual_stages={v}"]
 
 
 def _trainer(row: dict, assumed: list[str]) -> list[str]:

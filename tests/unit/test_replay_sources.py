@@ -60,3 +60,33 @@ def test_torchtitans_h100s_are_planned_at_their_500_watt_limit_and_no_other_row_
     row = _rows("torchtitan_h100_2024")[0]
     capped, full = _per_gpu(row), _per_gpu(row | {"hardware": "H100-SXM-96GB-HBM2e"})
     assert capped / full == pytest.approx((500 / 700) ** (1 / 3), rel=0.02)  # its FSDP traffic hides under compute
+
+
+def test_nemo_rows_run_the_virtual_pipeline_their_table_prints():
+    """NeMo 24.07's performance summary prints VP per row (the notes keep it): interleaved 1F1B with VP chunks
+    where VP > 1 and pp > 1; the pipeline's bubble shrinks by VP (fails without it: plain 1F1B, VP ignored)."""
+    rows = _rows("nemo_perf_2407")
+    got = {}
+    for r in rows:
+        overrides = rm.map_row(r).overrides
+        got[(r["model"], r["gpus"])] = next((o for o in overrides if o.startswith("parallel.virtual_stages=")), None)
+    assert got == {
+        ("GPT3-5B", "64"): None,
+        ("GPT3-20B", "64"): None,
+        ("GPT3-175B", "128"): "parallel.virtual_stages=6",
+        ("GPT3-175B", "512"): "parallel.virtual_stages=6",
+        ("LLAMA2-7B", "8"): None,
+        ("LLAMA2-13B", "16"): "parallel.virtual_stages=10",
+        ("LLAMA2-70B", "64"): "parallel.virtual_stages=20",
+        ("LLAMA3-8B", "8"): None,
+        ("LLAMA3-70B", "64"): "parallel.virtual_stages=5",
+    }
+    gpt175 = rm.map_row(rows[2])
+    plain = [o for o in gpt175.overrides if "schedule" not in o and "virtual_stages" not in o]
+
+    def bubble(overrides: list[str]) -> float:
+        cfg = pr.compose_config([*overrides, "cluster.step_jitter=0"])
+        return pr.plan_row(cfg, gpt175.gpus, 0.45)["bubble_share"]
+
+    # 64 micro-batches a step over 8 stages: the bubble is 7/64 of compute plain, 7/384 in 6 chunks.
+    assert bubble(gpt175.overrides) < 7 / 384 < bubble(plain) / 4
