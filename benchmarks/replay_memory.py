@@ -3,10 +3,11 @@ estimate `launcher plan` uses (launcher/perf/memory_limit.py: the estimate again
 MEMORY_MARGIN), and, where it does not, why a run that really ran reads `oom (predicted)`.
 
 Every row of the corpus ran, so `oom (predicted)` on one is a miss of the estimate unless the source
-used something no launcher setting expresses: CPU offload (the corpus's `offload` column) is said in
-the verdict. A row whose source does not state its activation checkpointing is planned with the
-least recompute whose estimate fits (selective, then full): the run ran, so the source recomputed at
-least that much; the row's `assumed` says which, and why.
+used something no launcher setting expresses: CPU offload (the corpus's `offload` column), or what
+replay_mapping.MEMORY_NOT_EXPRESSED names for a source, is said in the verdict. A row whose source does
+not state its activation checkpointing is planned with the least recompute whose estimate fits
+(selective, then full): the run ran, so the source recomputed at least that much; the row's `assumed`
+says which, and why.
 """
 
 from __future__ import annotations
@@ -72,5 +73,10 @@ def memory_verdict(mapped: Mapped, cfg: LauncherConfig) -> str:
         return (
             f"oom (predicted): the source offloads {mapped.offload} to CPU, which the config cannot express "
             f"({figures} without offload)"
+        )
+    if mapped.memory_not_expressed:
+        return (
+            f"oom (predicted): the source {mapped.memory_not_expressed}, which the config cannot express "
+            f"({figures} without it)"
         )
     return f"oom (predicted): {figures}"
