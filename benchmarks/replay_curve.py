@@ -8,7 +8,8 @@ family and precision, fitted by grid search on Σ w·ln²(predicted/published), 
 alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
 A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision.
 fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
-names each source's), where MIN_SOURCES sources of the stack back it; a row is priced by the first curve
+names each source's), where MIN_SOURCES sources of the stack back it: its e_max on the stack's rows, its
+s_half the device's fp8 curve's over every stack (stack_curves says why); a row is priced by the first curve
 of preset_fit.curve_keys the fit has (its stack's, else its device's over every stack, else every
 device's), as `launcher plan` prices its own fp8 (torchao's). Each row's step is priced fused or eager as
 its source ran it (replay_fp8_stack.fused).
@@ -71,9 +72,11 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
     return total
 
 
-def fit_curve(cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict) -> list[float]:
+def fit_curve(
+    cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict, s_half: float | None = None
+) -> list[float]:
     """[e_max, s_half] minimising the source-weighted Σ ln²(predicted/published) over `cases`;
-    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by."""
+    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by; `s_half` given: e_max alone."""
     per_source = Counter(c.source for c in cases)
     loss = np.zeros((len(E_GRID), len(H_GRID)))
     for c in cases:
@@ -82,6 +85,8 @@ def fit_curve(cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray
         loss += (log_at(c, (exec_per_peak / seconds).ravel()).reshape(seconds.shape) - math.log(c.published)) ** 2 / (
             per_source[c.source]
         )
+    if s_half is not None:  # every other column out of reach
+        loss[:, H_GRID != s_half] = np.inf
     i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
     return [float(E_GRID[i]), float(H_GRID[j])]
 
@@ -99,13 +104,30 @@ def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[st
         groups: dict[str, list[Case]] = {}
         for c in mine:
             groups.setdefault(c.key, []).append(c)
-            if precision == "fp8":
-                groups.setdefault(curve_keys(c.key, fp8_stack(c.row))[0], []).append(c)
         for key in sorted(groups):
             if len({c.source for c in groups[key]}) >= min_sources:
                 curves[key] = fit_curve(groups[key], log_at, fixed)
         curves[f"*/{precision}"] = fit_curve(mine, log_at, fixed)
+        if precision == "fp8":
+            curves |= stack_curves(mine, log_at, fixed, curves, min_sources)
     return curves
+
+
+def stack_curves(cases: list[Case], log_at: Callable, fixed: dict, curves: dict, min_sources: int) -> dict:
+    """fp8 per stack (`H100/fp8-torchao`): e_max fitted on the stack's rows, s_half the device's fp8 curve's
+    over every stack. Both stacks run cuBLASLt's fp8 GEMMs, so how a matmul's rate rises with its smallest
+    dimension is the chip's; what a stack changes is a factor on every fp8 matmul (its scaling's work,
+    beside the casts step_parts prices). One stack's sources (torchtitan's: Llama 3 8B to 405B) span too
+    few widths to place s_half themselves."""
+    groups: dict[str, list[Case]] = {}
+    for c in cases:
+        groups.setdefault(curve_keys(c.key, fp8_stack(c.row))[0], []).append(c)
+    out = {}
+    for key, members in sorted(groups.items()):
+        device = curves.get(key.split("-")[0]) or curves.get("*/fp8")
+        if len({c.source for c in members}) >= min_sources and device is not None:
+            out[key] = fit_curve(members, log_at, fixed, s_half=device[1])
+    return out
 
 
 def bf16_curve(curves: dict[str, list[float]], key: str) -> Curve | None:

@@ -76,6 +76,9 @@ def test_fp8_curves_are_fitted_per_stack_and_fall_back_to_every_stacks():
     curves = rc.fit_curves(bf16 + fp8, _log_at, 2)
     assert sorted(curves) == ["*/bf16", "*/fp8", "H100/bf16", "H100/fp8", "H100/fp8-te", "H100/fp8-torchao"]
     assert [round(rc.shaped_mfu(c, curves), 2) for c in fp8] == [0.4, 0.4, 0.8, 0.8]
+    # How a matmul's rate rises with its smallest dimension is the chip's fp8 GEMMs': each stack's s_half is
+    # the device's over every stack, its e_max its own.
+    assert curves["H100/fp8-torchao"][1] == curves["H100/fp8-te"][1] == curves["H100/fp8"][1]
     pooled = rc.shaped_mfu(fp8[0], {k: v for k, v in curves.items() if k != "H100/fp8-torchao"})
     assert 0.5 < pooled < 0.7  # the one curve over both stacks: torchao's rows over-predicted
     held_out = rc.fit_curves(bf16 + fp8[1:], _log_at, 2)
