@@ -7,6 +7,12 @@ curve (published_replay.predicted_log) at the MFU those Parts come to. Two param
 family and precision, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
 alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
 A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision.
+fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
+names each source's), where MIN_SOURCES sources of the stack back it: its e_max on the stack's rows, its
+s_half the device's fp8 curve's over every stack (stack_curves says why); a row is priced by the first curve
+of preset_fit.curve_keys the fit has (its stack's, else its device's over every stack, else every
+device's), as `launcher plan` prices its own fp8 (torchao's). Each row's step is priced fused or eager as
+its source ran it (replay_fp8_stack.fused).
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.replay_case import Case
+from benchmarks.replay_fp8_stack import fp8_stack, fused
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
 from launcher.perf.compute_term import tokens_per_optimizer_step
 from launcher.perf.plan_table import work_of
+from launcher.perf.preset_fit import curve_keys
 
 E_GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)
 """Candidate e_max: the share of peak a large matmul reaches."""
@@ -44,6 +52,8 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         cp=cfg.parallel.cp or 1,
         optimizer=str(cfg.optim.name),
         tokens_per_step=tokens_per_optimizer_step(cfg),
+        compiled=fused(case.row)[0],
+        fp8_stack=fp8_stack(case.row) or "torchao",
     )
     return parts, work.executed_flops / work.peak.flops
 
@@ -62,9 +72,11 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
     return total
 
 
-def fit_curve(cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict) -> list[float]:
+def fit_curve(
+    cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict, s_half: float | None = None
+) -> list[float]:
     """[e_max, s_half] minimising the source-weighted Σ ln²(predicted/published) over `cases`;
-    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by."""
+    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by; `s_half` given: e_max alone."""
     per_source = Counter(c.source for c in cases)
     loss = np.zeros((len(E_GRID), len(H_GRID)))
     for c in cases:
@@ -73,12 +85,15 @@ def fit_curve(cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray
         loss += (log_at(c, (exec_per_peak / seconds).ravel()).reshape(seconds.shape) - math.log(c.published)) ** 2 / (
             per_source[c.source]
         )
+    if s_half is not None:  # every other column out of reach
+        loss[:, H_GRID != s_half] = np.inf
     i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
     return [float(E_GRID[i]), float(H_GRID[j])]
 
 
 def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[str, list[float]]:
-    """Curves per fit key backed by `min_sources` sources, and per precision over every device (`*/bf16`)."""
+    """Curves per fit key backed by `min_sources` sources, fp8's also per fp8 stack (`H100/fp8-torchao`),
+    and per precision over every device (`*/bf16`)."""
     shaped = [c for c in cases if c.parts is not None]
     curves: dict[str, list[float]] = {}
     for precision in ("bf16", "fp8"):
@@ -86,13 +101,33 @@ def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[st
         fixed = {c.key: bf16_curve(curves, c.key) for c in mine} if precision == "fp8" else {}
         if not mine or any(v is None for v in fixed.values()):
             continue
-        sources: dict[str, set[str]] = {}
+        groups: dict[str, list[Case]] = {}
         for c in mine:
-            sources.setdefault(c.key, set()).add(c.source)
-        for key in sorted(k for k, s in sources.items() if len(s) >= min_sources):
-            curves[key] = fit_curve([c for c in mine if c.key == key], log_at, fixed)
+            groups.setdefault(c.key, []).append(c)
+        for key in sorted(groups):
+            if len({c.source for c in groups[key]}) >= min_sources:
+                curves[key] = fit_curve(groups[key], log_at, fixed)
         curves[f"*/{precision}"] = fit_curve(mine, log_at, fixed)
+        if precision == "fp8":
+            curves |= stack_curves(mine, log_at, fixed, curves, min_sources)
     return curves
+
+
+def stack_curves(cases: list[Case], log_at: Callable, fixed: dict, curves: dict, min_sources: int) -> dict:
+    """fp8 per stack (`H100/fp8-torchao`): e_max fitted on the stack's rows, s_half the device's fp8 curve's
+    over every stack. Both stacks run cuBLASLt's fp8 GEMMs, so how a matmul's rate rises with its smallest
+    dimension is the chip's; what a stack changes is a factor on every fp8 matmul (its scaling's work,
+    beside the casts step_parts prices). One stack's sources (torchtitan's: Llama 3 8B to 405B) span too
+    few widths to place s_half themselves."""
+    groups: dict[str, list[Case]] = {}
+    for c in cases:
+        groups.setdefault(curve_keys(c.key, fp8_stack(c.row))[0], []).append(c)
+    out = {}
+    for key, members in sorted(groups.items()):
+        device = curves.get(key.split("-")[0]) or curves.get("*/fp8")
+        if len({c.source for c in members}) >= min_sources and device is not None:
+            out[key] = fit_curve(members, log_at, fixed, s_half=device[1])
+    return out
 
 
 def bf16_curve(curves: dict[str, list[float]], key: str) -> Curve | None:
@@ -100,16 +135,18 @@ def bf16_curve(curves: dict[str, list[float]], key: str) -> Curve | None:
     return Curve(*found) if found else None
 
 
+def own_curve(case: Case, curves: dict[str, list[float]]) -> list[float] | None:
+    """The curve the row's matmuls (fp8's: its fp8 matmuls) are priced by: preset_fit.curve_keys' first."""
+    return next((curves[k] for k in curve_keys(case.key, fp8_stack(case.row)) if k in curves), None)
+
+
 def shaped_mfu(case: Case, curves: dict[str, list[float]]) -> float | None:
     """The MFU (executed FLOPs ÷ peak) the row's Parts come to under `curves`; None without a curve."""
-    if case.parts is None:
-        return None
-    precision = case.key.split("/")[1]
-    own = curves.get(case.key) or curves.get(f"*/{precision}")
+    own = own_curve(case, curves) if case.parts is not None else None
     if own is None:
         return None
     parts, exec_per_peak = case.parts
-    if precision == "fp8":
+    if case.key.endswith("/fp8"):
         base = bf16_curve(curves, case.key)
         return None if base is None else exec_per_peak / parts.seconds(base, Curve(*own)).total_s
     return exec_per_peak / parts.seconds(Curve(*own)).total_s

@@ -284,22 +284,57 @@ def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int
     return out
 
 
-def _elementwise_bytes(cfg: ModelConfig) -> float:
-    """Activation bytes one block moves per token outside its matmuls and attention kernel, forward
-    and backward (≈ 2 passes back for each forward one): two norms and two residual adds (5 and 5
-    elements of d each), the activation (gelu: 5 of f; SwiGLU: 8 of f), the heads' reshapes (8 of d),
-    rope on q and k (llama: 4 of d + kv)."""
+BLOCK_PASS_BYTES = {
+    # (arch, compiled): bytes per token of one block's memory-bound kernels, forward and backward, as
+    # coefficients of d (d_model), f (the feed-forward width) and qk (the rotated widths, d + kv), in
+    # the built-in blocks under bf16 autocast: the residual stream and the norms in fp32 (4 bytes),
+    # matmul operands and outputs bf16 (2 bytes), each cast fp32 → bf16 reading 4 and writing 2.
+    # Eager: every op is its own kernel reading its inputs from HBM and writing its output there.
+    #   gpt forward 60d + 4f: LayerNorm 8d ×2; the normed x cast once per q, k, v and fc1 linear
+    #   (autocast caches no activation casts) 6d ×4; residual adds 10d ×2; GELU 4f.
+    #   gpt backward 118d + 8f: the stream's gradient cast to bf16 per branch 6d ×2, each linear's
+    #   input gradient cast back 6d ×4 and the q, k, v three summed 12d ×2, LayerNorm backward 12d ×2,
+    #   the two gradient paths accumulated 12d ×2, bias gradients 2d ×5; GELU backward 6f, fc1's bias 2f.
+    #   llama forward 106d + 10f + 20qk: RMSNorm as written (pow, mean, ×rsqrt, ×weight in fp32) 28d ×2;
+    #   casts 6d ×5 (wq, wk, wv, w1, w3); residual adds 10d ×2; rotary on q and k (neg, cat, two
+    #   products and their sum in bf16) 20qk; silu 4f and the gate product 6f.
+    #   llama backward 178d + 18f + 20qk: RMSNorm backward ~2× its forward 56d ×2, casts 6d ×5 + sums
+    #   12d, accumulations 12d ×2, rotary 20qk; the product's two gradients 12f, silu's 6f.
+    # Compiled (inductor, per block): each chain of such ops between two matmul or attention kernels is
+    #   one kernel reading the chain's inputs and writing its outputs once (a cast is a store's dtype).
+    #   gpt forward 28d + 4f: norm+cast 6d; add+norm+cast 12d; bias+GELU 4f; bias+add 10d.
+    #   gpt backward 40d + 6f: cast+bias gradient 6d; GELU backward with fc1's bias 6f; sum+norm
+    #   backward+accumulate+cast 16d and 18d.
+    #   llama forward 28d + 6f + 4qk: norm+cast 6d, add+norm+cast 12d, add 10d; rotary 4qk; silu·gate 6f.
+    #   llama backward 42d + 10f + 4qk: cast 6d, sum+norm backward+accumulate+cast 18d ×2; rotary 4qk;
+    #   silu·gate backward 10f.
+    # mlp (LayerNorm, GELU feed-forward, one residual add): eager 60d + 12f, compiled 36d + 10f.
+    ("gpt", False): (178, 12, 0),
+    ("gpt", True): (68, 10, 0),
+    ("llama", False): (284, 28, 40),
+    ("llama", True): (70, 16, 8),
+    ("mlp", False): (60, 12, 0),
+    ("mlp", True): (36, 10, 0),
+}
+"""(d, f, qk) coefficients of a block's memory-bound bytes per token (the comment above counts them).
+The dtypes are the built-in trainer's (launcher/train/engines/base.autocast); a stack that keeps its
+residual stream in bf16 moves fewer, ignored here."""
+
+
+def _elementwise_bytes(cfg: ModelConfig, *, compiled: bool) -> float:
+    """Bytes one block moves per token outside its matmuls and attention kernel, forward and backward:
+    norms, residual adds, the activation, rotary positions and autocast's casts, each its own kernel in
+    eager, fused into one kernel per chain between matmuls when compiled (BLOCK_PASS_BYTES)."""
     d, f = cfg.d_model, active_ffn_width(cfg)
-    if cfg.arch == "mlp":
-        return ACT_BYTES * (10 * d + 5 * f)
-    if cfg.arch == "gpt":
-        return ACT_BYTES * (28 * d + 5 * f)
-    return ACT_BYTES * (32 * d + 4 * kv_heads(cfg) * (d // cfg.n_heads) + 8 * f)
+    qk = d + kv_heads(cfg) * (d // cfg.n_heads) if cfg.arch == "llama" else 0
+    cd, cf, cqk = BLOCK_PASS_BYTES[cfg.arch if cfg.arch in ("gpt", "mlp") else "llama", compiled]
+    return cd * d + cf * f + cqk * qk
 
 
-def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> list[Op]:
+def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compiled: bool = False) -> list[Op]:
     """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank),
-    tp and cp as the layout splits them. Matmul and attention FLOPs count every run (forward,
+    tp and cp as the layout splits them; `compiled`: the blocks run under torch.compile (train.compile),
+    their memory-bound ops fused (BLOCK_PASS_BYTES). Matmul and attention FLOPs count every run (forward,
     backward's two, recompute); norms and biases carry their 6 FLOPs per parameter (the 6N
     convention's) on the memory op they run in, so the ops' FLOPs sum to hardware_flops_per_token."""
     d, L, parts = cfg.d_model, cfg.n_layers, model_parts(cfg)
@@ -329,7 +364,7 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1) -> lis
     if cfg.activation_checkpointing == "full":
         rerun_small = 2.0 * (small - L * (d if cfg.arch != "llama" else 0))  # not the output projection's bias
     full = 1.0 + 0.4 * (cfg.activation_checkpointing == "full")  # a rerun forward moves ~2 of its 5 passes' bytes
-    elementwise = L * _elementwise_bytes(cfg) * full
+    elementwise = L * _elementwise_bytes(cfg, compiled=compiled) * full
     ops.append(Op(name="elementwise", priced="memory", flops=6.0 * small + rerun_small, nbytes=elementwise))
     ops.append(Op(name="head", priced="matmul", m=tokens, n=cfg.vocab_size // tp, k=d, flops=6.0 * parts.head))
     loss = LOSS_BYTES_PER_LOGIT * cfg.vocab_size + ACT_BYTES * 5 * d

@@ -18,7 +18,10 @@ Figs. 4–7: forward and backward reach 50–73% of an A100's peak where its GEM
 dim 64 runs ~10% below 128, and 512-token sequences ~30% below 16K); causal masking skips half the
 tiles (flops.CAUSAL_EXECUTED_SHARE).
 Memory-bound operations (norms, activations, residual adds, the loss, the optimizer step, fp8
-casts) move their bytes at MEMORY_SHARE of the device's HBM bandwidth (peaks.py).
+casts) move their bytes at MEMORY_SHARE of the device's HBM bandwidth (peaks.py): each its own pass
+in an eager step, fused into one pass per chain between matmuls in a compiled one (flops.model_ops),
+and fp8's casts as its stack does them (FP8_CAST_BYTES: torchao's passes of their own, Transformer
+Engine's fused into the kernel before).
 
 So MFU is an output: narrow layers (small s, more elementwise bytes per FLOP) run at a lower
 share of peak than wide ones, and fp8, whose casts are memory-bound, gains more as layers widen.
@@ -46,12 +49,21 @@ reach 80–90% of HBM peak on A100/H100; torch's eager kernels less on small one
 OPTIMIZER_BYTES = {"adamw": 28, "sgd": 16}
 """Bytes per parameter an optimizer step moves: AdamW reads fp32 weight, grad, m, v and writes weight,
 m, v (7 × 4); SGD with momentum reads weight, grad, buffer and writes weight, buffer... (4 × 4)."""
-FP8_CAST_BYTES = 8
-"""Bytes per element of a float8 linear layer's input and output gradient, per token (torchao's
-tensorwise dynamic scaling: an amax read, a scaled cast read and written, and the transposed copy
-its other matmul needs)."""
-FP8_WEIGHT_BYTES = 6
-"""Bytes per weight per micro-step for the same: amax, cast and its transpose of each weight."""
+FP8_CAST_BYTES = {"torchao": 8, "te": 0}
+"""Bytes per element of a float8 linear layer's input and output gradient, per token, by fp8 stack.
+torchao's tensorwise dynamic scaling (the launcher's, launcher/train/float8.py) computes each operand's
+scale from its own amax at every call: an amax read, a scaled cast read and written, and the transposed
+copy its other matmul needs, passes of their own (torchao/float8/float8_scaling_utils.py
+hp_tensor_to_float8_dynamic: tensor_to_scale's amax, then the cast; torch.compile fuses the two into
+fewer kernels, it cannot skip the amax's pass over the tensor). Transformer Engine's delayed scaling
+takes the scale from earlier steps' amax history and writes the fp8 copy from the kernel that produced
+the tensor (LayerNormLinear's norm, the activation; Micikevicius et al. 2022, arXiv:2209.05433 §4.3 and
+TE's fp8_autocast docs): no pass of its own."""
+FP8_WEIGHT_BYTES = {"torchao": 6, "te": 6}
+"""Bytes per weight per micro-step for the same: amax, cast and its transpose of each weight (TE casts
+its weights once per micro-step too, in one cast-transpose kernel)."""
+FP8_STACKS = tuple(FP8_CAST_BYTES)
+"""The fp8 stacks the model knows: `torchao` (the launcher's own) and `te` (Transformer Engine)."""
 
 
 @dataclass(frozen=True)
@@ -170,13 +182,18 @@ def step_parts(
     cp: int = 1,
     optimizer: str = "adamw",
     tokens_per_step: float | None = None,
+    compiled: bool = False,
+    fp8_stack: str = "torchao",
 ) -> Parts:
-    """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes, the
-    optimizer step spread over `tokens_per_step` (the tokens of one optimizer step over the whole
-    job: with the optimizer's state sharded as FSDP does, each rank's share of both is 1/world),
-    fp8's casts where `dtype` is fp8."""
+    """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes (`compiled`:
+    the blocks' memory-bound ops fused, flops.model_ops), the optimizer step spread over
+    `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
+    sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
+    `fp8_stack` does them (FP8_CAST_BYTES)."""
+    if fp8_stack not in FP8_STACKS:
+        raise ValueError(f"shape_rate: fp8 stack {fp8_stack!r} is not one of {', '.join(FP8_STACKS)}")
     tokens = max(1, micro_batch * model.seq_len // cp)
-    ops = model_ops(model, tokens=tokens, tp=tp, cp=cp)
+    ops = model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
     extra = 0.0
     if tokens_per_step:
         extra += OPTIMIZER_BYTES.get(optimizer, 28) * param_counts(model)[0] / tokens_per_step
@@ -186,7 +203,7 @@ def step_parts(
         # gradients once per forward-and-backward, each weight once per micro-step of `tokens`.
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
         weights = sum(op.flops / 6.0 for op in linear)
-        extra += FP8_CAST_BYTES * elements + FP8_WEIGHT_BYTES * weights / tokens
+        extra += FP8_CAST_BYTES[fp8_stack] * elements + FP8_WEIGHT_BYTES[fp8_stack] * weights / tokens
     return op_parts(ops, device, dtype, extra_bytes=extra)
 
 

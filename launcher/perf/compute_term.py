@@ -7,7 +7,7 @@ from __future__ import annotations
 from launcher.compute.shape_rate import Curve, mem_bw_gbs, step_time
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import DataParallel, traits
-from launcher.perf.preset_fit import PresetFit
+from launcher.perf.preset_fit import FP8_STACK, PresetFit
 
 
 def tokens_per_optimizer_step(cfg: LauncherConfig) -> float | None:
@@ -20,9 +20,20 @@ def tokens_per_optimizer_step(cfg: LauncherConfig) -> float | None:
     return b.micro * b.accum * seq / (cfg.parallel.cp or 1)
 
 
-def shaped_mfu(cfg: LauncherConfig, *, executed_flops: float, peak_flops: float, dtype: str, fit: PresetFit):
+def shaped_mfu(
+    cfg: LauncherConfig,
+    *,
+    executed_flops: float,
+    peak_flops: float,
+    dtype: str,
+    fit: PresetFit,
+    compiled: bool | None = None,
+):
     """(MFU the recipe's ops come to, where from), or None where no curve applies: a device without a
-    bandwidth in the peak table, a precision the fits have no curve for, a `_target_` model (no op list)."""
+    bandwidth in the peak table, a precision the fits have no curve for, a `_target_` model (no op list).
+    The step is priced compiled or eager as train.compile says (`compiled` overrides it: a published run's
+    trainer fused its ops where the launcher's layout cannot compile), fp8 as the launcher's own stack
+    (preset_fit.FP8_STACK) casts."""
     c = cfg.cluster
     found = fit.curve_for(c.device_name, "bf16" if dtype == "fp8" else dtype)
     if cfg.model._target_ is not None or mem_bw_gbs(c.device_name) is None or found is None:
@@ -42,7 +53,11 @@ def shaped_mfu(cfg: LauncherConfig, *, executed_flops: float, peak_flops: float,
         cp=cfg.parallel.cp or 1,
         optimizer=str(cfg.optim.name),
         tokens_per_step=tokens_per_optimizer_step(cfg),
+        compiled=cfg.train.compile if compiled is None else compiled,
+        fp8_stack=FP8_STACK,
     )
     mfu = executed_flops / (peak_flops * t.total_s)
     why = f"from the recipe's operations, matmul curve e_max {e_max:.2f}, s_half {s_half:.0f} fitted on {said}"
+    if fp8:
+        why += f"; fp8 matmuls e_max {fp8[0][0]:.2f}, s_half {fp8[0][1]:.0f} fitted on {fp8[1]}"
     return min(1.0, mfu), why

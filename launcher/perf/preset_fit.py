@@ -46,8 +46,9 @@ class PresetFit:
     """Straggler jitter s on GPUs (perf/stragglers.py), fitted on the published efficiency pairs; None in a
     file written before it (stragglers.STEP_JITTER then serves)."""
     curves: dict[str, list[float]] = field(default_factory=dict)
-    """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]) per `fit_key`, and per
-    precision over every device (`*/bf16`, `*/fp8`): with them the presets' compute comes from the
+    """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]) per `fit_key`, fp8's also
+    per fp8 stack (`H100/fp8-torchao`, `H100/fp8-te`; curve_keys), and per precision over every device
+    (`*/bf16`, `*/fp8`): with them the presets' compute comes from the
     recipe's operations (perf/compute_term.py) and MFU is an output; without (a file written before
     them) the `mfu` constants serve as before."""
 
@@ -74,15 +75,37 @@ class PresetFit:
         return self.mfu_any_device, f"fitted on {self.rows} published runs of every device ({key} not among them)"
 
     def curve_for(self, device_name: str | None, dtype: str) -> tuple[list[float], str] | None:
-        """([e_max, s_half], which fit) for a device and precision: its own key's, else the one fitted
-        on every device for the precision; None where the file has no curve for either."""
-        key = fit_key(device_name, dtype)
-        pooled = f"*/{key.split('/')[1]}"
-        if key in self.curves:
-            return self.curves[key], f"{key} runs"
-        if pooled in self.curves:
-            return self.curves[pooled], f"every device's {pooled[2:]} runs ({key} has no curve of its own)"
+        """([e_max, s_half], which fit) for a device and precision, the first of `curve_keys` the file
+        has (fp8: the launcher's stack's curve, FP8_STACK); None where it has none of them."""
+        for i, key in enumerate(curve_keys(fit_key(device_name, dtype))):
+            if key in self.curves:
+                own = curve_keys(fit_key(device_name, dtype))[0]
+                said = f"{key} runs" if i == 0 else f"{_described(key)} ({own} has no curve of its own)"
+                return self.curves[key], said
         return None
+
+
+FP8_STACK = "torchao"
+"""The fp8 stack of the launcher's own trainer (launcher/train/float8.py: torchao's float8 linear layers,
+tensorwise dynamic scaling): the fp8 curve its plans read (curve_keys)."""
+
+
+def curve_keys(key: str, fp8_stack: str | None = FP8_STACK) -> list[str]:
+    """Where a fit key's matmul curve is looked up, first found first. fp8 is fitted per stack
+    (`H100/fp8-torchao`, benchmarks/replay_curve.py) where MIN_SOURCES sources of that stack back it, so
+    the lookup falls back in this order: the stack's curve on the device, the device's fp8 curve over
+    every stack (`H100/fp8`: each row priced with its own stack's casts), every device's (`*/fp8`)."""
+    family, precision = key.split("/")
+    if precision != "fp8" or fp8_stack is None:
+        return [key, f"*/{precision}"]
+    return [f"{family}/{precision}-{fp8_stack}", key, f"*/{precision}"]
+
+
+def _described(key: str) -> str:
+    family, precision = key.split("/")
+    if family == "*":
+        return f"every device's {precision} runs"
+    return f"{key} runs of every fp8 stack" if precision == "fp8" else f"{key} runs"
 
 
 SAME_CHIP = {"H200": "H100"}

@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from launcher.compute import flops
+from launcher.compute import flops, shape_rate
 from launcher.compute.shape_rate import Curve, matmul_tflops, mem_bw_gbs, step_time
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit
+from launcher.perf.compute_term import shaped_mfu
 from launcher.perf.plan_table import from_presets_forecast, work_of
 
 H200 = "NVIDIA H200"
@@ -130,3 +131,99 @@ def test_plan_on_presets_prices_the_recipes_ops_when_the_fit_has_curves(monkeypa
     assert from_presets_forecast(cfg, [1], assume_mfu=0.4).table.iloc[0]["mfu"] == pytest.approx(
         0.4 * flops.flops_per_token(cfg.model) / flops.executed_flops_per_token(cfg.model)
     )
+
+
+def _parts(width: int, **how):
+    cfg = compose_config([*WIDTHS[width], "cluster.device=cuda", f"cluster.device_name={H200}"], None)
+    return cfg, shape_rate.step_parts(cfg.model, micro_batch=cfg.batch.micro, device=H200, **how)
+
+
+@pytest.mark.parametrize("width", sorted(WIDTHS))
+def test_an_eager_step_moves_each_memory_bound_op_through_memory_a_compiled_one_fuses(width):
+    """Eager, each norm, add, activation and autocast cast is a kernel of its own; compiled, one kernel per
+    chain between matmuls: the blocks' bytes are flops.BLOCK_PASS_BYTES' two counts, the rest the same."""
+    cfg, eager = _parts(width, dtype="bf16", compiled=False)
+    _, fused = _parts(width, dtype="bf16", compiled=True)
+    m = cfg.model
+    arch = m.arch
+    d, f = m.d_model, flops.ffn_width(m)
+    qk = d + flops.kv_heads(m) * (d // m.n_heads) if arch == "llama" else 0
+    per_block = {c: sum(k * x for k, x in zip(flops.BLOCK_PASS_BYTES[arch, c], (d, f, qk))) for c in (False, True)}
+    bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
+    assert eager.memory_s - fused.memory_s == pytest.approx(m.n_layers * (per_block[False] - per_block[True]) / bw)
+    assert per_block[False] > 2 * per_block[True]
+    assert (eager.matmuls, eager.attention_s) == (fused.matmuls, fused.attention_s)
+
+
+def test_the_plan_prices_train_compile():
+    """gpt_125m on one H200 ran 14% slower eager than compiled (gpu_smoke.json: MFU 0.280 and 0.325): the
+    plan's step is slower eager by the bytes the fused kernels do not move."""
+    fit = dataclasses.replace(preset_fit.load(), curves={"H100/bf16": [0.6, 300.0]})
+    mfu = {}
+    for compiled in ("true", "false"):
+        over = [*WIDTHS[768], "cluster.device=cuda", f"cluster.device_name={H200}", f"train.compile={compiled}"]
+        cfg = compose_config(over, None)
+        w = work_of(cfg)
+        mfu[compiled] = shaped_mfu(cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype="bf16", fit=fit)
+    assert 1.05 < mfu["true"][0] / mfu["false"][0] < 1.2
+    _, fused = _parts(768, dtype="bf16", compiled=True, optimizer="adamw", tokens_per_step=8 * 2048)
+    _, eager = _parts(768, dtype="bf16", compiled=False, optimizer="adamw", tokens_per_step=8 * 2048)
+    assert mfu["true"][0] / mfu["false"][0] == pytest.approx(
+        eager.seconds(Curve(0.6, 300)).total_s / fused.seconds(Curve(0.6, 300)).total_s
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_transformer_engine_fp8_step_has_no_cast_passes_of_its_own(compiled):
+    """TE writes the fp8 copy from the kernel that made the tensor (delayed scaling): beside bf16 its step
+    moves only the weights' casts; torchao's dynamic scaling reads each operand for its amax and casts it."""
+    _, bf16 = _parts(4096, dtype="bf16", compiled=compiled)
+    _, te = _parts(4096, dtype="fp8", compiled=compiled, fp8_stack="te")
+    _, torchao = _parts(4096, dtype="fp8", compiled=compiled, fp8_stack="torchao")
+    cfg = compose_config(WIDTHS[4096], None)
+    ops = flops.model_ops(cfg.model, tokens=2 * 4096)
+    weights = sum(op.flops / 6 for op in ops if op.priced == "matmul" and op.fp8)
+    elements = sum((op.k + op.n) * op.flops / (2 * op.n * op.k) for op in ops if op.priced == "matmul" and op.fp8) / 3
+    bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
+    assert te.memory_s - bf16.memory_s == pytest.approx(shape_rate.FP8_WEIGHT_BYTES["te"] * weights / (2 * 4096) / bw)
+    assert torchao.memory_s - te.memory_s == pytest.approx(shape_rate.FP8_CAST_BYTES["torchao"] * elements / bw)
+    assert shape_rate.FP8_CAST_BYTES == {"torchao": 8, "te": 0}
+    with pytest.raises(ValueError, match="fp8 stack 'mxfp8' is not one of torchao, te"):
+        _parts(4096, dtype="fp8", fp8_stack="mxfp8")
+
+
+STACK_CURVES = {"H100/bf16": [0.6, 300.0], "H100/fp8": [0.9, 0.0], "H100/fp8-te": [0.95, 0.0], "*/fp8": [1.0, 0.0]}
+
+
+def _fp8_mfu(curves: dict) -> tuple[float, str]:
+    fit = dataclasses.replace(preset_fit.load(), curves=curves)
+    cfg = compose_config([*WIDTHS[4096], "cluster.device=cuda", f"cluster.device_name={H200}", "precision=fp8"], None)
+    w = work_of(cfg)
+    return shaped_mfu(cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype="fp8", fit=fit)
+
+
+def test_the_launchers_fp8_plans_with_the_torchao_curve():
+    """The launcher's fp8 is torchao's: its plan reads `H100/fp8-torchao`, not TE's curve nor the one over
+    every stack; without a torchao curve it falls back to the device's over every stack, and says so."""
+    mfu, why = _fp8_mfu(STACK_CURVES | {"H100/fp8-torchao": [0.5, 500.0]})
+    assert "fp8 matmuls e_max 0.50, s_half 500 fitted on H100/fp8-torchao runs" in why
+    cfg = compose_config([*WIDTHS[4096], "cluster.device=cuda", f"cluster.device_name={H200}", "precision=fp8"], None)
+    w = work_of(cfg)
+    t = step_time(
+        cfg.model,
+        micro_batch=2,
+        device=H200,
+        dtype="fp8",
+        curve=Curve(0.6, 300),
+        fp8_curve=Curve(0.5, 500),
+        optimizer="adamw",
+        tokens_per_step=2 * 4096,
+        fp8_stack="torchao",
+    )
+    assert mfu == pytest.approx(w.executed_flops / (w.peak.flops * t.total_s))
+    fallback, why = _fp8_mfu(STACK_CURVES)
+    assert "e_max 0.90, s_half 0 fitted on H100/fp8 runs of every fp8 stack (H100/fp8-torchao has no curve" in why
+    assert fallback > mfu
+    assert preset_fit.curve_keys("H100/fp8") == ["H100/fp8-torchao", "H100/fp8", "*/fp8"]
+    assert preset_fit.curve_keys("H100/fp8", "te")[0] == "H100/fp8-te"
+    assert preset_fit.curve_keys("A100/bf16") == ["A100/bf16", "*/bf16"]
