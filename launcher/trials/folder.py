@@ -15,7 +15,6 @@ damaged trial becomes a row that says so instead of a traceback or a silently mi
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any, Literal
 from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.plain import from_dict, to_dict
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_texts, json_text
+from launcher.io import atomic_write_json, atomic_write_texts, json_text, replace_text
 from launcher.trials.spec import Trial
 
 SWEEP_FILE = "sweep.json"
@@ -241,9 +240,7 @@ def write_submission(tdir: Path, doc: dict[str, Any], *, durable: bool = True) -
     if durable:
         atomic_write_json(tdir / SUBMISSION_FILE, doc)
         return
-    tmp = tdir / f".{SUBMISSION_FILE}.tmp"
-    tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")  # one line: json's C encoder
-    os.replace(tmp, tdir / SUBMISSION_FILE)
+    replace_text(tdir / SUBMISSION_FILE, json.dumps(doc, sort_keys=True) + "\n")  # one line: json's C encoder
 
 
 def read_sweep_spec(sweep_dir: Path) -> FileRead:
