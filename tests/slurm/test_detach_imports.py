@@ -3,7 +3,8 @@ pyarrow and matplotlib (a second of a 256-trial submission's start-up, issue 30 
 benchmarks/slurm_submit.py measures it). Fails if run/sweep.py (or anything on the submission path)
 imports pandas at module level again, as it did before run/tabulate.py held the table code; and if the
 CLI loads the dev cluster's code (defining `launcher cluster`'s arguments) or the executor package loads
-the local executor for a Slurm sweep, as both did before (~35 ms of start-up together)."""
+the local executor for a Slurm sweep, as both did before (~35 ms of start-up together), or anything loads
+rich, which only a terminal or a followed sweep's progress needs (~40 ms: launcher/run/say.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ try:
 except SystemExit as exit:
     code = exit.code
 heavy = sorted(m for m in ("pandas", "pyarrow", "matplotlib", "numpy", "torch") if m in sys.modules)
-unneeded = sorted(m for m in ("launcher.slurm.devcluster", "launcher.run.executor.local") if m in sys.modules)
+unneeded = sorted(m for m in ("launcher.slurm.devcluster", "launcher.run.executor.local", "rich") if m in sys.modules)
 print(json.dumps({"code": code, "heavy": heavy, "unneeded": unneeded}))
 """
 
