@@ -31,7 +31,7 @@ from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.config.validate_job import refuse_missing_script
-from launcher.io import atomic_write_json
+from launcher.io import json_text
 from launcher.results.schema_version import TABLE_SCHEMA_VERSION
 from launcher.run.executor import executor_for
 from launcher.run.executor.base import Stalled
@@ -175,8 +175,7 @@ def create_sweep_dir(
     while sweep_dir.exists():
         sweep_dir, n = root / f"{base}-{n}", n + 1
     (sweep_dir / "trials").mkdir(parents=True)
-    atomic_write_json(
-        sweep_dir / SWEEP_FILE,
+    spec = json_text(
         {
             "sweep_id": sweep_dir.name,
             "created_at": now,
@@ -187,9 +186,11 @@ def create_sweep_dir(
             "trials": [t.to_dict() for t, _ in items],
             "skipped": list(skipped),
             "recipes": recipes,
-        },
+        }
     )
-    write_trials(sweep_dir, items)
+    # sweep.json is made durable with the trials (one flush, not an fsync more) and renamed into place last:
+    # a folder holding sweep.json holds every trial.json it plans.
+    write_trials(sweep_dir, items, then=[(sweep_dir / SWEEP_FILE, spec)])
     return sweep_dir
 
 

@@ -203,11 +203,14 @@ def write_trial(tdir: Path, trial: Trial, cfg: LauncherConfig) -> None:
     atomic_write_json(tdir / TRIAL_FILE, trial_document(trial, cfg))
 
 
-def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
+def write_trials(
+    sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]], then: Sequence[tuple[Path, str]] = ()
+) -> None:
     """Every trial.json of a sweep, each distinct config converted once: OmegaConf's conversion
     costs ~50 ms a config, so per trial it was most of submitting a 256-trial sweep. Distinct by
     identity: the trials of one sweep variant share their config object (prepare_sweep); an equal
-    copy is only converted again, never wrong."""
+    copy is only converted again, never wrong. `then`: other files (path, text) made durable with them
+    and renamed into place after them (the sweep's sweep.json)."""
     configs: dict[tuple[int, int], str] = {}
     texts = []
     for t, cfg in items:
@@ -216,7 +219,7 @@ def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]])
         if key not in configs:
             configs[key] = _nested(json_text(to_dict(pipeline_batch(cfg, t.dp))))
         texts.append((trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document_text(t, configs[key])))
-    atomic_write_texts(texts)  # durable together: one flush, not one fsync per trial
+    atomic_write_texts([*texts, *then])  # durable together: one flush, not one fsync per trial
 
 
 def _nested(text: str) -> str:

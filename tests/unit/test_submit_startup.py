@@ -67,3 +67,23 @@ def test_a_cache_folder_not_safe_to_use_is_only_a_cache_missed(fresh_templates):
     (fresh_templates / f"_jinja2-cache-{os.getuid()}").write_text("a file where jinja's folder would be")
     env = render._environment()
     assert env.bytecode_cache is None and env.get_template("trial.sbatch.j2") is not None
+
+
+def test_the_sweep_spec_is_made_durable_with_its_trials_and_appears_last(tmp_path, monkeypatch):
+    """create_sweep_dir: sweep.json and every trial.json are flushed together (one syncfs, no fsync: each one is
+    a journal commit, ~20 ms on the shared machine under load), and sweep.json is renamed into place after every
+    trial.json, so a folder that holds sweep.json holds each trial it plans."""
+    import json
+
+    from launcher.run.sweep import create_sweep_dir
+
+    plan = prepare_sweep(["sweep.world_sizes=[1,2]", "sweep.repeats=2", f"sweep.results_dir={tmp_path}"])
+    fsyncs, placed = [], []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: (placed.append(os.path.basename(b)), real_replace(a, b))[1])
+    sweep_dir = create_sweep_dir(plan.cfg, plan.items, ["sweep.world_sizes=[1,2]"])
+    assert fsyncs == [] and placed == ["trial.json"] * 4 + ["sweep.json"]
+    spec = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [t["trial_id"] for t in spec["trials"]] == [t.trial_id for t, _ in plan.items]
+    assert spec["overrides"] == ["sweep.world_sizes=[1,2]"] and spec["sweep_id"] == sweep_dir.name
