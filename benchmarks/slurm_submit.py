@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import submitit
 
+import launcher
 from launcher.config.compose import compose_config
 from launcher.io import atomic_write_json, atomic_write_text, read_json
 from launcher.run.sweep import create_sweep_dir
@@ -49,6 +51,14 @@ HELD = [
 ]
 
 
+def compile_sources(package: Path) -> None:
+    """Byte-compile a launcher package's modules into its __pycache__ (git ignores it), as `pip install`
+    does: where PYTHONDONTWRITEBYTECODE is set (this dev machine sets it), a source checkout would
+    otherwise compile its ~70 modules again on every run (~40 ms of CPU), which an installed launcher
+    never does, and submitit, compiled in site-packages, never does either."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True, capture_output=True)
+
+
 def launcher_shell(work: Path, env: dict, r: int, source: Path | None = None) -> dict:
     """`launcher sweep ... --detach` from the shell, as a user submits: interpreter start, compose,
     plan, every trial.json and script, 4 sbatch calls (one array per size) and their records.
@@ -56,27 +66,34 @@ def launcher_shell(work: Path, env: dict, r: int, source: Path | None = None) ->
     name = f"bench-{r}-{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "launcher", "sweep", *HELD, f"sweep.results_dir={work}", f"sweep.name={name}"]
     env = env | {"PYTHONPATH": str(source)} if source else env
-    t0 = time.perf_counter()
+    cpu0, t0 = _children_cpu(), time.perf_counter()
     subprocess.run([*cmd, "--detach"], env=env, check=True, capture_output=True, cwd=source)
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), _children_cpu()
     subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
     jobs = len(list((work / name / "jobs").glob("*.sbatch")))
     assert source or jobs == ARRAYS, jobs  # one array per size (launcher/slurm/submit.py group_trials)
-    return {"jobs": jobs, "render_s": None, "submit_s": t1 - t0, "total_s": t1 - t0}
+    return {"jobs": jobs, "render_s": None, "submit_s": t1 - t0, "total_s": t1 - t0, "cpu_s": cpu1 - cpu0}
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far: a shell mode's own CPU,
+    sbatch's included, which the machine's other work shares out but does not add to (wall time it does)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def submitit_shell(work: Path, env: dict) -> dict:
     """benchmarks/submitit_sweep.py from the shell: the same 256 held trials, one `map_array` per size."""
     folder = Path(tempfile.mkdtemp(dir=work, prefix="submitit-"))
-    t0 = time.perf_counter()
+    cpu0, t0 = _children_cpu(), time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.submitit_sweep", str(folder)], env=env, check=True, capture_output=True
     )
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), _children_cpu()
     ids = out.stdout.decode().split()
     subprocess.run(["scancel", *ids], env=env, check=True)
     assert len(ids) == ARRAYS, len(ids)
-    return {"jobs": len(ids), "render_s": None, "submit_s": t1 - t0, "total_s": t1 - t0}
+    return {"jobs": len(ids), "render_s": None, "submit_s": t1 - t0, "total_s": t1 - t0, "cpu_s": cpu1 - cpu0}
 
 
 def submit_256(work: Path, env: dict) -> dict:
@@ -184,7 +201,11 @@ def main() -> None:
     ap.add_argument("--before", type=Path, help="also time `launcher sweep` from this source tree (an older commit)")
     args = ap.parse_args()
     env = devcluster.up(log=lambda line: None).env()
+    compile_sources(Path(launcher.__file__).resolve().parent)
+    if args.before:
+        compile_sources(args.before / "launcher")
     rounds, firsts = [], []
+    load_before = os.getloadavg()[0]
     modes = MODES + ((BEFORE,) if args.before else ())
     with tempfile.TemporaryDirectory(dir="/var/tmp") as work:
         for r in range(args.rounds):
@@ -201,18 +222,23 @@ def main() -> None:
             firsts.append(first_step(Path(work), env))
             print(f"first step: {firsts[-1]['submit_to_first_step_s']:.2f} s after sbatch", flush=True)
     summary = {
-        mode: {k: _median([r[k] for r in rounds if r["mode"] == mode]) for k in ("render_s", "submit_s", "total_s")}
+        mode: {
+            k: _median([r.get(k) for r in rounds if r["mode"] == mode])
+            for k in ("render_s", "submit_s", "total_s", "cpu_s")
+        }
         for mode in modes
     }
     for mode in modes:
         summary[mode]["jobs"] = max(r["jobs"] for r in rounds if r["mode"] == mode)
     first = {k: statistics.median(f[k] for f in firsts) for k in firsts[0]} if firsts else None
+    load_after = os.getloadavg()[0]
     result = {
         "benchmark": "slurm_submit",
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "trials": 256,
         "goal": "launcher sweep (shell) total_s <= 2 x submitit map_array (shell) total_s",
         "goal_ratio": GOAL_RATIO,
+        "load_average_1min": {"start": load_before, "end": load_after},
         "median": summary,
         "first_step_median": first,
         "before": str(args.before) if args.before else None,
@@ -220,7 +246,9 @@ def main() -> None:
         "first_step_runs": firsts,
     }
     atomic_write_json(HERE / "results" / "slurm_submit.json", result)
-    lines = report(summary, first, args.rounds, args.first_step_runs, result["measured_at"], args.before)
+    lines = report(
+        summary, first, args.rounds, args.first_step_runs, result["measured_at"], args.before, (load_before, load_after)
+    )
     atomic_write_text(HERE / "results" / "slurm_submit.md", "\n".join(lines))
     print("\n".join(lines))
 
@@ -231,7 +259,13 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def report(
-    summary: dict, first: dict | None, rounds: int, first_runs: int, measured_at: str, before: Path | None = None
+    summary: dict,
+    first: dict | None,
+    rounds: int,
+    first_runs: int,
+    measured_at: str,
+    before: Path | None = None,
+    load: tuple[float, float] = (float("nan"), float("nan")),
 ) -> list[str]:
     shell, peer = summary["launcher sweep (shell)"], summary["submitit map_array (shell)"]
     inproc, arrays = summary["launcher in process"], summary["submitit map_array"]
@@ -241,7 +275,8 @@ def report(
 
     def row(label: str, jobs: int, m: dict) -> str:
         render = "—" if m["render_s"] is None else f"{m['render_s']:.3f}"
-        return f"| {label} | {jobs} | {render} | {m['submit_s']:.3f} | {m['total_s']:.3f} |"
+        cpu = "—" if m.get("cpu_s") is None else f"{m['cpu_s']:.3f}"
+        return f"| {label} | {jobs} | {render} | {m['submit_s']:.3f} | {m['total_s']:.3f} | {cpu} |"
 
     if first is None:
         step = "sbatch → first training step: not measured (--first-step-runs 0)."
@@ -258,8 +293,8 @@ def report(
         "",
         f"Submit a 256-trial sweep (4 sizes × 64 repeats, held), medians of {rounds} interleaved rounds:",
         "",
-        "| mode | jobs | render s | sbatch s | total s |",
-        "|---|---|---|---|---|",
+        "| mode | jobs | render s | sbatch s | total s | CPU s |",
+        "|---|---|---|---|---|---|",
         row("`launcher sweep … --detach` from the shell (4 arrays `%4`)", ARRAYS, shell),
         row("submitit 1.5.4 script from the shell: `map_array` per size (4 arrays `%4`)", ARRAYS, peer),
         row("launcher in process, after planning (job_requests + submit_jobs)", ARRAYS, inproc),
@@ -280,19 +315,30 @@ def report(
         "benchmarks/submitit_sweep.py, submits the same 4 arrays through `map_array` with "
         "`slurm_array_parallelism=4`. Both are 4 sbatch calls, and in process the launcher's render and submit "
         f"take {inproc['total_s']:.2f} s against submitit's {arrays['total_s']:.2f} s: what remains of the launcher's "
-        "time from the shell is its interpreter's imports (hydra and omegaconf to compose the recipe, rich for its "
-        "progress; since the table code moved to run/tabulate.py, a `--detach` submission no longer loads pandas, "
-        "pyarrow or numpy, which only the table needs: tests/slurm/test_detach_imports.py; the submitit script "
-        "imports submitit alone), "
-        "composing and checking the config (Hydra's composition and OmegaConf's structured merges, most of what "
-        "is left), planning all 256 trials (each checked before any is submitted) and writing every trial's folder "
-        "(each distinct config's JSON is encoded once and spliced into its trials' trial.json).",
+        "time from the shell is CPU work before the first sbatch. Its interpreter's imports: hydra, omegaconf and "
+        "antlr4 to compose the recipe and parse the overrides, jinja2 for the job script (a `--detach` submission "
+        "loads neither pandas, pyarrow and numpy, nor rich, the dev cluster's code or the local executor: "
+        "tests/slurm/test_detach_imports.py; the submitit script imports submitit alone). Hydra's composition and "
+        "OmegaConf's structured schema (built twice, open for the recipes and closed for the check, ~30 ms each) "
+        "and merges. Planning all 256 trials, each checked before any is submitted. Creating 256 trial folders, "
+        "their trial.json and, after each sbatch, their submission.json copies (a file creation is ~0.1-0.3 ms on "
+        "this disk; each distinct config's JSON is encoded once and spliced into its trials' trial.json).",
+        "",
+        f"CPU (user + system of the command and its sbatch calls, medians): launcher {shell['cpu_s']:.2f} s, "
+        f"submitit {peer['cpu_s']:.2f} s, ratio {shell['cpu_s'] / peer['cpu_s']:.2f}. The machine's other work "
+        f"(1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end, on 2 cores) stretches "
+        "the launcher's longer CPU work more than submitit's short bursts between its sbatch calls, so the wall "
+        "ratio grows with the load.",
         "",
         "The launcher's time includes what makes resume exact: per job, one fsync'd record before "
         "its sbatch and one after (jobs/<job>.submitted.json, naming the array's trials in task order), each "
-        "trial's trial.json (the resolved config, converted once per distinct config; all 256 made durable by one "
-        "syncfs before they are renamed into place, where one fsync each cost 1.4–2.4 s on this disk) and "
-        "submission.json. submitit's includes pickling each task and rendering its script.",
+        "trial's trial.json and the sweep's sweep.json (the resolved config, converted once per distinct config; "
+        "made durable together by one syncfs before they are renamed into place, sweep.json last, where one fsync "
+        "each cost 1.4–2.4 s on this disk) and submission.json. submitit's includes pickling each task and "
+        "rendering its script. Both run compiled bytecode: the benchmark byte-compiles the launcher's package "
+        "first, as `pip install` does (this machine sets PYTHONDONTWRITEBYTECODE, so a source checkout would "
+        "compile its ~70 modules on every run), and after a first run jinja's bytecode cache keeps the job "
+        "template's compiled code (launcher/slurm/render.py).",
         "",
         step,
         "",

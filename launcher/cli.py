@@ -18,7 +18,6 @@ from launcher.config.choices import POLICIES
 from launcher.config.errors import ConfigError
 from launcher.config.field_docs import group_text
 from launcher.slurm.commands import SlurmError
-from launcher.slurm.devcluster import cluster
 
 # Verb → module holding its `main(args) -> int`. Imported on use: the training, Slurm and
 # plotting stacks behind a verb cost seconds to import, and `launcher --help` should not wait.
@@ -146,7 +145,10 @@ def _profile(add) -> None:
     pr.add_argument("--quiet", action="store_true", help="no progress display")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. `argv` (None: every verb in full): the `cluster` verb's own arguments are
+    added only where argv holds it, since defining them imports the dev cluster's code (~20 ms of every
+    `launcher sweep --detach`, issue 30 item 11); a verb is a whole word, never abbreviated."""
     p = argparse.ArgumentParser(
         prog="launcher",
         description="Measure distributed training at several world sizes and recommend the efficient one.",
@@ -179,12 +181,17 @@ def parser() -> argparse.ArgumentParser:
         add(name, help_).add_argument("sweep_dir", help="results/<sweep-id>")
     _plan_and_analyze(add)
     _profile(add)
-    cluster.add_arguments(add("cluster", "a real Slurm dev cluster on this machine (needs root)"))
+    cluster_parser = add("cluster", "a real Slurm dev cluster on this machine (needs root)")
+    if argv is None or "cluster" in argv:
+        from launcher.slurm.devcluster import cluster  # lazy: see above
+
+        cluster.add_arguments(cluster_parser)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser(argv)
     args = p.parse_args(argv)
     if args.command is None and not args.info:
         p.error("a command is required (sweep, run, plan, …); see launcher --help")

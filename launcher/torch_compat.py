@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from importlib import metadata
 from typing import Any
 
 FLOOR = (2, 9)
@@ -38,6 +37,10 @@ def torch_version() -> tuple[int, int, int] | None:
     module = sys.modules.get("torch")
     text = getattr(module, "__version__", None)
     if text is None:
+        # lazy: importlib.metadata (and the email package under it, ~10 ms) only where torch's version is
+        # asked without torch imported, never in a sweep's start-up (issue 30 item 11)
+        from importlib import metadata
+
         try:
             text = metadata.version("torch")
         except metadata.PackageNotFoundError:

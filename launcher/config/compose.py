@@ -29,7 +29,6 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.plugins.search_path_plugin import SearchPathPlugin
@@ -39,7 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.load import escaped, fold_model_kwargs, load_config, schema
-from launcher.config.messages import describe, override_for, unparsable
+from launcher.config.messages import describe, override_for, parsed_override, unparsable
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.config.validate import validate
 
@@ -168,8 +167,7 @@ def _model_option(loader: Any, overrides: Sequence[str]) -> str:
 
 def _option(loader: Any, overrides: Sequence[str], group: str, default: str) -> str:
     """The recipe of `group` composed: the last `group=` override, else the defaults list's, else `default`."""
-    parser = OverridesParser.create()
-    picked = [p.value() for ov in overrides for p in parser.parse_overrides([ov]) if p.key_or_group == group]
+    picked = [p.value() for p in map(parsed_override, overrides) if p.key_or_group == group]
     return str(picked[-1] if picked else default_choices(loader).get(group, default))
 
 
@@ -215,9 +213,8 @@ def _named_job(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
 def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:
     """A group given a list or mapping (`batch=[1]`) makes Hydra fail deep inside with a TypeError."""
     groups = set(loader.list_groups(""))
-    parser = OverridesParser.create()
     for ov in overrides:
-        (parsed,) = parser.parse_overrides([ov])  # unparsable: Hydra's error, worded by explain()
+        parsed = parsed_override(ov)  # unparsable: Hydra's error, worded by explain()
         group = parsed.key_or_group
         if group in groups and isinstance(parsed.value(), (list, dict)):
             options = loader.get_group_options(group)
@@ -289,10 +286,9 @@ def _bad_yaml(exc: BaseException) -> str:
 
 def _unparsable(overrides: Sequence[str], msg: str) -> str:
     """Name the first override Hydra's grammar cannot parse."""
-    parser = OverridesParser.create()
     for ov in overrides:
         try:
-            parser.parse_overrides([ov])
+            parsed_override(ov)
         except OverrideParseException:
             return unparsable(ov)
     return f"cannot parse the overrides: {msg.splitlines()[0]}"

@@ -8,12 +8,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.messages import is_list_key, unparsable
+from launcher.config.messages import is_list_key, parsed_override, unparsable
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -35,13 +34,11 @@ class Variant:
 
 def expand(overrides: Sequence[str]) -> list[Variant]:
     """Cartesian product of the swept overrides, first key varying slowest."""
-
-    parser = OverridesParser.create()
     fixed: list[str] = []
     swept: list[tuple[str, list[str]]] = []
     for ov in overrides:
         try:
-            (parsed,) = parser.parse_overrides([ov])
+            parsed = parsed_override(ov)
         except OverrideParseException:
             raise ConfigError(unparsable(ov)) from None
         if parsed.is_sweep_override():

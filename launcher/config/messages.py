@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 import typing
 from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -185,9 +187,18 @@ def unparsable(override: str) -> str:
     return f"{line}, e.g. {fixed}" if fixed else line
 
 
+@functools.lru_cache(maxsize=1024)
+def parsed_override(override: str) -> Override:
+    """One override parsed by Hydra's grammar (OverrideParseException if it does not parse). Cached: a
+    sweep's overrides were parsed by Hydra's ANTLR parser once to expand them, again to check group values,
+    and for the model's recipe (issue 30 item 11); the result is read, never changed."""
+    (parsed,) = OverridesParser.create().parse_overrides([override])
+    return parsed
+
+
 def _parses(override: str) -> bool:
     try:
-        OverridesParser.create().parse_overrides([override])
+        parsed_override(override)
     except OverrideParseException:
         return False
     return True

@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
 from launcher import __version__
 from launcher.config.builtin_support import builtin_lacks
 from launcher.config.cluster_traits import cluster_traits
@@ -34,11 +31,12 @@ from launcher.config.load import load_config
 from launcher.config.plain import to_dict
 from launcher.config.schema import LauncherConfig
 from launcher.config.validate_job import refuse_missing_script
-from launcher.io import atomic_write_json
+from launcher.io import json_text
 from launcher.results.schema_version import TABLE_SCHEMA_VERSION
 from launcher.run.executor import executor_for
 from launcher.run.executor.base import Stalled
 from launcher.run.predicted_oom import predict_oom, record_predicted_oom
+from launcher.run.say import say
 from launcher.run.stopped import detach_stalled, interrupted_line, signal_name, sigterm_stops_as_ctrl_c
 from launcher.trials.folder import SWEEP_FILE, is_done, read_sweep_spec, write_trials
 from launcher.trials.spec import Trial, repeat_plan, sweep_trials
@@ -177,8 +175,7 @@ def create_sweep_dir(
     while sweep_dir.exists():
         sweep_dir, n = root / f"{base}-{n}", n + 1
     (sweep_dir / "trials").mkdir(parents=True)
-    atomic_write_json(
-        sweep_dir / SWEEP_FILE,
+    spec = json_text(
         {
             "sweep_id": sweep_dir.name,
             "created_at": now,
@@ -189,9 +186,11 @@ def create_sweep_dir(
             "trials": [t.to_dict() for t, _ in items],
             "skipped": list(skipped),
             "recipes": recipes,
-        },
+        }
     )
-    write_trials(sweep_dir, items)
+    # sweep.json is made durable with the trials (one flush, not an fsync more) and renamed into place last:
+    # a folder holding sweep.json holds every trial.json it plans.
+    write_trials(sweep_dir, items, then=[(sweep_dir / SWEEP_FILE, spec)])
     return sweep_dir
 
 
@@ -286,22 +285,19 @@ def run_sweep(
 ) -> SweepResult | None:
     """Every trial is planned and checked (prepare_sweep) before this runs; create the folder, then execute."""
     cfg, trials = plan.cfg, [t for t, _ in plan.items]
-    console = Console(stderr=True)
     for line in plan.skipped:
-        console.print(f"skipped (impossible): {escape(line)}", soft_wrap=True)
+        say(f"skipped (impossible): {line}")
     # What the executor writes per trial (Slurm: job scripts) is rendered before the folder exists: a
     # bad value stops here, not mid-submission.
     planned = Path(cfg.sweep.results_dir) / sweep_id(cfg, time.time(), [c for _, c in plan.items])
     executor_for(cfg).check_scripts(planned, trials)
     sweep_dir = create_sweep_dir(cfg, plan.items, overrides, plan.skipped, recipes=plan.recipes)
-    console.print(
-        f"sweep [bold]{sweep_dir.name}[/bold]: {len(trials)} trials → {escape(str(sweep_dir))}", soft_wrap=True
-    )
+    say(f"sweep {sweep_dir.name}: {len(trials)} trials → {sweep_dir}", bold=sweep_dir.name)
     record_predicted_oom(sweep_dir, plan.predicted_oom)
     for trial_id, reason in plan.predicted_oom.items():
-        console.print(f"{trial_id}: not launched: {escape(reason)} (run it anyway: sweep.force_sizes)", soft_wrap=True)
+        say(f"{trial_id}: not launched: {reason} (run it anyway: sweep.force_sizes)")
     for trial_id, reason in plan.forced.items():
-        console.print(f"{trial_id}: launched as sweep.force_sizes asks, though {escape(reason)}", soft_wrap=True)
+        say(f"{trial_id}: launched as sweep.force_sizes asks, though {reason}")
     return execute(sweep_dir, cfg, trials, progress_bars=progress_bars, detach=detach)
 
 

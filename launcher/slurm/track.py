@@ -16,14 +16,15 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from launcher.config.schema import LauncherConfig
 from launcher.slurm.submit import refresh
 from launcher.trials.folder import trial_dir
 from launcher.trials.spec import Trial
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -60,6 +61,10 @@ def track(
 ) -> None:
     """Poll until every trial has reached a terminal state, showing each one's state. Raises
     Stalled when none of them has run for longer than sweep.pending_timeout_s (0: never)."""
+    # lazy: rich (~40 ms of imports) only where progress is followed, never in a --detach submission
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), disable=not progress_bars, refresh_per_second=2) as progress:
         tasks = {t.trial_id: progress.add_task(f"{t.trial_id} ({t.nodes} nodes, {t.world_size} ranks)") for t in trials}

@@ -15,7 +15,6 @@ damaged trial becomes a row that says so instead of a traceback or a silently mi
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any, Literal
 from launcher.config.derived import derives_microbatches, pipeline_batch
 from launcher.config.plain import from_dict, to_dict
 from launcher.config.schema import LauncherConfig
-from launcher.io import atomic_write_json, atomic_write_texts, json_text
+from launcher.io import atomic_write_json, atomic_write_texts, json_text, replace_text
 from launcher.trials.spec import Trial
 
 SWEEP_FILE = "sweep.json"
@@ -204,11 +203,14 @@ def write_trial(tdir: Path, trial: Trial, cfg: LauncherConfig) -> None:
     atomic_write_json(tdir / TRIAL_FILE, trial_document(trial, cfg))
 
 
-def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]]) -> None:
+def write_trials(
+    sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]], then: Sequence[tuple[Path, str]] = ()
+) -> None:
     """Every trial.json of a sweep, each distinct config converted once: OmegaConf's conversion
     costs ~50 ms a config, so per trial it was most of submitting a 256-trial sweep. Distinct by
     identity: the trials of one sweep variant share their config object (prepare_sweep); an equal
-    copy is only converted again, never wrong."""
+    copy is only converted again, never wrong. `then`: other files (path, text) made durable with them
+    and renamed into place after them (the sweep's sweep.json)."""
     configs: dict[tuple[int, int], str] = {}
     texts = []
     for t, cfg in items:
@@ -217,7 +219,7 @@ def write_trials(sweep_dir: Path, items: Sequence[tuple[Trial, LauncherConfig]])
         if key not in configs:
             configs[key] = _nested(json_text(to_dict(pipeline_batch(cfg, t.dp))))
         texts.append((trial_dir(sweep_dir, t.trial_id) / TRIAL_FILE, _document_text(t, configs[key])))
-    atomic_write_texts(texts)  # durable together: one flush, not one fsync per trial
+    atomic_write_texts([*texts, *then])  # durable together: one flush, not one fsync per trial
 
 
 def _nested(text: str) -> str:
@@ -241,9 +243,7 @@ def write_submission(tdir: Path, doc: dict[str, Any], *, durable: bool = True) -
     if durable:
         atomic_write_json(tdir / SUBMISSION_FILE, doc)
         return
-    tmp = tdir / f".{SUBMISSION_FILE}.tmp"
-    tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")  # one line: json's C encoder
-    os.replace(tmp, tdir / SUBMISSION_FILE)
+    replace_text(tdir / SUBMISSION_FILE, json.dumps(doc, sort_keys=True) + "\n")  # one line: json's C encoder
 
 
 def read_sweep_spec(sweep_dir: Path) -> FileRead:

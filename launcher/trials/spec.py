@@ -81,7 +81,12 @@ class Trial:
         return self.dp // self.shard
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field is a scalar, so a shallow dict is dataclasses.asdict's result without its recursive
+        # copy (512 calls, ~35 ms of submitting a 256-trial sweep: issue 30 item 11).
+        return {name: getattr(self, name) for name in _TRIAL_FIELDS}
+
+
+_TRIAL_FIELDS = tuple(f.name for f in dataclasses.fields(Trial))
 
 
 def make_trial(

@@ -1,7 +1,10 @@
 """`launcher sweep --detach` submits and leaves: it builds no table, so it must not pay for pandas,
 pyarrow and matplotlib (a second of a 256-trial submission's start-up, issue 30 item 11;
 benchmarks/slurm_submit.py measures it). Fails if run/sweep.py (or anything on the submission path)
-imports pandas at module level again, as it did before run/tabulate.py held the table code."""
+imports pandas at module level again, as it did before run/tabulate.py held the table code; and if the
+CLI loads the dev cluster's code (defining `launcher cluster`'s arguments) or the executor package loads
+the local executor for a Slurm sweep, as both did before (~35 ms of start-up together), or anything loads
+rich, which only a terminal or a followed sweep's progress needs (~40 ms: launcher/run/say.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ try:
 except SystemExit as exit:
     code = exit.code
 heavy = sorted(m for m in ("pandas", "pyarrow", "matplotlib", "numpy", "torch") if m in sys.modules)
-print(json.dumps({"code": code, "heavy": heavy}))
+unneeded = sorted(m for m in ("launcher.slurm.devcluster", "launcher.run.executor.local", "rich") if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy, "unneeded": unneeded}))
 """
 
 
@@ -44,5 +48,5 @@ def test_a_detached_submission_loads_no_table_stack(devcluster, tmp_path):
     finally:
         subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"code": 0, "heavy": []}, out.stderr[-2000:]
+    assert result == {"code": 0, "heavy": [], "unneeded": []}, out.stderr[-2000:]
     assert len(list((tmp_path / name / "jobs").glob("*.sbatch"))) == 2  # it did submit: one array per size

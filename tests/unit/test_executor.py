@@ -201,3 +201,26 @@ def test_a_resumed_pack_whose_job_went_out_submits_nothing(tmp_path, monkeypatch
     monkeypatch.setattr("launcher.slurm.submit.sbatch", lambda script, env: pytest.fail("submitted twice"))
     executor_for(cfg).submit_detached(sweep_dir, trials)
     assert sorted(p.name for p in (sweep_dir / "jobs").iterdir()) == ["job-000.sbatch", "job-000.submitted.json"]
+
+
+def test_a_submitted_job_is_one_whole_line_in_a_log(tmp_path, monkeypatch, capsys):
+    """Where stderr is not a terminal (a script, a log), each submitted job is one line as it is: no rich
+    (its ~40 ms of imports are a fifth of a --detach start-up, issue 30 item 11; run/say.py), so no wrapping
+    at 80 columns either, which cut the array line of a 256-trial sweep in two."""
+    cfg = compose_config(
+        [
+            "cluster=devcluster",
+            "cluster.serialize_trials=false",
+            "sweep.nodes=[1]",
+            "sweep.repeats=64",
+            f"sweep.results_dir={tmp_path}",
+        ]
+    )
+    trials = sweep_trials(cfg)
+    sweep_dir = create_sweep_dir(cfg, [(t, cfg) for t in trials], [])
+    capsys.readouterr()
+    monkeypatch.setattr("launcher.slurm.submit.sbatch", lambda script, env: "41")
+    executor_for(cfg).submit_detached(sweep_dir, trials)
+    assert capsys.readouterr().err == (
+        "submitted job-000 as job 41: array of 64 (000-ws1-r0, 001-ws1-r1, …, 063-ws1-r63, 4 at a time)\n"
+    )

@@ -134,3 +134,30 @@ def test_a_failed_batch_leaves_no_half_files(tmp_path):
     with pytest.raises(OSError):
         io.atomic_write_jsons(items)
     assert list((tmp_path / "ok").iterdir()) == []  # its temporary file removed, nothing renamed into place
+
+
+def test_trial_files_cost_only_their_disk_work(tmp_path, monkeypatch):
+    """Each file of a batch is created with its final mode (0666 less the umask, as any new file: results are
+    for the whole team) under a fixed temporary name: no mkstemp (random names, 0600) and no fchmod per file,
+    ~60 ms of a 256-trial sweep's trial.json (issue 30 item 11). A temporary name a crashed writer left is never
+    written through: that file gets a unique name instead, and the leftover stays as it was."""
+    import os
+    import tempfile
+
+    from launcher import io
+
+    calls: list[str] = []
+    real_mkstemp, real_fchmod = tempfile.mkstemp, os.fchmod
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: (calls.append("fchmod"), real_fchmod(fd, mode))[1])
+    monkeypatch.setattr(tempfile, "mkstemp", lambda **kw: (calls.append("mkstemp"), real_mkstemp(**kw))[1])
+    old = os.umask(0o027)
+    try:
+        io.atomic_write_texts([(tmp_path / f"t{i}" / "trial.json", f"{i}\n") for i in range(3)])
+        (tmp_path / "t0" / f".trial.json.{os.getpid()}.tmp").write_text("a crashed writer's")
+        io.atomic_write_texts([(tmp_path / "t0" / "trial.json", "again\n")])
+    finally:
+        os.umask(old)
+    assert calls == ["mkstemp", "fchmod"]  # only for the name the leftover holds
+    assert [(tmp_path / f"t{i}" / "trial.json").read_text() for i in range(3)] == ["again\n", "1\n", "2\n"]
+    assert {(tmp_path / f"t{i}" / "trial.json").stat().st_mode & 0o777 for i in range(3)} == {0o640}
+    assert (tmp_path / "t0" / f".trial.json.{os.getpid()}.tmp").read_text() == "a crashed writer's"

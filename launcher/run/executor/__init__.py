@@ -21,15 +21,20 @@ where the ranks are started (the job template's launch lines, run/local.py), not
 
 from __future__ import annotations
 
+import importlib
+
 from launcher.config.schema import ClusterKind, LauncherConfig
 from launcher.run.executor.base import Executor
-from launcher.run.executor.local import LocalExecutor
-from launcher.run.executor.slurm import SlurmExecutor
 
-EXECUTORS: dict[str, type[Executor]] = {ClusterKind.local: LocalExecutor, ClusterKind.slurm: SlurmExecutor}
-"""Every ClusterKind's executor (a test checks none is missing)."""
+EXECUTORS: dict[str, str] = {
+    ClusterKind.local: "launcher.run.executor.local:LocalExecutor",
+    ClusterKind.slurm: "launcher.run.executor.slurm:SlurmExecutor",
+}
+"""Every ClusterKind's executor, as `module:class` (a test checks none is missing): imported when chosen,
+so a Slurm submission never loads the local executor's process and progress machinery (issue 30 item 11)."""
 
 
 def executor_for(cfg: LauncherConfig) -> Executor:
     """The executor of `cfg`'s cluster: the only choice made on cluster.kind."""
-    return EXECUTORS[cfg.cluster.kind](cfg)
+    module, name = EXECUTORS[cfg.cluster.kind].split(":")
+    return getattr(importlib.import_module(module), name)(cfg)

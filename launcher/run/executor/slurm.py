@@ -8,10 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
 from launcher.run.executor.base import Executor
+from launcher.run.say import say
 from launcher.slurm.commands import SlurmError
 from launcher.slurm.submit import (
     PreparedJob,
@@ -57,18 +55,20 @@ class SlurmExecutor(Executor):
         done = sorted(Path(p).stem for p in (sweep_dir / "jobs").glob("job-*.sbatch"))
         jobs = job_requests(self.cfg, sweep_dir, todo, first_index=len(done), payload=payload)
         write_scripts(sweep_dir, jobs)
-        console = Console(stderr=True)
         submit_jobs(
             sweep_dir,
             jobs,
             env_for(self.cfg),
-            on_submit=lambda job, job_id: console.print(f"submitted {job.name} as job {job_id}: {_holds(job)}"),
+            on_submit=lambda job, job_id: say(f"submitted {job.name} as job {job_id}: {_holds(job)}"),
         )
 
     def interrupted(self, sweep_dir: Path, *, detach: bool, how: str = "Ctrl-C") -> None:
         """scancel the sweep's jobs that have not ended (left alone they keep spending the
         allocation) and record their trials as cancelled — unless it was started with --detach,
         whose point is that the jobs outlive the launcher."""
+        from rich.console import Console  # lazy: only an interrupted sweep prints through rich here (run/say.py)
+        from rich.markup import escape
+
         console = Console(stderr=True)
         if detach:
             console.print(
