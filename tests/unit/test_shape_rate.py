@@ -7,7 +7,18 @@ import dataclasses
 import pytest
 
 from launcher.compute import flops
-from launcher.compute.shape_rate import Curve, matmul_tflops, mem_bw_gbs, step_time
+from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, model_ops
+from launcher.compute.shape_rate import (
+    FLASH_SHARE,
+    HEAD_DIM_HALF,
+    SEQ_HALF,
+    Curve,
+    Measured,
+    matmul_tflops,
+    mem_bw_gbs,
+    op_parts,
+    step_time,
+)
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit
 from launcher.perf.plan_table import from_presets_forecast, work_of
@@ -130,3 +141,27 @@ def test_plan_on_presets_prices_the_recipes_ops_when_the_fit_has_curves(monkeypa
     assert from_presets_forecast(cfg, [1], assume_mfu=0.4).table.iloc[0]["mfu"] == pytest.approx(
         0.4 * flops.flops_per_token(cfg.model) / flops.executed_flops_per_token(cfg.model)
     )
+
+
+def test_measured_rates_stand_in_for_the_peak_table():
+    """A site profile's rates (shape_rate.Measured) price the same ops: each matmul at the rate measured for its
+    own (m, n, k), no roofline; the memory-bound bytes at the measured bandwidth whole (no datasheet share); the
+    attention core at its measured kernel's counted rate, or FLASH_SHARE of the fastest matmul where none."""
+    model = compose_config(["model=gpt_125m"]).model
+    ops = model_ops(model, tokens=4096)
+    rates = {}
+
+    def matmul(m, n, k, dtype):
+        rates[(m, n, k)] = 1e12 * (1 + min(m, n, k) / 1024)
+        return rates[(m, n, k)]
+
+    measured = Measured(matmul_flops=matmul, peak_flops=lambda dtype: 5e12, mem_bw_gbs=100.0)
+    t = op_parts(ops, None, "bf16", extra_bytes=1e3, measured=measured).seconds(Curve(1.0, 0.0))
+    mm = sum(op.flops / rates[(op.m, op.n, op.k)] for op in ops if op.priced == "matmul")
+    assert t.matmul_s == pytest.approx(mm)
+    assert t.memory_s == pytest.approx((1e3 + sum(op.nbytes for op in ops if op.priced == "memory")) / 100e9)
+    (core,) = [op for op in ops if op.priced == "attention"]
+    shape = core.k / (core.k + HEAD_DIM_HALF) * core.n / (core.n + SEQ_HALF)
+    assert t.attention_s == pytest.approx(core.flops * CAUSAL_EXECUTED_SHARE / (5e12 * FLASH_SHARE * shape))
+    kernel = Measured(matmul_flops=matmul, peak_flops=lambda d: 5e12, mem_bw_gbs=100.0, attention_flops=lambda *a: 2e12)
+    assert op_parts(ops, None, "bf16", measured=kernel).attention_s == pytest.approx(core.flops / 2e12)
