@@ -21,6 +21,7 @@ from launcher.compute.flops import ACT_BYTES, executed_flops_per_token, model_op
 from launcher.compute.shape_rate import OPTIMIZER_BYTES, Curve, Measured, op_parts
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.layouts import DataParallel, traits
 from launcher.perf.compute_term import tokens_per_optimizer_step
 from launcher.perf.links import LINKS, Link
 from launcher.train.profile_plan import OPS, READABLE_VERSIONS, SCHEMA, SCOPES
@@ -160,19 +161,30 @@ class StepSeconds:
 # Ops the built-in trainer dispatches (aten ops, views included, as a TorchDispatchMode counts them; torch
 # 2.13 on CPU): per micro-batch's forward and backward a + b·layers by architecture, and per optimizer step
 # (global-norm clipping, then single-tensor AdamW, then zero_grad) 16 + 9 per parameter tensor, of which an
-# architecture has c + e·layers. tests/multiprocess/test_site_profile_local.py counts a real step against them.
+# architecture has c + e·layers; DDP's reducer adds 16 + 4 per parameter tensor a step and 2 a micro-batch
+# under no_sync. tests/unit/test_site_profile.py counts real steps against them.
 _FWD_BWD_OPS = {"gpt": (40, 132), "llama": (54, 227), "mlp": (40, 40)}
 _PARAM_TENSORS = {"gpt": (5, 16), "llama": (3, 9), "mlp": (5, 6)}
 STEP_OPS, OPS_PER_PARAM = 16, 9
+DDP_STEP_OPS, DDP_OPS_PER_PARAM, DDP_OPS_PER_NO_SYNC = 16, 4, 2
 
 
-def dispatched_ops(model: ModelConfig, accum: int) -> int:
+def dispatched_ops(model: ModelConfig, accum: int, *, ddp: bool = False) -> int:
     """Ops one rank's optimizer step dispatches: `accum` micro-batches' forward and backward, then the
-    optimizer's (the rule above; a MoE model counted as its llama blocks: its routing adds more)."""
+    optimizer's, and DDP's where `ddp` (the rule above; a MoE model counted as its llama blocks: its
+    routing adds more; FSDP's and tensor parallel's own ops are not counted)."""
     arch = model.arch if model.arch in _FWD_BWD_OPS else "llama"
     a, b = _FWD_BWD_OPS[arch]
     c, e = _PARAM_TENSORS[arch]
-    return accum * (a + b * model.n_layers) + STEP_OPS + OPS_PER_PARAM * (c + e * model.n_layers)
+    tensors = c + e * model.n_layers
+    ops = accum * (a + b * model.n_layers) + STEP_OPS + OPS_PER_PARAM * tensors
+    if ddp:
+        ops += DDP_STEP_OPS + DDP_OPS_PER_PARAM * tensors + DDP_OPS_PER_NO_SYNC * (accum - 1)
+    return ops
+
+
+def _step_ops(cfg: LauncherConfig) -> int:
+    return dispatched_ops(cfg.model, cfg.batch.accum, ddp=traits(cfg.parallel.layout).data_parallel == DataParallel.ddp)
 
 
 def measured(profile: SiteProfile) -> Measured:
@@ -207,7 +219,7 @@ def step_seconds(cfg: LauncherConfig, profile: SiteProfile, dtype: str) -> StepS
     per_step = tokens_per_optimizer_step(cfg)  # None: FSDP's state sharded over a size not known here
     optimizer = OPTIMIZER_BYTES.get(str(cfg.optim.name), 28) * param_counts(cfg.model)[0] / per_step if per_step else 0
     t = op_parts(ops, None, dtype, extra_bytes=optimizer, measured=measured(profile)).seconds(Curve(1.0, 0.0))
-    ops_per_token = dispatched_ops(cfg.model, b.accum) / (tokens * b.accum)
+    ops_per_token = _step_ops(cfg) / (tokens * b.accum)
     return StepSeconds(
         matmul_s=t.matmul_s,
         attention_s=t.attention_s,
@@ -348,7 +360,7 @@ def phrase(cfg: LauncherConfig, dtype: str) -> str:
     t = step_seconds(cfg, profile, dtype)
     tokens = cfg.batch.micro * cfg.model.seq_len // (cfg.parallel.cp or 1)
     ms = {k: getattr(t, k) * tokens * 1e3 for k in ("matmul_s", "attention_s", "memory_s", "dispatch_s")}
-    ops = dispatched_ops(cfg.model, cfg.batch.accum)
+    ops = _step_ops(cfg)
     per_op = (
         f"{profile.op_us:.3g} µs per op × {ops} ops a step {ms['dispatch_s']:.3g} ms"
         + (" (under the device's kernels)" if t.overlapped else "")

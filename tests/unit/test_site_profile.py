@@ -204,8 +204,8 @@ def test_a_per_op_cost_adds_ops_times_the_cost(tmp_path):
         over = f"batch.accum={accum}"
         cfg, none = _seconds(tmp_path, "cheap.json", profile_doc(op_us=1e-9), over)
         _, some = _seconds(tmp_path, "dear.json", profile_doc(op_us=8.0), over)
-        ops = site_profile.dispatched_ops(cfg.model, accum)
-        assert ops == accum * (40 + 132 * 2) + 16 + 9 * 37  # tiny_gpt: 2 layers, 37 parameter tensors
+        ops = site_profile.dispatched_ops(cfg.model, accum, ddp=True)  # devcluster's recipe: DDP
+        assert ops == accum * (40 + 132 * 2) + 16 + 9 * 37 + 16 + 4 * 37 + 2 * (accum - 1)  # tiny_gpt: 37 tensors
         assert some.dispatch_s * 512 * accum == pytest.approx(8e-6 * ops)
         assert some.total_s - none.total_s == pytest.approx(8e-6 * ops / (512 * accum), rel=1e-6)
 
@@ -230,8 +230,13 @@ def test_attention_runs_at_the_measured_kernels_rate_and_a_schema_1_profile_at_i
 
 def test_dispatched_ops_are_what_a_real_step_of_the_trainer_dispatches():
     """The rule's counts against torch's own: every aten op of one step of the built-in model (forward,
-    loss, backward, global-norm clipping, AdamW as torch picks it on a CPU, zero_grad), per architecture."""
+    loss, backward, global-norm clipping, AdamW as torch picks it on a CPU, zero_grad), per architecture,
+    bare and under DDP (one gloo rank: its reducer's ops, no_sync on the first micro-batch)."""
+    from contextlib import nullcontext
+
     import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from launcher.train import clipping
@@ -247,24 +252,31 @@ def test_dispatched_ops_are_what_a_real_step_of_the_trainer_dispatches():
             self.ops += 1
             return func(*args, **(kwargs or {}))
 
-    for recipe in ("tiny_gpt", "tiny_llama", "mlp"):
-        cfg = compose_config([f"model={recipe}", "model.n_layers=3", "batch.accum=2"])
-        model = build_model(cfg.model, seed=0)
-        opt = build_optimizer(cfg.optim, model.parameters(), 1e-3)
-        idx = torch.randint(0, cfg.model.vocab_size, (2, cfg.model.seq_len + 1))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for recipe, ddp in (("tiny_gpt", False), ("tiny_gpt", True), ("tiny_llama", True), ("mlp", False)):
+            cfg = compose_config([f"model={recipe}", "model.n_layers=3", "batch.accum=2"])
+            model = build_model(cfg.model, seed=0)
+            net = DistributedDataParallel(model) if ddp else model
+            opt = build_optimizer(cfg.optim, net.parameters(), 1e-3)
+            idx = torch.randint(0, cfg.model.vocab_size, (2, cfg.model.seq_len + 1))
 
-        def step(model=model, opt=opt, idx=idx) -> None:
-            for _ in range(2):
-                out = model(idx[:, :-1])
-                torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), idx[:, 1:].reshape(-1)).backward()
-            clipping.clip_grad_norm(list(model.parameters()), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            def step(net=net, opt=opt, idx=idx, ddp=ddp) -> None:
+                for k in range(2):
+                    with net.no_sync() if ddp and k == 0 else nullcontext():
+                        out = net(idx[:, :-1])
+                        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), idx[:, 1:].reshape(-1))
+                        loss.backward()
+                clipping.clip_grad_norm(list(net.parameters()), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
 
-        step()  # the optimizer's state is made on its first step
-        with Count() as counted:
-            step()
-        assert counted.ops == site_profile.dispatched_ops(cfg.model, 2), recipe
+            step()  # the optimizer's state is made on its first step
+            with Count() as counted:
+                step()
+            assert counted.ops == site_profile.dispatched_ops(cfg.model, 2, ddp=ddp), (recipe, ddp)
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(
