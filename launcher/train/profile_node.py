@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode  # torch's own op counter (private, stable since 1.13)
 
 from launcher.io import atomic_write_json
 from launcher.train import dist as tdist
@@ -146,8 +147,6 @@ def measure_op_cost(device: torch.device, steps: Steps) -> float:
     forward and backward, then an AdamW step (single-tensor, as torch picks on a CPU) and zero_grad, so
     the host's cost of each op (Python, dispatch, autograd, a kernel launch) with no arithmetic to speak of.
     Ops counted as the plan counts a step's (TorchDispatchMode: every aten op, views included)."""
-    from torch.utils._python_dispatch import TorchDispatchMode  # torch's own op counter (private, stable)
-
     torch.manual_seed(0)
     width = 8
     layers = [torch.nn.LayerNorm(width), torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)] * 2
