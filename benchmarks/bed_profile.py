@@ -117,7 +117,13 @@ def runs_lines(runs: list[dict], goal_pct: float, goal_runs: int) -> list[str]:
     for r in runs:
         cells = " | ".join(f"{r['mape_pct'][rpn]:.1f}%" if rpn in r["mape_pct"] else "—" for rpn in rpns)
         out.append(f"| `{r['run']}` | {cells} |")
-    out.append("")
+    out += [
+        "",
+        "Each run: `flock /tmp/bed.lock python -m benchmarks.model_accuracy` (its own bed bring-up, profiles and "
+        "sweeps, in its own temporary folder); this table: the last run with `--evaluate` and the earlier ones "
+        "with `--runs`, each run's profiles predicting its own sweeps with the same code.",
+        "",
+    ]
     for rpn in rpns:
         v = [r["mape_pct"][rpn] for r in runs if rpn in r["mape_pct"]]
         within = sum(x <= goal_pct for x in v)
