@@ -7,8 +7,8 @@ saturates (tiles fill the chip, the epilogue's share shrinks; cuBLAS and hipBLAS
 
 capped by the roofline, arithmetic intensity × memory bandwidth (2mnk FLOPs over the bytes of its
 three operands). Two parameters per device and precision (`Curve`), fitted on published runs
-(benchmarks/published_replay.py, leave-one-source-out). A site profile's measured matmuls
-(perf/site_profile.py) do not feed these curves yet: a plan on cluster.profile prices its matmuls there.
+(benchmarks/published_replay.py, leave-one-source-out). A site profile (perf/site_profile.py) stands
+in for the peak table through `Measured`: each matmul at its measured rate, the rest at its bandwidth.
 The attention core runs in a fused flash kernel at
 
     FLASH_SHARE · e_max · Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
@@ -30,7 +30,7 @@ share of peak than wide ones, and fp8, whose casts are memory-bound, gains more 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
@@ -135,6 +135,22 @@ class Parts:
         return StepTime(matmul_s=mm, attention_s=self.attention_s / curve.e_max, memory_s=self.memory_s)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A device's measured rates (a site profile) in place of the peak table's peak, roofline and
+    bandwidth. Parts priced on it are read with Curve(1, 0): each matmul then runs at its measured rate."""
+
+    matmul_flops: Callable[[int, int, int, str], float]
+    """FLOP/s of an (m, n, k) matmul in a dtype, as measured at (or between) the profile's shapes."""
+    peak_flops: Callable[[str], float]
+    """FLOP/s of the dtype's fastest measured matmul: the peak the attention kernel's share is of."""
+    mem_bw_gbs: float
+    """GB/s the memory-bound ops move their bytes at (measured: no datasheet share applies)."""
+    attention_flops: Callable[[int, int, str], float | None] = lambda seq, head_dim, dtype: None
+    """Counted FLOP/s of the causal attention kernel at (sequence, head dim, dtype) as measured; None where
+    not measured (then its FLASH_SHARE of `peak_flops`, as for a datasheet peak)."""
+
+
 def _peak(device: str | None, dtype: str) -> float:
     row = find_device(device)
     peak = row.flops(dtype) if row is not None else None
@@ -152,21 +168,28 @@ def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
     return 2.0 * m * n * k / (width * (m * k + k * n + m * n)) * bw * 1e9
 
 
-def op_parts(ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: float = 0.0) -> Parts:
+def op_parts(
+    ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: float = 0.0, measured: Measured | None = None
+) -> Parts:
     """`ops` on `device` as Parts (every FLOP of the model's token, tp's ranks each doing their 1/tp at
     the split shapes' rate). `dtype` fp8 runs the blocks' linear layers at fp8, the rest at bf16.
-    `extra_bytes`: memory-bound bytes per token beyond the ops' (the optimizer step, fp8's casts)."""
+    `extra_bytes`: memory-bound bytes per token beyond the ops' (the optimizer step, fp8's casts).
+    `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0))."""
     base = "bf16" if dtype == "fp8" else dtype
-    bw = (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
+    bw = measured.mem_bw_gbs * 1e9 if measured else (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
     matmuls, att, nbytes = [], 0.0, extra_bytes
     for op in ops:
         if op.priced == "matmul":
             d = "fp8" if dtype == "fp8" and op.fp8 else base
-            cap = _roofline(device, op.m, op.n, op.k, d)
-            matmuls.append((op.flops, min(op.m, op.n, op.k), _peak(device, d), cap, d == "fp8"))
+            rate = measured.matmul_flops(op.m, op.n, op.k, d) if measured else _peak(device, d)
+            cap = math.inf if measured else _roofline(device, op.m, op.n, op.k, d)
+            matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
+        elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
+            att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
         elif op.priced == "attention":
             shape = op.k / (op.k + HEAD_DIM_HALF) * op.n / (op.n + SEQ_HALF)
-            att += op.flops * CAUSAL_EXECUTED_SHARE / (_peak(device, base) * FLASH_SHARE * shape)
+            peak = measured.peak_flops(base) if measured else _peak(device, base)
+            att += op.flops * CAUSAL_EXECUTED_SHARE / (peak * FLASH_SHARE * shape)
         else:
             nbytes += op.nbytes
     return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw)

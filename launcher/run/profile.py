@@ -84,8 +84,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def summary(profile: site_profile.SiteProfile, doc: dict) -> Table:
-    """One row a measurement kind: matmuls per dtype (best and smallest shape), the copy, each collective
-    and scope (bus bandwidth at its largest size, latency at its smallest)."""
+    """One row a measurement kind: matmuls and attention per dtype (the best), the copy, the per-op cost,
+    each collective and scope (bus bandwidth at its largest size, latency at its smallest)."""
     t = Table(title=f"site profile: {profile.device_name}, {doc.get('ranks')} ranks on {doc.get('nodes')} node(s)")
     t.add_column("measured", no_wrap=True)
     t.add_column("figure")
@@ -93,7 +93,12 @@ def summary(profile: site_profile.SiteProfile, doc: dict) -> Table:
     for dtype, points in profile.matmul.items():
         best = max(points, key=lambda p: p[3])
         t.add_row(f"matmul {dtype}", f"{best[3]:.3g} TFLOP/s", f"{best[0]}×{best[1]}×{best[2]} (best of {len(points)})")
+    for dtype, att in profile.attention.items():
+        seq, head_dim, tflops = max(att, key=lambda p: p[2])
+        t.add_row(f"attention {dtype}", f"{tflops:.3g} TFLOP/s", f"seq {seq}, head dim {head_dim} (best of {len(att)})")
     t.add_row("memory copy", f"{profile.mem_bw_gbs:.3g} GB/s", "")
+    if profile.op_us:
+        t.add_row("per op", f"{profile.op_us:.3g} µs", "host time per dispatched op of a tiny step")
     for (op, scope), pts in profile.collectives.items():
         n = profile.scope_ranks[scope]
         t.add_row(f"{op} {scope} ({n} ranks)", f"{pts[-1].busbw_gbs:.3g} GB/s busbw", f"{pts[-1].bytes} B")

@@ -1,9 +1,10 @@
 """`python -m launcher.train.profile_node --trial trial.json --out profile.json`: `launcher profile`'s
 job on the nodes (torch and the standard library only). Every rank measures, as a training step
-would load it, at once: matmuls over profile_plan's grid of shapes and dtypes, the memory bandwidth
-of a large copy, then all-reduce / all-gather / reduce-scatter / all-to-all over a range of sizes
-among the first node's ranks (`intra`) and among one rank per node (`inter`). Rank 0 prints
-`step i/N` after each (the launcher's progress bar) and writes the profile (profile_plan's schema).
+would load it, at once: matmuls over profile_plan's grid of shapes and dtypes, the causal attention
+kernel, the memory bandwidth of a large copy, the host's cost per op, then all-reduce / all-gather /
+reduce-scatter / all-to-all over a range of sizes among the first node's ranks (`intra`) and among
+one rank per node (`inter`). Rank 0 prints `step i/N` after each (the launcher's progress bar) and
+writes the profile (profile_plan's schema).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode  # torch's own op counter (private, stable since 1.13)
 
 from launcher.io import atomic_write_json
 from launcher.train import dist as tdist
@@ -115,6 +117,66 @@ def measure_matmuls(device: torch.device, steps: Steps, skipped: list[str]) -> d
     return out
 
 
+def measure_attention(device: torch.device, steps: Steps) -> dict[str, list[dict]]:
+    """The fused causal kernel, forward and backward, per (sequence, head dim): its counted FLOPs
+    (12·T²·Q per head: scores and weighted values, backward twice forward) over its time."""
+    out: dict[str, list[dict]] = {}
+    for dtype in (d for d in plan.dtypes(device.type) if d != "fp8"):
+        for seq, head_dim in plan.attention_shapes(device.type):
+            rows = max(1, plan.ATTENTION_TOKENS[device.type] // seq)
+            q, k, v = (
+                torch.randn(rows, 1, seq, head_dim, device=device, dtype=_TORCH_DTYPES[dtype], requires_grad=True)
+                for _ in range(3)
+            )
+            grad = torch.ones(rows, 1, seq, head_dim, device=device, dtype=_TORCH_DTYPES[dtype])
+
+            def step(q=q, k=k, v=v, grad=grad) -> None:
+                out_ = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                torch.autograd.grad(out_, (q, k, v), grad)
+
+            t = _median_over_ranks(timed(step, device), device)
+            out.setdefault(dtype, []).append(
+                {"seq": seq, "head_dim": head_dim, "tflops": 12.0 * rows * seq * seq * head_dim / t / 1e12}
+            )
+            steps.tick()
+    return out
+
+
+def measure_op_cost(device: torch.device, steps: Steps) -> float:
+    """µs per dispatched op of a training step on tensors of 8 elements a row: two pre-norm blocks'
+    forward and backward, then an AdamW step (single-tensor, as torch picks on a CPU) and zero_grad, so
+    the host's cost of each op (Python, dispatch, autograd, a kernel launch) with no arithmetic to speak of.
+    Ops counted as the plan counts a step's (TorchDispatchMode: every aten op, views included)."""
+    torch.manual_seed(0)
+    width = 8
+    layers = [torch.nn.LayerNorm(width), torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)] * 2
+    model = torch.nn.ModuleList(layers).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(2, width, device=device)
+
+    def step() -> None:
+        h = x
+        for i in range(0, len(layers), 3):
+            h = h + layers[i + 2](torch.nn.functional.gelu(layers[i + 1](layers[i](h))))
+        h.sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    step()
+    with Count():
+        step()
+    t = _median_over_ranks(timed(step, device), device)
+    steps.tick()
+    return t / Count.ops * 1e6
+
+
 def measure_memory(device: torch.device, steps: Steps) -> float:
     """GB/s of a large copy: it reads and writes every byte once."""
     nbytes = plan.MEM_BYTES[device.type]
@@ -188,19 +250,21 @@ def main(argv: list[str] | None = None) -> int:
     if renv.world_size > 1:
         tdist.init(renv, tdist.pick_backend(cfg.parallel.backend, device), device, cfg.cluster.pg_timeout_s)
     steps, skipped = Steps(plan.steps(device.type), renv.rank), []
-    matmul = measure_matmuls(device, steps, skipped)
-    mem = measure_memory(device, steps)
+    compute = {
+        "matmul": measure_matmuls(device, steps, skipped),
+        "attention": measure_attention(device, steps),
+        "mem_bw_gbs": measure_memory(device, steps),
+        "op_us": measure_op_cost(device, steps),
+    }
     collectives, scopes, hosts = measure_collectives(renv.rank, renv.world_size, device, steps, skipped)
     if renv.rank == 0:
-        atomic_write_json(
-            out, _document(cfg, device, renv.world_size, hosts, matmul, mem, collectives, scopes, skipped)
-        )
+        atomic_write_json(out, _document(cfg, device, renv.world_size, hosts, compute, collectives, scopes, skipped))
     if renv.world_size > 1:
         dist.barrier()  # the profile is on disk before any rank leaves
     return 0
 
 
-def _document(cfg, device, world, hosts, matmul, mem, collectives, scopes, skipped) -> dict[str, Any]:
+def _document(cfg, device, world, hosts, compute, collectives, scopes, skipped) -> dict[str, Any]:
     nodes = len(set(hosts))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {
@@ -211,8 +275,7 @@ def _document(cfg, device, world, hosts, matmul, mem, collectives, scopes, skipp
         "nodes": nodes,
         "ranks_per_node": world // nodes,
         "hosts": hosts,
-        "matmul": matmul,
-        "mem_bw_gbs": mem,
+        **compute,
         "scopes": scopes,
         "collectives": collectives,
         "skipped": skipped,

@@ -1,29 +1,36 @@
 """What `launcher profile` measures on a node, and the site profile file's shape: stdlib only, so the
 control plane (launcher/run/profile.py, the bar's length) and the node (profile_node.py) read one plan.
 
-The file (docs/profile.md), schema version 1:
+The file (docs/profile.md), schema version 2:
 
-    {"schema": "launcher.site_profile", "version": 1,
+    {"schema": "launcher.site_profile", "version": 2,
      "device": {"name": "NVIDIA H200", "type": "cuda", "threads_per_rank": 1},
      "ranks": 16, "nodes": 2, "ranks_per_node": 8, "hosts": [...],
      "matmul": {"bf16": [{"m": 4096, "n": 4096, "k": 4096, "tflops": 712.3}, ...], "fp8": [...]},
-     "mem_bw_gbs": 4100.0,
+     "attention": {"bf16": [{"seq": 2048, "head_dim": 128, "tflops": 410.0}, ...]},
+     "mem_bw_gbs": 4100.0, "op_us": 6.2,
      "scopes": {"intra": {"ranks": 8}, "inter": {"ranks": 2}},
      "collectives": {"all_reduce": {"intra": [{"bytes": 65536, "busbw_gbs": 1.2, "latency_us": 30.1}, ...],
                                     "inter": [...]}, "all_gather": {...}, ...},
      "skipped": ["fp8: ...", "inter: ..."], "torch": "2.9.0", "measured_at": "2026-11-28T20:00:00Z"}
 
-`bytes` is nccl-tests' "size" column: the all-reduce's buffer, the all-gather's output (n × a rank's
-part), the reduce-scatter's input, the all-to-all's per-rank buffer; `latency_us` the median time of one
-operation of that size; busbw as nccl-tests defines it (`busbw_factor`). Scope `intra`: the ranks of
-the first node; `inter`: one rank per node (the first of each), so the figure is one rank's path across
-the network, as a data-parallel ring between nodes sees it.
+An attention point's `tflops` is the causal kernel's forward and backward at the counted FLOPs (12·T²·Q
+per head, the whole square, as model FLOPs count it) over its time, so causal skipping is in the rate.
+`op_us` is the host's time per dispatched op (views included) of a training step on tensors too small
+for their arithmetic to count. `bytes` is nccl-tests' "size" column: the all-reduce's buffer, the
+all-gather's output (n × a rank's part), the reduce-scatter's input, the all-to-all's per-rank
+buffer; `latency_us` the median time of one operation of that size; busbw as nccl-tests defines it
+(`busbw_factor`). Scope `intra`: the ranks of the first node; `inter`: one rank per node (the first
+of each), so the figure is one rank's path across the network, as a data-parallel ring between nodes
+sees it.
 """
 
 from __future__ import annotations
 
 SCHEMA = "launcher.site_profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Version 2 adds `op_us`; a version 1 file is read with no per-op cost (site_profile.py)."""
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 SCOPES = ("intra", "inter")
 PROFILE_FILE = "profile.json"
@@ -48,6 +55,11 @@ _GPU_SHAPES = (
     (8192, 4096, 16384),
     (16384, 8192, 8192),
 )
+# Attention (sequence, head dim): the fused causal kernel's forward and backward, b·h rows of it.
+_CPU_ATTENTION = ((64, 32), (256, 64), (1024, 64))
+_GPU_ATTENTION = ((1024, 64), (2048, 128), (8192, 128))
+ATTENTION_TOKENS = {"cpu": 16384, "cuda": 2**20}
+"""Batch × heads × sequence of each attention shape timed (b·h = this ÷ sequence)."""
 _CPU_DTYPES = ("fp32", "bf16")
 _GPU_DTYPES = ("bf16", "fp8")
 # Message sizes, ×4 apart: a CPU bed's link may be 25 MB/s, so its grid stops at 4 MiB.
@@ -59,6 +71,10 @@ MEM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
 
 def matmul_shapes(device_type: str) -> tuple[tuple[int, int, int], ...]:
     return _GPU_SHAPES if device_type == "cuda" else _CPU_SHAPES
+
+
+def attention_shapes(device_type: str) -> tuple[tuple[int, int], ...]:
+    return _GPU_ATTENTION if device_type == "cuda" else _CPU_ATTENTION
 
 
 def dtypes(device_type: str) -> tuple[str, ...]:
@@ -81,6 +97,8 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def steps(device_type: str) -> int:
-    """Measurements in a profile (each a `step i/N` line): matmuls, one copy, every op × scope × size."""
+    """Measurements in a profile (each a `step i/N` line): matmuls, attention (its dtypes but fp8), one
+    copy, the per-op cost, every op × scope × size."""
     grid = len(dtypes(device_type)) * len(matmul_shapes(device_type))
-    return grid + 1 + len(OPS) * len(SCOPES) * len(message_bytes(device_type))
+    attention = len([d for d in dtypes(device_type) if d != "fp8"]) * len(attention_shapes(device_type))
+    return grid + attention + 2 + len(OPS) * len(SCOPES) * len(message_bytes(device_type))

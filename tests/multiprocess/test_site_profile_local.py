@@ -1,4 +1,5 @@
-"""`launcher profile` on cluster=local (issue 32 item 2): two ranks here measure matmuls, a copy and the four
+"""`launcher profile` on cluster=local (issue 32 item 2): two ranks here measure matmuls, the attention kernel, a copy,
+the per-op cost and the four
 collectives among themselves (one machine: `intra` only, `inter` said not measured), and the file holds every
 field with positive figures; `launcher plan cluster.profile=` reads it.
 Its Slurm run: tests/slurm/test_profile_slurm.py."""
@@ -23,4 +24,6 @@ def test_profile_on_local_ranks(tmp_path, capsys):
     folder = next(tmp_path.glob("profile-local-*"))
     assert json.loads((folder / "trials" / "000-ws2" / "profile.json").read_text()) == doc
     assert main(["plan", "cluster=devcluster", f"cluster.profile={out}", "--gpus", "1,2"]) == 0
-    assert f"cpu measured ({out}): fp32 matmuls at" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"cpu measured ({out}): the recipe's ops at its rates, per micro-batch fp32 matmuls" in said
+    assert f"{doc['op_us']:.3g} µs per op × 817 ops a step" in said  # tiny_gpt's DDP step (test_site_profile's rule)

@@ -7,7 +7,18 @@ import dataclasses
 import pytest
 
 from launcher.compute import flops, shape_rate
-from launcher.compute.shape_rate import Curve, matmul_tflops, mem_bw_gbs, step_time
+from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, model_ops
+from launcher.compute.shape_rate import (
+    FLASH_SHARE,
+    HEAD_DIM_HALF,
+    SEQ_HALF,
+    Curve,
+    Measured,
+    matmul_tflops,
+    mem_bw_gbs,
+    op_parts,
+    step_time,
+)
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit
 from launcher.perf.compute_term import shaped_mfu
@@ -227,3 +238,27 @@ def test_the_launchers_fp8_plans_with_the_torchao_curve():
     assert preset_fit.curve_keys("H100/fp8") == ["H100/fp8-torchao", "H100/fp8", "*/fp8"]
     assert preset_fit.curve_keys("H100/fp8", "te")[0] == "H100/fp8-te"
     assert preset_fit.curve_keys("A100/bf16") == ["A100/bf16", "*/bf16"]
+
+
+def test_measured_rates_stand_in_for_the_peak_table():
+    """A site profile's rates (shape_rate.Measured) price the same ops: each matmul at the rate measured for its
+    own (m, n, k), no roofline; the memory-bound bytes at the measured bandwidth whole (no datasheet share); the
+    attention core at its measured kernel's counted rate, or FLASH_SHARE of the fastest matmul where none."""
+    model = compose_config(["model=gpt_125m"]).model
+    ops = model_ops(model, tokens=4096)
+    rates = {}
+
+    def matmul(m, n, k, dtype):
+        rates[(m, n, k)] = 1e12 * (1 + min(m, n, k) / 1024)
+        return rates[(m, n, k)]
+
+    measured = Measured(matmul_flops=matmul, peak_flops=lambda dtype: 5e12, mem_bw_gbs=100.0)
+    t = op_parts(ops, None, "bf16", extra_bytes=1e3, measured=measured).seconds(Curve(1.0, 0.0))
+    mm = sum(op.flops / rates[(op.m, op.n, op.k)] for op in ops if op.priced == "matmul")
+    assert t.matmul_s == pytest.approx(mm)
+    assert t.memory_s == pytest.approx((1e3 + sum(op.nbytes for op in ops if op.priced == "memory")) / 100e9)
+    (core,) = [op for op in ops if op.priced == "attention"]
+    shape = core.k / (core.k + HEAD_DIM_HALF) * core.n / (core.n + SEQ_HALF)
+    assert t.attention_s == pytest.approx(core.flops * CAUSAL_EXECUTED_SHARE / (5e12 * FLASH_SHARE * shape))
+    kernel = Measured(matmul_flops=matmul, peak_flops=lambda d: 5e12, mem_bw_gbs=100.0, attention_flops=lambda *a: 2e12)
+    assert op_parts(ops, None, "bf16", measured=kernel).attention_s == pytest.approx(core.flops / 2e12)

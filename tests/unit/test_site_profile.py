@@ -1,5 +1,5 @@
 """A site profile (issue 32 item 2): the file `launcher profile` writes, read back as a typed SiteProfile
-(busbw interpolated in log bytes, the matmul rate at the model's shapes), and `launcher plan
+(busbw interpolated in log bytes, the matmul rate in log of a shape's smallest dimension), and `launcher plan
 cluster.profile=PATH` predicting from it: half the measured link bandwidth gives a longer comm term,
 half the measured matmul rate twice the compute; a missing or damaged file is one line, exit 2.
 The measurements themselves: tests/multiprocess/test_profile_local.py, tests/slurm/test_profile_slurm.py."""
@@ -14,15 +14,27 @@ from pathlib import Path
 import pytest
 
 from launcher import cli
+from launcher.compute.flops import model_ops, param_counts
+from launcher.compute.shape_rate import FLASH_SHARE, HEAD_DIM_HALF, SEQ_HALF
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit, site_profile
 from launcher.perf.comm import ddp_buckets
 from launcher.perf.plan_table import from_presets_forecast, preset_model, work_of
 from launcher.perf.shapes import shape_for
-from launcher.train.profile_plan import OPS, SCHEMA, SCHEMA_VERSION, busbw_factor, matmul_shapes, message_bytes
+from launcher.train.profile_plan import (
+    OPS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    attention_shapes,
+    busbw_factor,
+    matmul_shapes,
+    message_bytes,
+)
 
 
-def profile_doc(*, inter_busbw: float = 2.0, intra_busbw: float = 8.0, tflops: float = 0.1) -> dict:
+def profile_doc(
+    *, inter_busbw: float = 2.0, intra_busbw: float = 8.0, tflops: float = 0.1, mem_bw: float = 10.0, op_us: float = 5.0
+) -> dict:
     """A profile as profile_node.py writes it: one node's two ranks (intra), two nodes (inter)."""
 
     def points(busbw: float) -> list[dict]:
@@ -46,7 +58,14 @@ def profile_doc(*, inter_busbw: float = 2.0, intra_busbw: float = 8.0, tflops: f
             ],
             "bf16": [{"m": 512, "n": 512, "k": 512, "tflops": 3 * tflops}],
         },
-        "mem_bw_gbs": 10.0,
+        "attention": {
+            "fp32": [
+                {"seq": 64, "head_dim": 32, "tflops": tflops / 8},
+                {"seq": 256, "head_dim": 64, "tflops": tflops / 4},
+            ]
+        },
+        "mem_bw_gbs": mem_bw,
+        "op_us": op_us,
         "scopes": {"intra": {"ranks": 2}, "inter": {"ranks": 2}},
         "collectives": {
             op: {"intra": points(intra_busbw), "inter": points(inter_busbw)} for op in ("all_reduce", "all_gather")
@@ -89,15 +108,18 @@ def test_profile_reads_back_typed_and_interpolates_in_log_bytes(tmp_path):
         p.busbw("reduce_scatter", "inter", 4096)
 
 
-def test_matmul_rate_takes_the_nearest_shape_in_log_space_weighted_by_flops(tmp_path):
+def test_a_matmuls_rate_is_interpolated_in_log_of_its_smallest_dimension(tmp_path):
+    """Measured at s = 128 (0.05 TFLOP/s) and s = 512 (0.1): s = 256 lies half way in log, s = 400 at
+    log(400/128)/log(4) of the way; beyond the grid the end's rate. (The nearest shape in log m, n, k took
+    s = 400's (600, 400, 512) at 512³'s 0.1.)"""
     p = site_profile.load(write(tmp_path, "site.json", profile_doc(tflops=0.1)))
-    assert site_profile.matmul_rate(p, "fp32", [(100, 150, 140)]) == pytest.approx(0.05e12)
-    assert site_profile.matmul_rate(p, "fp32", [(600, 400, 512)]) == pytest.approx(0.1e12)
-    # one of each: time adds up (1 unit of FLOPs at 0.05, 64 at 0.1)
-    both = site_profile.matmul_rate(p, "fp32", [(128, 128, 128), (512, 512, 512)])
-    assert both == pytest.approx(65 / (1 / 0.05e12 + 64 / 0.1e12))
+    assert site_profile.matmul_flops(p, "fp32", 512, 256, 1024) == pytest.approx(0.075e12)
+    part = math.log(400 / 128) / math.log(4)
+    assert site_profile.matmul_flops(p, "fp32", 600, 400, 512) == pytest.approx((0.05 + 0.05 * part) * 1e12)
+    assert site_profile.matmul_flops(p, "fp32", 100, 150, 140) == pytest.approx(0.05e12)
+    assert site_profile.matmul_flops(p, "fp32", 4096, 4096, 4096) == pytest.approx(0.1e12)
     with pytest.raises(site_profile.ProfileError, match="no fp8 matmuls measured"):
-        site_profile.matmul_rate(p, "fp8", [(128, 128, 128)])
+        site_profile.matmul_flops(p, "fp8", 128, 128, 128)
 
 
 def test_links_come_from_the_measured_all_reduce(tmp_path):
@@ -134,37 +156,127 @@ def test_plan_with_half_the_link_bandwidth_has_a_longer_comm_term(tmp_path):
     assert b.comm_total_s == pytest.approx(grad / 1.0e9 + hops)
 
 
-def one_point(tflops: float) -> dict:
+def one_point(tflops: float, **over) -> dict:
     """A profile whose fp32 matmuls were measured at one shape: every matmul of the model is priced there."""
-    doc = profile_doc()
+    doc = profile_doc(**over)
     doc["matmul"]["fp32"] = [{"m": 512, "n": 512, "k": 512, "tflops": tflops}]
     return doc
 
 
-def test_plan_with_half_the_matmul_rate_takes_twice_the_compute(tmp_path):
-    fast, shape = _model(tmp_path, "fast.json", one_point(0.2))
-    slow, _ = _model(tmp_path, "slow.json", one_point(0.1))
-    assert slow.compute_s_per_sample == pytest.approx(2 * fast.compute_s_per_sample)
-    cfg = compose_config(["cluster=devcluster", f"cluster.profile={tmp_path / 'slow.json'}"])
-    work = work_of(cfg)
-    assert slow.compute_s_per_sample == pytest.approx(work.executed_flops * work.tokens_per_sample / 0.1e12)
-    assert slow.predict(shape).compute_s > fast.predict(shape).compute_s
+def _seconds(tmp_path, name: str, doc: dict, *over: str):
+    cfg = compose_config(["cluster=devcluster", *over, f"cluster.profile={write(tmp_path, name, doc)}"])
+    return cfg, site_profile.step_seconds(cfg, site_profile.load(cfg.cluster.profile), work_of(cfg).dtype)
+
+
+def test_half_the_matmul_rate_takes_twice_the_matmul_time_and_the_plan_prices_every_op(tmp_path):
+    """tiny_gpt at micro 8 × seq 64 (512 tokens a micro-batch): its weight matmuls (6·N FLOPs a token less
+    the norms' and biases') at the one rate measured; the rest of the step does not move with it."""
+    cfg, fast = _seconds(tmp_path, "fast.json", one_point(0.2))
+    _, slow = _seconds(tmp_path, "slow.json", one_point(0.1))
+    assert slow.matmul_s == pytest.approx(2 * fast.matmul_s)
+    flops = sum(op.flops for op in model_ops(cfg.model, tokens=512) if op.priced == "matmul")
+    assert slow.matmul_s == pytest.approx(flops / 0.1e12)
+    assert (slow.attention_s, slow.memory_s, slow.dispatch_s) == (fast.attention_s, fast.memory_s, fast.dispatch_s)
+    fast_model, shape = _model(tmp_path, "fast.json", one_point(0.2))
+    slow_model, _ = _model(tmp_path, "slow.json", one_point(0.1))
+    assert slow_model.compute_s_per_sample == pytest.approx(64 * slow.total_s)  # 64 tokens a sample
+    assert slow_model.predict(shape).compute_s > fast_model.predict(shape).compute_s
     table = from_presets_forecast(cfg, [1, 2], assume_mfu=None).table
     assert list(table["status"]) == ["predicted", "predicted"] and math.isnan(table["mfu"].iloc[0])
 
 
-def test_the_model_matmuls_are_priced_at_their_nearest_shape(tmp_path):
-    """tiny_gpt at micro 8 × seq 64: m = 512 tokens; d 128, ffn 512, vocab 256. (512, 128, 128) lies nearer
-    128³ than 512³ in log space, (512, 512, 128) nearer 512³, the head (512, 256, 128) as near both (the smaller
-    is taken): the rate is between the two points'."""
-    cfg = compose_config(["cluster=devcluster"])
-    shapes = site_profile.model_matmuls(cfg.model, 512)
-    assert shapes == [(512, 512, 128), (512, 128, 512), (512, 384, 128), (512, 128, 128)] * 2 + [(512, 256, 128)]
-    p = site_profile.load(write(tmp_path, "site.json", profile_doc(tflops=0.1)))
-    flops = [2 * m * n * k for m, n, k in shapes]
-    at = [0.1e12, 0.1e12, 0.1e12, 0.05e12] * 2 + [0.05e12]
-    expected = sum(flops) / sum(f / r for f, r in zip(flops, at, strict=True))
-    assert site_profile.matmul_rate(p, "fp32", shapes) == pytest.approx(expected)
+def test_half_the_memory_bandwidth_takes_twice_the_memory_bound_time_exactly(tmp_path):
+    """Norms, activations (fp32: twice the op model's bf16 bytes), the loss and AdamW's 28 bytes a parameter
+    over the tokens of its step, at the measured bandwidth; nothing else moves."""
+    cfg, fast = _seconds(tmp_path, "fast.json", profile_doc(mem_bw=10.0))
+    _, slow = _seconds(tmp_path, "slow.json", profile_doc(mem_bw=5.0))
+    assert slow.memory_s == pytest.approx(2 * fast.memory_s)
+    assert (slow.matmul_s, slow.attention_s, slow.dispatch_s) == (fast.matmul_s, fast.attention_s, fast.dispatch_s)
+    ops = {op.name: op for op in model_ops(cfg.model, tokens=512)}
+    nbytes = 2 * ops["elementwise"].nbytes + ops["loss"].nbytes + 28 * param_counts(cfg.model)[0] / 512
+    assert slow.memory_s == pytest.approx(nbytes / 5e9)
+
+
+def test_a_per_op_cost_adds_ops_times_the_cost(tmp_path):
+    """The profile's µs per op × the ops one optimizer step dispatches (accum micro-batches' forward and
+    backward, then the optimizer's), spread over its tokens; on a CPU it adds to the arithmetic."""
+    for accum in (1, 2):
+        over = f"batch.accum={accum}"
+        cfg, none = _seconds(tmp_path, "cheap.json", profile_doc(op_us=1e-9), over)
+        _, some = _seconds(tmp_path, "dear.json", profile_doc(op_us=8.0), over)
+        ops = site_profile.dispatched_ops(cfg.model, accum, ddp=True)  # devcluster's recipe: DDP
+        assert ops == accum * (40 + 132 * 2) + 16 + 9 * 37 + 16 + 4 * 37 + 2 * (accum - 1)  # tiny_gpt: 37 tensors
+        assert some.dispatch_s * 512 * accum == pytest.approx(8e-6 * ops)
+        assert some.total_s - none.total_s == pytest.approx(8e-6 * ops / (512 * accum), rel=1e-6)
+
+
+def test_attention_runs_at_the_measured_kernels_rate_and_a_schema_1_profile_at_its_share_of_the_peak(tmp_path):
+    """tiny_gpt's core: seq 64, head dim 32, the point measured at 0.1/8 TFLOP/s counted (causal skipping is in
+    the rate). A schema 1 file (no attention, no per-op cost) is still read: the op model's FLASH_SHARE of
+    its fastest matmul, and no per-op cost, which the plan's footer says."""
+    cfg, t = _seconds(tmp_path, "v2.json", profile_doc(tflops=0.1))
+    (core,) = [op for op in model_ops(cfg.model, tokens=512) if op.priced == "attention"]
+    assert t.attention_s == pytest.approx(core.flops / (0.1e12 / 8))
+    old = {k: v for k, v in profile_doc(tflops=0.1).items() if k not in ("attention", "op_us")} | {"version": 1}
+    _, t1 = _seconds(tmp_path, "v1.json", old)
+    shape = core.k / (core.k + HEAD_DIM_HALF) * core.n / (core.n + SEQ_HALF)
+    assert t1.attention_s == pytest.approx(core.flops * 0.5 / (0.1e12 * FLASH_SHARE * shape))
+    assert t1.dispatch_s == 0.0 and t1.matmul_s == t.matmul_s
+    said = site_profile.phrase(
+        compose_config(["cluster=devcluster", f"cluster.profile={tmp_path / 'v1.json'}"]), "fp32"
+    )
+    assert "no per-op cost (a schema 1 profile did not measure it)" in said
+
+
+def test_dispatched_ops_are_what_a_real_step_of_the_trainer_dispatches():
+    """The rule's counts against torch's own: every aten op of one step of the built-in model (forward,
+    loss, backward, global-norm clipping, AdamW as torch picks it on a CPU, zero_grad), per architecture,
+    bare and under DDP (one gloo rank: its reducer's ops, no_sync on the first micro-batch)."""
+    from contextlib import nullcontext
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from launcher.train import clipping
+    from launcher.train.loop import build_optimizer
+    from launcher.train.models import build_model
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for recipe, ddp in (("tiny_gpt", False), ("tiny_gpt", True), ("tiny_llama", True), ("mlp", False)):
+            cfg = compose_config([f"model={recipe}", "model.n_layers=3", "batch.accum=2"])
+            model = build_model(cfg.model, seed=0)
+            net = DistributedDataParallel(model) if ddp else model
+            opt = build_optimizer(cfg.optim, net.parameters(), 1e-3)
+            idx = torch.randint(0, cfg.model.vocab_size, (2, cfg.model.seq_len + 1))
+
+            def step(net=net, opt=opt, idx=idx, ddp=ddp) -> None:
+                for k in range(2):
+                    with net.no_sync() if ddp and k == 0 else nullcontext():
+                        out = net(idx[:, :-1])
+                        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), idx[:, 1:].reshape(-1))
+                        loss.backward()
+                clipping.clip_grad_norm(list(net.parameters()), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            step()  # the optimizer's state is made on its first step
+            with Count() as counted:
+                step()
+            assert counted.ops == site_profile.dispatched_ops(cfg.model, 2, ddp=ddp), (recipe, ddp)
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(
@@ -173,7 +285,7 @@ def test_the_model_matmuls_are_priced_at_their_nearest_shape(tmp_path):
         (None, "no such file; make one with `launcher profile --output"),
         ("{not json", "not JSON"),
         (json.dumps({"schema": "other"}), 'not a site profile (no "schema": "launcher.site_profile")'),
-        (json.dumps({**profile_doc(), "version": 99}), "schema version 99, this launcher reads 1"),
+        (json.dumps({**profile_doc(), "version": 99}), "schema version 99, this launcher reads 1, 2"),
         (json.dumps({**profile_doc(), "mem_bw_gbs": -1}), "damaged (mem_bw_gbs is -1, not a positive number)"),
         (json.dumps({k: v for k, v in profile_doc().items() if k != "matmul"}), "damaged (KeyError: 'matmul')"),
     ],
@@ -199,7 +311,11 @@ def check_measured(doc: dict, *, ranks: int, nodes: int, scopes: set[str]) -> No
     for points in doc["matmul"].values():
         assert [(p["m"], p["n"], p["k"]) for p in points] == list(matmul_shapes("cpu"))
         assert all(p["tflops"] > 0 for p in points)
-    assert doc["mem_bw_gbs"] > 0
+    assert doc["mem_bw_gbs"] > 0 and doc["op_us"] > 0
+    for points in doc["attention"].values():
+        assert [(p["seq"], p["head_dim"]) for p in points] == list(attention_shapes("cpu"))
+        assert all(p["tflops"] > 0 for p in points)
+    assert sorted(doc["attention"]) == ["bf16", "fp32"]
     assert set(doc["scopes"]) == scopes and sorted(doc["collectives"]) == sorted(OPS)
     for op in OPS:
         assert set(doc["collectives"][op]) == scopes
