@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.compute.flops import ffn_width, kv_heads
+from launcher.config.derived import head_dim
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.perf.links import LINKS, Link
@@ -122,8 +123,8 @@ def model_matmuls(model: ModelConfig, tokens: int) -> list[tuple[int, int, int]]
     if model.arch == "llama":
         block.append((tokens, f, d))  # SwiGLU's third
     if model.arch != "mlp":
-        kv = kv_heads(model) * (d // model.n_heads)
-        block += [(tokens, d + 2 * kv, d), (tokens, d, d)]  # q, k, v and the output projection
+        q, kv = model.n_heads * head_dim(model), kv_heads(model) * head_dim(model)
+        block += [(tokens, q + 2 * kv, d), (tokens, d, q)]  # q, k, v and the output projection
     return block * model.n_layers + [(tokens, model.vocab_size, d)]
 
 
