@@ -222,6 +222,11 @@ def _intra_link(row: dict) -> str:
 
 
 MOE_FIELDS = ("n_experts", "experts_per_token", "shared_experts", "expert_ffn_hidden", "dense_layers")
+HEAD_DIM_OF_MODEL = {
+    "Qwen3-30B-A3B": (128, "Qwen/Qwen3-30B-A3B config.json: head_dim 128, num_attention_heads 32, hidden_size 2048"),
+}
+"""Corpus models whose published config sets the head width apart from d_model / n_heads (model.head_dim);
+every other model's config gives d / H (Llama 2/3: 128, GPT/MPT/BLOOM/MT-NLG likewise)."""
 """Corpus columns of a mixture-of-experts row, passed as the model fields of the same name."""
 
 
@@ -377,6 +382,10 @@ def _model(row: dict, pp: int, assumed: list[str]) -> list[str]:
     out.append(f"model.vocab_size={int(num(row['vocab_size']))}")
     if arch == "llama":
         out.append(f"model.n_kv_heads={int(num(row.get('n_kv_heads')) or num(row['n_heads']))}")
+    if str(row["model"]) in HEAD_DIM_OF_MODEL:
+        width, where = HEAD_DIM_OF_MODEL[str(row["model"])]
+        out.append(f"model.head_dim={width}")
+        assumed.append(f"head_dim {width}, not d/H = {int(num(row['d_model']) // num(row['n_heads']))}: {where}")
     return out
 
 

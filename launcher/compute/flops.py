@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.config.derived import head_dim
 from launcher.config.schema import ModelConfig
 
 
@@ -97,9 +98,9 @@ def inactive_params(m: ModelConfig) -> int:
 def model_parts(m: ModelConfig) -> ModelParts:
     d, f = m.d_model, ffn_width(m)
     if m.arch == "llama":
-        kv_width = kv_heads(m) * (d // m.n_heads)
-        # q and proj d×d, k and v d×kv_width; SwiGLU's w1, w3 (d×f) and w2 (f×d); two RMSNorms; no biases.
-        block = 2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d
+        q_width, kv_width = m.n_heads * head_dim(m), kv_heads(m) * head_dim(m)
+        # q d×q_width, proj q_width×d, k and v d×kv_width; SwiGLU's w1, w3 (d×f) and w2 (f×d); two RMSNorms; no biases.
+        block = 2 * d * q_width + 2 * d * kv_width + 3 * d * f + 2 * d
         # A MoE model's blocks differ (dense, MoE): `block` is their mean, so n_layers × block is every block.
         moe = moe_layers(m)
         block += round(moe * (moe_ffn_params(m) - 3 * d * f) / m.n_layers)
@@ -143,8 +144,7 @@ def attention_forward_flops_per_token(cfg: ModelConfig) -> int:
     4·H·Q·T per layer); zero for the MLP model."""
     if cfg.arch == "mlp":
         return 0
-    head_dim = cfg.d_model // cfg.n_heads
-    return 4 * cfg.n_layers * cfg.n_heads * head_dim * cfg.seq_len
+    return 4 * cfg.n_layers * cfg.n_heads * head_dim(cfg) * cfg.seq_len
 
 
 def flops_per_token(cfg: ModelConfig, non_embedding_params: int | None = None) -> float:
@@ -175,8 +175,8 @@ def recompute_flops_per_token(cfg: ModelConfig) -> float:
         return float(attention_forward_flops_per_token(cfg))
     if mode == "op":
         d, f = cfg.d_model, ffn_width(cfg)
-        kv = kv_heads(cfg) * (d // cfg.n_heads)
-        rerun = d * kv + d * d + d * f if cfg.arch == "llama" else d * d + d
+        kv, q = kv_heads(cfg) * head_dim(cfg), cfg.n_heads * head_dim(cfg)
+        rerun = d * kv + q * d + d * f if cfg.arch == "llama" else d * d + d
         return float(2 * cfg.n_layers * rerun) if cfg.arch != "mlp" else 0.0
     if mode == "full":
         d, f = cfg.d_model, ffn_width(cfg)
@@ -271,9 +271,9 @@ def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int
     if cfg.arch == "gpt":
         qkv, proj = ("qkv", tokens, 3 * d // tp, d, L), ("proj", tokens, d, d // tp, L)
         return [qkv, proj, ("fc1", tokens, f // tp, d, L), ("fc2", tokens, d, f // tp, L)]
-    kv, moe = kv_heads(cfg) * (d // cfg.n_heads), moe_layers(cfg)
-    out = [(w, tokens, width // tp, d, L) for w, width in (("wq", d), ("wk", kv), ("wv", kv))]
-    out += [("wo", tokens, d, d // tp, L)]
+    q, kv, moe = cfg.n_heads * head_dim(cfg), kv_heads(cfg) * head_dim(cfg), moe_layers(cfg)
+    out = [(w, tokens, width // tp, d, L) for w, width in (("wq", q), ("wk", kv), ("wv", kv))]
+    out += [("wo", tokens, d, q // tp, L)]
     out += [(w, tokens, f // tp, d, L - moe) for w in ("w1", "w3")] + [("w2", tokens, d, f // tp, L - moe)]
     if moe:
         h, routed = expert_width(cfg), max(1, tokens * cfg.experts_per_token // cfg.n_experts)
@@ -286,7 +286,7 @@ def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int
 
 BLOCK_PASS_BYTES = {
     # (arch, compiled): bytes per token of one block's memory-bound kernels, forward and backward, as
-    # coefficients of d (d_model), f (the feed-forward width) and qk (the rotated widths, d + kv), in
+    # coefficients of d (d_model), f (the feed-forward width) and qk (the rotated widths, q + kv), in
     # the built-in blocks under bf16 autocast: the residual stream and the norms in fp32 (4 bytes),
     # matmul operands and outputs bf16 (2 bytes), each cast fp32 → bf16 reading 4 and writing 2.
     # Eager: every op is its own kernel reading its inputs from HBM and writing its output there.
@@ -326,7 +326,7 @@ def _elementwise_bytes(cfg: ModelConfig, *, compiled: bool) -> float:
     norms, residual adds, the activation, rotary positions and autocast's casts, each its own kernel in
     eager, fused into one kernel per chain between matmuls when compiled (BLOCK_PASS_BYTES)."""
     d, f = cfg.d_model, active_ffn_width(cfg)
-    qk = d + kv_heads(cfg) * (d // cfg.n_heads) if cfg.arch == "llama" else 0
+    qk = (cfg.n_heads + kv_heads(cfg)) * head_dim(cfg) if cfg.arch == "llama" else 0  # q and k, rotated
     cd, cf, cqk = BLOCK_PASS_BYTES[cfg.arch if cfg.arch in ("gpt", "mlp") else "llama", compiled]
     return cd * d + cf * f + cqk * qk
 
@@ -354,9 +354,8 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compil
     if cfg.arch != "mlp":
         core = attention_forward_flops_per_token(cfg)
         runs = 3 + _reruns(cfg, "attention")
-        head_dim = d // cfg.n_heads
         seq = cfg.seq_len
-        ops.append(Op(name="attention", priced="attention", m=seq // cp, n=seq, k=head_dim, flops=core * runs))
+        ops.append(Op(name="attention", priced="attention", m=seq // cp, n=seq, k=head_dim(cfg), flops=core * runs))
     # Norm weights and biases: what N counts beyond the matmuls' weights (exact for a dense model;
     # a MoE model's mean block in model_parts carries its rounding).
     small = parts.block * L - inactive_params(cfg) - matmul_params

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from launcher.config.errors import ConfigError
-from launcher.config.schema import BatchConfig, ClusterConfig, LauncherConfig, OptimConfig
+from launcher.config.schema import BatchConfig, ClusterConfig, LauncherConfig, ModelConfig, OptimConfig
 from launcher.layouts import DataParallel, traits
 
 
@@ -75,6 +75,12 @@ def pipeline_batch(cfg: LauncherConfig, dp: int) -> LauncherConfig:
         batch=dataclasses.replace(b, micro=b.micro * m, global_batch=None),
         parallel=dataclasses.replace(cfg.parallel, microbatches=m),
     )
+
+
+def head_dim(m: ModelConfig) -> int:
+    """The width of one attention head (Q): model.head_dim, or d_model ÷ n_heads where it is null. The one
+    place the head width is derived: FLOPs, parameters, memory, shapes and the built models read it here."""
+    return m.head_dim or m.d_model // m.n_heads
 
 
 def scaling_mode(cfg: LauncherConfig) -> str:

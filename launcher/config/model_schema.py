@@ -39,7 +39,7 @@ class ModelConfig:
     n_layers: int = 2
     """Transformer blocks (gpt, llama) or hidden MLP layers (mlp)."""
     n_heads: int = 4
-    """Query attention heads (gpt, llama); d_model must be divisible by it."""
+    """Query attention heads (gpt, llama); d_model must be divisible by it unless model.head_dim is set."""
     ffn_mult: int = 4
     """Feed-forward width as a multiple of d_model, where `ffn_hidden` is null."""
     ffn_hidden: int | None = None
@@ -48,6 +48,12 @@ class ModelConfig:
     n_kv_heads: int | None = None
     """Key/value heads (llama: grouped-query attention; n_heads must be a multiple); null →
     n_heads (multi-head attention). gpt always uses n_heads."""
+    head_dim: int | None = None
+    """Width of one attention head (Q); null → d_model / n_heads, the old behaviour. llama (and its MoE
+    blocks) honour it: q and the output projection are n_heads × head_dim wide, k and v n_kv_heads ×
+    head_dim, RoPE turns head_dim dimensions, and d_model need not divide by n_heads (Qwen3-30B-A3B:
+    d_model 2048, 32 heads of 128; Gemma 7B: 3072, 16 of 256). gpt and mlp refuse it (their memory
+    tables count activations in multiples of d_model); it must be > 0 and even (RoPE rotates pairs)."""
     rope_theta: float = 10000.0
     """llama: RoPE base frequency (Llama 3: 500000)."""
     norm_eps: float = 1e-5

@@ -21,6 +21,7 @@ from launcher.config.schema import (
     SweepConfig,
 )
 from launcher.config.validate_byo import check_byo
+from launcher.config.validate_heads import check_heads
 from launcher.config.validate_job import check_job
 from launcher.config.validate_layout import check_byo_layout, check_torch_release, set_degrees
 from launcher.config.validate_moe import check_moe
@@ -81,36 +82,7 @@ def _check_model(m: ModelConfig) -> None:
     for key, value in (("model.ffn_hidden", m.ffn_hidden), ("model.n_kv_heads", m.n_kv_heads)):
         if value is not None:
             at_least(key, value, 1, 8)
-    if m.arch != "mlp" and m.d_model % m.n_heads:
-        raise ConfigError(
-            f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
-            f"pick heads that divide the width, e.g. model.n_heads={_divisor_near(m.d_model, m.n_heads)}"
-        )
-    if m.arch == "llama":
-        _check_llama_heads(m)
-    elif m.n_kv_heads is not None and m.n_kv_heads != m.n_heads:
-        raise ConfigError(
-            f"model.n_kv_heads={m.n_kv_heads} applies to arch=llama only (grouped-query attention); "
-            f"remove it, or set model.arch=llama"
-        )
-
-
-def _check_llama_heads(m: ModelConfig) -> None:
-    """Grouped-query attention shares each kv head among n_heads/n_kv_heads query heads, and RoPE
-    rotates pairs of a head's dimensions."""
-    kv = m.n_kv_heads or m.n_heads
-    if m.n_heads % kv:
-        raise ConfigError(
-            f"model.n_heads={m.n_heads} is not a multiple of model.n_kv_heads={kv}; each kv head serves a "
-            "whole group of query heads: pick n_kv_heads dividing n_heads, e.g. "
-            f"model.n_kv_heads={_divisor_near(m.n_heads, kv)}"
-        )
-    head_dim = m.d_model // m.n_heads
-    if head_dim % 2:
-        raise ConfigError(
-            f"model.d_model={m.d_model} ÷ model.n_heads={m.n_heads} = {head_dim}, an odd head width; RoPE rotates "
-            "pairs of dimensions: pick a width and head count giving an even head width"
-        )
+    check_heads(m)
 
 
 def _check_names(cfg: LauncherConfig) -> None:
@@ -394,7 +366,3 @@ def _check_steps(group: str, steps: int, warmup: int) -> None:
             f"{group}.warmup_steps={warmup} leaves no measured step of {group}.steps={steps}; "
             f"set {group}.steps above {warmup}, e.g. {group}.steps={warmup + 20}"
         )
-
-
-def _divisor_near(width: int, heads: int) -> int:
-    return min((h for h in range(1, width + 1) if width % h == 0), key=lambda h: abs(h - heads))

@@ -21,6 +21,7 @@ its own backward, after the loss's backward freed the logits: the two peaks are 
 from __future__ import annotations
 
 from launcher.compute.flops import active_ffn_width, kv_heads
+from launcher.config.derived import head_dim
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.trials.spec import Trial
@@ -84,11 +85,11 @@ def llama_saved_bytes(m: ModelConfig, mixed: bool, pure: bool = False, norm_16bi
     (trainer.norm_16bit, a fused norm): a norm keeps its input as it comes (the float32 residual
     under autocast, 16-bit with 16-bit parameters) and its 16-bit output, read by every Linear."""
     d, f = m.d_model, active_ffn_width(m)  # a MoE block's: its token's experts' (the dense width otherwise)
-    kv_width = kv_heads(m) * (d // m.n_heads)
+    q_width, kv_width = m.n_heads * head_dim(m), kv_heads(m) * head_dim(m)
     norm_fp32 = 2 * 2 * d  # input and normalised value, per norm
     if not mixed:
-        return FP32 * (norm_fp32 + 2 * d + 2 * d + 2 * kv_width + 4 * f)
-    rest = 2 * (2 * d + 2 * kv_width + 4 * f)  # q, attention output, k, v, SwiGLU's four
+        return FP32 * (norm_fp32 + 2 * d + 2 * q_width + 2 * kv_width + 4 * f)
+    rest = 2 * (2 * q_width + 2 * kv_width + 4 * f)  # q, attention output, k, v, SwiGLU's four
     if pure:
         return 2 * ((2 + 2) if norm_16bit else (4 + 2 + 2)) * d + rest
     if norm_16bit:
@@ -116,8 +117,8 @@ def op_kept_bytes(m: ModelConfig, mixed: bool, pure: bool) -> float:
     w2; gpt: qkv, fc1), at the compute precision. mlp has no such policy: it keeps what `none` keeps."""
     d, e, residual = m.d_model, 2 if mixed else FP32, 2 if pure else FP32
     if m.arch == "llama":
-        kv_width = kv_heads(m) * (d // m.n_heads)
-        return e * (3 * d + kv_width + active_ffn_width(m)) + residual * d
+        q_width, kv_width = m.n_heads * head_dim(m), kv_heads(m) * head_dim(m)  # wq's and the attention's outputs
+        return e * (d + 2 * q_width + kv_width + active_ffn_width(m)) + residual * d
     if m.arch == "gpt":
         return e * (3 * d + d + 4 * d) + residual * d
     return saved_bytes_per_token(m, mixed, pure)

@@ -21,7 +21,7 @@ from launcher.compute.flops import (
     stage_params,
 )
 from launcher.compute.peaks import resolve_precision
-from launcher.config.derived import BatchMath, batch_math, nvlink_domain, pipeline_batch, ranks_per_node
+from launcher.config.derived import BatchMath, batch_math, head_dim, nvlink_domain, pipeline_batch, ranks_per_node
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, Degree, traits
 from launcher.perf.comm import Leaf, Traffic, ddp_buckets
@@ -152,7 +152,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
 def ring_traffic(m: ModelConfig, activation: int, *, tp: int, blocks: int) -> dict:
     """Traffic's context-parallel fields: one exchange holds keys and values of this rank's
     sequence piece (`activation` bytes at d_model width) at their kv width, split over tp."""
-    kv = activation * kv_heads(m) // m.n_heads
+    kv = activation * kv_heads(m) * head_dim(m) // m.d_model
     # Shares of the executed FLOPs, as the compute time the ring hides behind is priced (causal halves).
     share = 3 * attention_forward_flops_per_token(m) * CAUSAL_EXECUTED_SHARE / executed_flops_per_token(m)
     return {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.layout_parity import assert_same, launch
+from tests.support.layout_parity import assert_same, launch, reference
 from tests.unit.test_llama import LLAMA
 
 """With layout_parity.BASE: 4 layers, 8 query heads, 4 key/value heads, ffn_hidden 344."""
@@ -37,3 +37,16 @@ CASES = [
 def test_llama_layout_equals_the_reference(llama_parity_ref, tmp_path, name, ranks, over, ac):
     run = launch(tmp_path, name, ranks, LLAMA + over + [f"model.activation_checkpointing={ac}"])
     assert_same(run, llama_parity_ref, model=LLAMA)  # 1 process, DDP, micro 8, no checkpointing
+
+
+# model.head_dim (issue 32): heads of 32 over a width of 128 (8 × 32 = 256 ≠ 128), split by tensor parallel as
+# whole heads and, under context parallel, rotated by RoPE at their global positions over the wider head.
+WIDE = [*LLAMA, "model.head_dim=32"]
+
+
+@pytest.mark.torch_dist
+def test_wide_heads_under_tp_and_cp_equal_their_one_process_reference(tmp_path):
+    ref = reference(tmp_path / "ref", WIDE)
+    assert ref[1]["blocks.0.attn.q.weight"].shape == (256, 128)
+    for name, over in (("tp", ["parallel=tp"]), ("fsdp_cp", ["parallel=fsdp_cp", "parallel.cp=2", "batch.micro=8"])):
+        assert_same(launch(tmp_path, name, 2, WIDE + over), ref, model=WIDE)

@@ -124,7 +124,7 @@ CASES = [
     ),
     (
         ["model=tiny_llama", "model.d_model=120", "model.n_heads=8"],
-        "model.d_model=120 ÷ model.n_heads=8 = 15, an odd head width; RoPE rotates pairs of dimensions: pick a width and head count giving an even head width",
+        "model.d_model=120 ÷ model.n_heads=8 = 15, an odd head width; RoPE rotates pairs of dimensions: pick a width and head count giving an even head width, or set model.head_dim",
     ),
     (
         ["model.n_kv_heads=2"],

@@ -243,8 +243,11 @@ def test_the_automodel_moe_rows_pair_only_across_micro_batches_and_plan_ep_acros
         "cluster.inter_link=ib400",
         "cluster.nics_per_node=8",
     } <= set(m.overrides)
-    # AutoModel's bf16-built weights and experts outside FSDP (the memory estimate of its trainer), then the link.
+    # Qwen3's 128-wide heads, AutoModel's bf16-built weights and experts outside FSDP (the memory estimate of
+    # its trainer), then the link.
+    assert "model.head_dim=128" in m.overrides
     assert m.assumed == [
+        "head_dim 128, not d/H = 64: " + rm.HEAD_DIM_OF_MODEL["Qwen3-30B-A3B"][1],
         rm.TRAINERS["automodel_ephybrid_2607"][1],
         "'400 Gb/s InfiniBand per GPU pair' read as one NIC per GPU",
     ]

@@ -114,9 +114,9 @@ def test_a_recipes_path_that_is_not_a_folder_is_one_line(tmp_path, capsys, monke
             "name: my_gpt\narch: gpt\nn_layer: 2\n",
             3,
             "unknown config key 'model.n_layer'; model has: _target_, activation_checkpointing, arch, aux_loss_coef, "
-            "d_model, dense_layers, expert_ffn_hidden, experts_per_token, ffn_hidden, ffn_mult, inputs, kwargs, loss, "
-            "n_experts, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, shared_experts, target, "
-            "vocab_size",
+            "d_model, dense_layers, expert_ffn_hidden, experts_per_token, ffn_hidden, ffn_mult, head_dim, inputs, "
+            "kwargs, loss, n_experts, n_heads, n_kv_heads, n_layers, name, norm_eps, rope_theta, seq_len, "
+            "shared_experts, target, vocab_size",
         ),
         ("name: my_gpt\n\nseq_len: long\n", 3, "model.seq_len='long' must be an integer; e.g. model.seq_len=64"),
     ],

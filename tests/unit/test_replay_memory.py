@@ -33,11 +33,11 @@ def _verdict(row: dict) -> tuple[str, list[str]]:
     [
         # Read `oom (predicted)` before (260.1 → 207.6 GiB > 171.0 usable): planned without the recompute the
         # fork's DeepEP configs set (mode 'full'); measured 167.93 → 114.78 GiB.
-        ("nous_deepep_2511", "8", "", "fits: estimate 132.4 GiB, 171.0 GiB usable"),
-        ("nous_deepep_2511", "16", "", "fits: estimate 104.4 GiB, 171.0 GiB usable"),
-        ("nous_deepep_2511", "32", "", "fits: estimate 90.4 GiB, 171.0 GiB usable"),
-        ("nous_deepep_2511", "64", "", "fits: estimate 83.3 GiB, 171.0 GiB usable"),
-        ("nous_deepep_2511", "128", "", "fits: estimate 79.8 GiB, 171.0 GiB usable"),
+        ("nous_deepep_2511", "8", "", "fits: estimate 133.3 GiB, 171.0 GiB usable"),
+        ("nous_deepep_2511", "16", "", "fits: estimate 104.9 GiB, 171.0 GiB usable"),
+        ("nous_deepep_2511", "32", "", "fits: estimate 90.7 GiB, 171.0 GiB usable"),
+        ("nous_deepep_2511", "64", "", "fits: estimate 83.6 GiB, 171.0 GiB usable"),
+        ("nous_deepep_2511", "128", "", "fits: estimate 80.0 GiB, 171.0 GiB usable"),
         # Read `oom (predicted)` before (146.5 GiB > 76.0): checkpointing unpublished, assumed selective. The 8K
         # stage's rows say `none` since issue 32 (the paper's §3.3.2): test_replay_sources.py holds their verdict.
         ("llama3_meta_2024", "16384", "131072", "fits: estimate 42.4 GiB, 76.0 GiB usable"),
@@ -61,9 +61,9 @@ def test_a_run_that_offloaded_to_cpu_reads_oom_with_what_the_config_cannot_expre
     verdict = memory_verdict(mapped, compose_config(mapped.overrides, None))
     assert verdict == (
         "oom (predicted): the source offloads optimizer state to CPU, which the config cannot express "
-        "(estimate 186.2 GiB, 171.0 GiB usable without offload)"
+        "(estimate 186.4 GiB, 171.0 GiB usable without offload)"
     )
     plain = dataclasses.replace(mapped, offload="")
     assert memory_verdict(plain, compose_config(plain.overrides, None)) == (
-        "oom (predicted): estimate 186.2 GiB, 171.0 GiB usable"
+        "oom (predicted): estimate 186.4 GiB, 171.0 GiB usable"
     )

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from launcher.compute.flops import expert_width, ffn_width, kv_heads
+from launcher.config.derived import head_dim
 from launcher.config.schema import ModelConfig
 from launcher.train.models.byo import build_target, is_byo, reference_values
 from launcher.train.models.common import CausalSelfAttention, PreNormBlock, positions
@@ -42,7 +43,7 @@ def build_blocks(cfg: ModelConfig) -> list[nn.Module]:
     if cfg.arch == "gpt":
         return [Block(d, cfg.n_heads, hidden, checkpointing=ac) for _ in range(cfg.n_layers)]
     if cfg.arch == "llama":
-        attn = {"rope_theta": cfg.rope_theta, "norm_eps": cfg.norm_eps, "checkpointing": ac}
+        attn = {"rope_theta": cfg.rope_theta, "norm_eps": cfg.norm_eps, "checkpointing": ac, "head_dim": head_dim(cfg)}
         moe = {
             "n_experts": cfg.n_experts,
             "top_k": cfg.experts_per_token,

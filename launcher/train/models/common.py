@@ -66,25 +66,28 @@ class CausalSelfAttention(nn.Module):
         bias: bool = True,
         rope_theta: float | None = None,
         recompute: bool = False,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
-        if d_model % n_heads or n_heads % n_kv_heads:
+        if (head_dim is None and d_model % n_heads) or n_heads % n_kv_heads:
             raise ValueError(
-                f"attention: d_model={d_model} must be divisible by n_heads={n_heads}, "
+                f"attention: d_model={d_model} must be divisible by n_heads={n_heads} (or head_dim given), "
                 f"and n_heads by n_kv_heads={n_kv_heads}"
             )
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        # Heads may be wider or narrower than d_model / n_heads (Qwen3: 32 × 128 over a width of 2048):
+        # q and the output projection are then n_heads · head_dim wide, not d_model.
+        self.head_dim = head_dim or d_model // n_heads
         self.rope_theta = rope_theta
         # Selective recompute (Megatron's): the attention core's saved tensors are dropped after
         # forward and recomputed in backward; the projections keep theirs.
         self.recompute = recompute
-        kv_width = n_kv_heads * self.head_dim
-        self.q = nn.Linear(d_model, d_model, bias=bias)
+        q_width, kv_width = n_heads * self.head_dim, n_kv_heads * self.head_dim
+        self.q = nn.Linear(d_model, q_width, bias=bias)
         self.k = nn.Linear(d_model, kv_width, bias=bias)
         self.v = nn.Linear(d_model, kv_width, bias=bias)
-        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.proj = nn.Linear(q_width, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t = x.shape[0], x.shape[1]

@@ -50,9 +50,11 @@ def attention_half(
     rope_theta: float,
     norm_eps: float,
     checkpointing: str,
+    head_dim: int | None = None,
 ) -> None:
     """A Llama block's norms and attention (its ffn is the caller's: SwiGLU, or moe.MoE), built in the
-    order the parity references build them, so a seed gives every block the same initial weights."""
+    order the parity references build them, so a seed gives every block the same initial weights.
+    `head_dim`: each head's width (model.head_dim; None: d_model / n_heads)."""
     block.recompute = checkpointing == "full"
     block.ln1 = RMSNorm(d_model, norm_eps)
     block.attn = CausalSelfAttention(
@@ -62,6 +64,7 @@ def attention_half(
         bias=False,
         rope_theta=rope_theta,
         recompute=checkpointing == "selective",
+        head_dim=head_dim,
     )
     block.ln2 = RMSNorm(d_model, norm_eps)
 
@@ -79,9 +82,17 @@ class LlamaBlock(PreNormBlock):
         rope_theta: float,
         norm_eps: float,
         checkpointing: str = "none",
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         attention_half(
-            self, d_model, n_heads, n_kv_heads, rope_theta=rope_theta, norm_eps=norm_eps, checkpointing=checkpointing
+            self,
+            d_model,
+            n_heads,
+            n_kv_heads,
+            rope_theta=rope_theta,
+            norm_eps=norm_eps,
+            checkpointing=checkpointing,
+            head_dim=head_dim,
         )
         self.ffn = SwiGLU(d_model, ffn_hidden)

@@ -184,9 +184,17 @@ class MoEBlock(PreNormBlock):
         rope_theta: float,
         norm_eps: float,
         checkpointing: str = "none",
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         attention_half(
-            self, d_model, n_heads, n_kv_heads, rope_theta=rope_theta, norm_eps=norm_eps, checkpointing=checkpointing
+            self,
+            d_model,
+            n_heads,
+            n_kv_heads,
+            rope_theta=rope_theta,
+            norm_eps=norm_eps,
+            checkpointing=checkpointing,
+            head_dim=head_dim,
         )
         self.ffn = MoE(d_model, hidden, n_experts=n_experts, top_k=top_k, shared=shared, aux_coef=aux_coef)
