@@ -7,6 +7,7 @@ curve (published_replay.predicted_log) at the MFU those Parts come to. Two param
 family and precision, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
 alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
 A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision.
+s_half is fitted once per precision over every device's rows, e_max per device (SHARED_S_HALF says why).
 fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
 names each source's), where MIN_SOURCES sources of the stack back it: its e_max on the stack's rows, its
 s_half the device's fp8 curve's over every stack (stack_curves says why); a row is priced by the first curve
@@ -91,6 +92,13 @@ def fit_curve(
     return [float(E_GRID[i]), float(H_GRID[j])]
 
 
+SHARED_S_HALF = """How a matmul's rate rises with its smallest dimension comes from how tiled GEMM kernels fill a GPU
+(tiles, waves), common to the devices here; one device's published rows span too few widths to place it:
+on the 64 H100/bf16 rows the source-weighted loss moves 6% between s_half 0 and 256 (0.152 and 0.161),
+and with Qwen3's heads counted at their width the free fit fell to s_half 0, a curve flat in width. The
+pooled rows (MPT 125M to 70B on A100s among them) place s_half; each device's e_max is its own."""
+
+
 def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[str, list[float]]:
     """Curves per fit key backed by `min_sources` sources, fp8's also per fp8 stack (`H100/fp8-torchao`),
     and per precision over every device (`*/bf16`)."""
@@ -104,10 +112,10 @@ def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[st
         groups: dict[str, list[Case]] = {}
         for c in mine:
             groups.setdefault(c.key, []).append(c)
-        for key in sorted(groups):
+        curves[f"*/{precision}"] = pooled = fit_curve(mine, log_at, fixed)
+        for key in sorted(groups):  # each device's e_max on its own rows, at the pooled s_half (shared_s_half)
             if len({c.source for c in groups[key]}) >= min_sources:
-                curves[key] = fit_curve(groups[key], log_at, fixed)
-        curves[f"*/{precision}"] = fit_curve(mine, log_at, fixed)
+                curves[key] = fit_curve(groups[key], log_at, fixed, s_half=pooled[1])
         if precision == "fp8":
             curves |= stack_curves(mine, log_at, fixed, curves, min_sources)
     return curves

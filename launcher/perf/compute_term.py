@@ -57,7 +57,9 @@ def shaped_mfu(
         fp8_stack=FP8_STACK,
     )
     mfu = executed_flops / (peak_flops * t.total_s)
-    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f}, s_half {s_half:.0f} fitted on {said}"
+    # s_half is fitted over every device's rows of a precision, e_max per key (benchmarks/replay_curve.py)
+    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f} fitted on {said}, s_half {s_half:.0f}"
+    why += " on every device's"
     if fp8:
-        why += f"; fp8 matmuls e_max {fp8[0][0]:.2f}, s_half {fp8[0][1]:.0f} fitted on {fp8[1]}"
+        why += f"; fp8 matmuls e_max {fp8[0][0]:.2f} fitted on {fp8[1]}, s_half {fp8[0][1]:.0f}"
     return min(1.0, mfu), why

@@ -15,7 +15,7 @@ from launcher.io import read_json
 from launcher.run.run_from import choose
 
 LOCAL = ["model=tiny_gpt", "cluster=local", "cluster.peak_flops_per_device=5e10", "batch.micro=2"]
-REASON = "2 GPUs: largest size with weak-scaling efficiency ≥ 0.80 (0.99, 1.99× the throughput of 1 GPU)"
+REASON = "2 GPUs: largest size with weak-scaling efficiency ≥ 0.80 (0.99, 1.98× the throughput of 1 GPU)"
 
 
 def _plan(tmp_path: Path, argv: list[str], output: str = "plan.csv") -> Path:
