@@ -90,11 +90,12 @@ OVER_LIMIT_WHY = {
     "2022: 34·s·b·h/t bytes a layer, with its dropout masks) is 17.5 GiB; not modelled: Transformer Engine's fp8 "
     "(GEMM inputs saved at 1 byte, but fp8 weight copies cached beside the 16-bit ones)",
     "nous_deepep_2511": "the source states no activation checkpointing (mapped as `selective`, which for llama "
-    "keeps what none keeps: 198.6 GiB of activations at 8 GPUs, of them 64.9 GiB the logits at 14 bytes for 32,768 "
-    "tokens × 151,936, beside 60.5 GiB of weights, gradients and moments); torchtitan's own default "
-    "(NousResearch/torchtitan @d9cc6b4 torchtitan/config_manager.py ActivationCheckpoint: mode 'selective', "
-    "selective_ac_option '2', every second block whole) would give 196.2 GiB, its per-op policy 169.1 GiB and full "
-    "132.4 GiB, against the source's measured 167.93 GiB (94.15% of the B200); the fork's Qwen3 train config at "
+    "keeps what none keeps: 212.1 GiB of activations at 8 GPUs with Qwen3's 128-wide heads, of them 64.9 GiB the "
+    "logits at 14 bytes for 32,768 tokens × 151,936, beside 61.3 GiB of weights, gradients and moments); "
+    "torchtitan's own default (NousResearch/torchtitan @d9cc6b4 torchtitan/config_manager.py ActivationCheckpoint: "
+    "mode 'selective', selective_ac_option '2', every second block whole) would fall between none and full, its "
+    "per-op policy gives 182.8 GiB and full 133.3 GiB, against the source's measured 167.93 GiB (94.15% of the "
+    "B200); the fork's Qwen3 train config at "
     "@19e8901a is not in the stored snapshot, so which one ran is not stated and none is mapped (picking the one "
     "nearest the measured peak would be fitting it)",
 }
