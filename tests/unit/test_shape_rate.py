@@ -198,10 +198,38 @@ def test_a_transformer_engine_fp8_step_has_no_cast_passes_of_its_own(compiled):
     elements = sum((op.k + op.n) * op.flops / (2 * op.n * op.k) for op in ops if op.priced == "matmul" and op.fp8) / 3
     bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
     assert te.memory_s - bf16.memory_s == pytest.approx(shape_rate.FP8_WEIGHT_BYTES["te"] * weights / (2 * 4096) / bw)
-    assert torchao.memory_s - te.memory_s == pytest.approx(shape_rate.FP8_CAST_BYTES["torchao"] * elements / bw)
-    assert shape_rate.FP8_CAST_BYTES == {"torchao": 8, "te": 0}
+    weight_casts = (shape_rate.FP8_WEIGHT_BYTES["torchao"] - shape_rate.FP8_WEIGHT_BYTES["te"]) * weights / (2 * 4096)
+    assert torchao.memory_s - te.memory_s == pytest.approx(
+        (shape_rate.FP8_CAST_BYTES["torchao"] * elements + weight_casts) / bw
+    )
+    assert shape_rate.FP8_CAST_BYTES == {"torchao": 6, "te": 0}
     with pytest.raises(ValueError, match="fp8 stack 'mxfp8' is not one of torchao, te"):
         _parts(4096, dtype="fp8", fp8_stack="mxfp8")
+
+
+def test_a_torchao_step_moves_the_bytes_of_torchaos_compiled_cast_kernels():
+    """torchao 0.17's tensorwise Float8Linear under torch.compile, counted by hand from its source (shape_rate's
+    comment cites the lines): input and grad_output each an amax read (bf16, 2 B) and one cast kernel reading
+    2 B and writing fp8 in both layouts the three GEMMs need (1 B + 1 B); the weight an amax read and two casts
+    (forward, and transposed in backward), 2 + 3 + 3. The old pricing, 8 B per input and grad_output element
+    and 6 per weight, counted a separate transposed copy and one weight cast fewer."""
+    activation = 2 + (2 + 1 + 1)  # amax; cast read, row-major and column-major fp8 writes
+    weight = 2 + (2 + 1) + (2 + 1)  # amax; forward cast; backward cast, transposed
+    assert {r: sum(map(sum, k)) for r, k in shape_rate.TORCHAO_CAST_PASSES.items()} == {
+        "input": activation,
+        "grad_output": activation,
+        "weight": weight,
+    }
+    assert (shape_rate.FP8_CAST_BYTES["torchao"], shape_rate.FP8_WEIGHT_BYTES["torchao"]) == (6, 8)
+    # gpt_125m (d 768, 12 layers, micro 8 × 2048 tokens) on one H200: per layer and token the four linears'
+    # inputs and output gradients are (768 + 2304) + (768 + 768) + (768 + 3072) + (3072 + 768) = 12,288
+    # elements, their weights 7,077,888 cast once per micro-step of 16,384 tokens.
+    _, bf16 = _parts(768, dtype="bf16", compiled=True)
+    _, fp8 = _parts(768, dtype="fp8", compiled=True, fp8_stack="torchao")
+    bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
+    per_token = 12 * (6 * 12_288 + 8 * 7_077_888 / 16_384)
+    assert per_token == 926_208
+    assert (fp8.memory_s - bf16.memory_s) * bw == pytest.approx(per_token, rel=1e-9)
 
 
 STACK_CURVES = {"H100/bf16": [0.6, 300.0], "H100/fp8": [0.9, 0.0], "H100/fp8-te": [0.95, 0.0], "*/fp8": [1.0, 0.0]}
