@@ -63,7 +63,7 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
     """Seconds per token over E_GRID × H_GRID: of every matmul and the attention (fixed None), or of
     the fp8 matmuls only, the rest priced by `fixed` (an fp8 row's bf16 curve)."""
     e, h = E_GRID[:, None], H_GRID[None, :]
-    total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s)
+    total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s + parts.kernel_s)  # curve-free
     total += parts.attention_s / (e if fixed is None else fixed.e_max)
     for flops, s, peak, cap, fp8 in parts.matmuls:
         if fixed is not None and not fp8:

@@ -9,14 +9,15 @@ capped by the roofline, arithmetic intensity × memory bandwidth (2mnk FLOPs ove
 three operands). Two parameters per device and precision (`Curve`), fitted on published runs
 (benchmarks/published_replay.py, leave-one-source-out). A site profile (perf/site_profile.py) stands
 in for the peak table through `Measured`: each matmul at its measured rate, the rest at its bandwidth.
-The attention core runs in a fused flash kernel at
+The attention core runs in a fused flash kernel. On a chip with a cited kernel figure (KERNEL_SHARE:
+A100, H100, H200) it runs at that figure's share of the chip's dense bf16 peak, whatever its matmuls
+reach, scaled from the figure's head dim 128 and 16K tokens by
 
-    FLASH_SHARE · e_max · Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
+    Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
 
-of peak, Q the head dim and T the sequence (FlashAttention-2, Dao 2023, arXiv:2307.08691, §4.1 and
-Figs. 4–7: forward and backward reach 50–73% of an A100's peak where its GEMMs reach 70–80%, head
-dim 64 runs ~10% below 128, and 512-token sequences ~30% below 16K); causal masking skips half the
-tiles (flops.CAUSAL_EXECUTED_SHARE).
+Q the head dim and T the keys one kernel call sees (a ring step's chunk, seq/cp, under context
+parallel: flops.model_ops). Elsewhere (no cited figure) it keeps the older rule, FLASH_SHARE · e_max
+of peak times the same shape terms. Causal masking skips half the tiles (flops.CAUSAL_EXECUTED_SHARE).
 Memory-bound operations (norms, activations, residual adds, the loss, the optimizer step, fp8
 casts) move their bytes at MEMORY_SHARE of the device's HBM bandwidth (peaks.py): each its own pass
 in an eager step, fused into one pass per chain between matmuls in a compiled one (flops.model_ops),
@@ -37,12 +38,35 @@ from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_c
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
+KERNEL_SHARE = {"A100": 189 / 312, "H100": 328 / 989.4, "H200": 328 / 989.4}
+"""torch SDPA's flash kernel (FlashAttention-2, what torchtitan and the launcher's own blocks run),
+causal, head dim 128, 16K tokens, forward and backward, ÷ the chip's dense bf16 peak, by the chip its
+peak-table row names. FlashAttention-2 (Dao 2023, arXiv:2307.08691) Fig. 4(d): 189 TFLOP/s on an A100
+80GB SXM4 (312 peak: 61%); Fig. 7(d): 328 on an H100 80GB SXM5 (989.4 peak: 33%; "only 35% utilization"
+on H100, FlashAttention-3, Shah et al. 2024, arXiv:2407.08608 §1: FA2 uses none of Hopper's wgmma or
+TMA). The H200 is the same GH100 die at the same clocks: the H100's figure. A chip not listed keeps the
+matmul-curve rule (module docstring). Transformer Engine (NeMo, Megatron) runs cuDNN's fused attention on
+Hopper instead (TE's backend choice disables flash-attn there "for performance reasons"), which is faster:
+FlashAttention-3 Fig. 5(d), forward, causal, head dim 128, 16K: cuDNN 539 TFLOP/s, FA2 335; not
+priced here (the step model does not know a run's attention backend)."""
+KERNEL_REF = (16384, 128)
+"""(tokens, head dim) of the KERNEL_SHARE figures: the shape terms are 1 there."""
+KERNEL_COUNTED = 3.5
+"""Forward-equivalents FA2's benchmark counts for a forward and backward (benchmarks/benchmark_flash_attention.py
+`flops`: backward 2.5 forwards, its five matmuls, the scores recomputed, to forward's two; causal halves
+both): an op counts 3 (flops.attention_core_runs), so per counted FLOP the kernel runs at 3/3.5 of the
+figure (a recompute's extra forward is priced the same, ≤ 4% over)."""
 FLASH_SHARE = 0.75
-"""A flash-attention kernel's rate at long sequences and wide heads ÷ a large matmul's (module docstring)."""
+"""Uncited chips: the kernel's rate at long sequences and wide heads ÷ a large matmul's (FA2 §4.1, an
+A100's forward and backward at 50–73% of peak where its GEMMs reach 70–80%)."""
 HEAD_DIM_HALF = 16
-"""Head dim at which the flash kernel runs at half its wide-head rate (64: 0.8 of it, 128: 0.89)."""
-SEQ_HALF = 256
-"""Sequence length at which the flash kernel runs at half its long-sequence rate (2K: 0.89, 8K: 0.97)."""
+"""Head dim at which the flash kernel runs at half its wide-head rate (64: 0.8 of it, 128: 0.89; FA2's
+figures, causal at 16K, head dim 64 ÷ 128: A100 171/189 = 0.90, H100 284/328 = 0.87)."""
+SEQ_HALF = 512
+"""Sequence length at which the causal flash kernel runs at half its long-sequence rate (2K: 0.8, 8K:
+0.94). FA2's Figs. 4(d) and 7(d), causal, head dim 128, 16K tokens per batch at every length: 512 tokens
+run at 99/189 (A100) and 163/328 (H100) of 16K's, T/(T + 512)'s 0.52 (the diagonal tiles, run whole,
+weigh more in a short causal square; 2K: 155/189 and 265/328, the rule's 0.82)."""
 MEMORY_SHARE = 0.8
 """Share of the datasheet bandwidth elementwise kernels sustain on large tensors (STREAM-like copies
 reach 80–90% of HBM peak on A100/H100; torch's eager kernels less on small ones)."""
@@ -123,16 +147,20 @@ class Parts:
     """Per matmul: (FLOPs per token, smallest dimension s, peak FLOP/s at its precision, roofline
     FLOP/s cap, runs at fp8)."""
     attention_s: float
-    """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max)."""
+    """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max),
+    on a chip of no cited kernel figure."""
     memory_s: float
     """Seconds per token of the memory-bound ops, curve-free."""
+    kernel_s: float = 0.0
+    """Seconds per token of the attention core at its chip's cited kernel rate (KERNEL_SHARE), curve-free."""
 
     def seconds(self, curve: Curve, fp8_curve: Curve | None = None) -> StepTime:
         mm = 0.0
         for flops, s, peak, cap, fp8 in self.matmuls:
             c = fp8_curve if fp8 and fp8_curve is not None else curve
             mm += flops / c.rate(peak, s, cap)
-        return StepTime(matmul_s=mm, attention_s=self.attention_s / curve.e_max, memory_s=self.memory_s)
+        attention = self.attention_s / curve.e_max + self.kernel_s
+        return StepTime(matmul_s=mm, attention_s=attention, memory_s=self.memory_s)
 
 
 @dataclass(frozen=True)
@@ -149,6 +177,21 @@ class Measured:
     attention_flops: Callable[[int, int, str], float | None] = lambda seq, head_dim, dtype: None
     """Counted FLOP/s of the causal attention kernel at (sequence, head dim, dtype) as measured; None where
     not measured (then its FLASH_SHARE of `peak_flops`, as for a datasheet peak)."""
+
+
+def attention_tflops(device: str | None, seq: int, head_dim: int, dtype: str) -> float | None:
+    """TFLOP/s of the causal flash kernel forward and backward on `device` with `seq` keys at `head_dim`, in
+    FA2's counting (causal halved, backward 2.5 forwards: KERNEL_COUNTED): its chip's KERNEL_SHARE of the
+    dense peak at KERNEL_REF, by the shape terms elsewhere. None for a chip or dtype no figure covers."""
+    row = find_device(device)
+    share = next((v for chip, v in KERNEL_SHARE.items() if row is not None and row.device.startswith(chip)), None)
+    if share is None or dtype not in ("bf16", "fp16"):
+        return None
+    return _peak(device, dtype) * share * _kernel_shape(seq, head_dim) / _kernel_shape(*KERNEL_REF) / 1e12
+
+
+def _kernel_shape(seq: int, head_dim: int) -> float:
+    return head_dim / (head_dim + HEAD_DIM_HALF) * seq / (seq + SEQ_HALF)
 
 
 def _peak(device: str | None, dtype: str) -> float:
@@ -177,7 +220,7 @@ def op_parts(
     `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0))."""
     base = "bf16" if dtype == "fp8" else dtype
     bw = measured.mem_bw_gbs * 1e9 if measured else (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
-    matmuls, att, nbytes = [], 0.0, extra_bytes
+    matmuls, att, kernel_s, nbytes = [], 0.0, 0.0, extra_bytes
     for op in ops:
         if op.priced == "matmul":
             d = "fp8" if dtype == "fp8" and op.fp8 else base
@@ -186,13 +229,15 @@ def op_parts(
             matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
         elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
             att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
+        elif op.priced == "attention" and not measured and (cited := attention_tflops(device, op.n, op.k, base)):
+            kernel_s += op.flops * CAUSAL_EXECUTED_SHARE * KERNEL_COUNTED / 3.0 / (cited * 1e12)
         elif op.priced == "attention":
-            shape = op.k / (op.k + HEAD_DIM_HALF) * op.n / (op.n + SEQ_HALF)
+            shape = _kernel_shape(op.n, op.k)
             peak = measured.peak_flops(base) if measured else _peak(device, base)
             att += op.flops * CAUSAL_EXECUTED_SHARE / (peak * FLASH_SHARE * shape)
         else:
             nbytes += op.nbytes
-    return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw)
+    return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw, kernel_s=kernel_s)
 
 
 def step_parts(
