@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
 from benchmarks.replay_fp8_stack import fp8_stack, fused
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
@@ -55,6 +56,7 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         tokens_per_step=tokens_per_optimizer_step(cfg),
         compiled=fused(case.row)[0],
         fp8_stack=fp8_stack(case.row) or "torchao",
+        attention_kernel=attention_kernel(case.row),
     )
     return parts, work.executed_flops / work.peak.flops
 

@@ -38,17 +38,27 @@ from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_c
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
-KERNEL_SHARE = {"A100": 189 / 312, "H100": 328 / 989.4, "H200": 328 / 989.4}
-"""torch SDPA's flash kernel (FlashAttention-2, what torchtitan and the launcher's own blocks run),
-causal, head dim 128, 16K tokens, forward and backward, ÷ the chip's dense bf16 peak, by the chip its
-peak-table row names. FlashAttention-2 (Dao 2023, arXiv:2307.08691) Fig. 4(d): 189 TFLOP/s on an A100
-80GB SXM4 (312 peak: 61%); Fig. 7(d): 328 on an H100 80GB SXM5 (989.4 peak: 33%; "only 35% utilization"
-on H100, FlashAttention-3, Shah et al. 2024, arXiv:2407.08608 §1: FA2 uses none of Hopper's wgmma or
-TMA). The H200 is the same GH100 die at the same clocks: the H100's figure. A chip not listed keeps the
-matmul-curve rule (module docstring). Transformer Engine (NeMo, Megatron) runs cuDNN's fused attention on
-Hopper instead (TE's backend choice disables flash-attn there "for performance reasons"), which is faster:
-FlashAttention-3 Fig. 5(d), forward, causal, head dim 128, 16K: cuDNN 539 TFLOP/s, FA2 335; not
-priced here (the step model does not know a run's attention backend)."""
+KERNEL_SHARE = {
+    "sdpa": {"A100": 189 / 312, "H100": 328 / 989.4, "H200": 328 / 989.4},
+    "cudnn": {"H100": 522 / 989.4, "H200": 522 / 989.4},
+}
+"""A causal attention kernel's forward and backward at head dim 128 and 16K tokens ÷ the chip's dense bf16
+peak, by kernel and by the chip its peak-table row names (ATTENTION_KERNELS says who runs which).
+sdpa, torch SDPA's flash kernel (FlashAttention-2): FA2 (Dao 2023, arXiv:2307.08691) Fig. 4(d), 189 TFLOP/s
+on an A100 80GB SXM4 (61% of 312); Fig. 7(d), 328 on an H100 80GB SXM5 (33% of 989.4; "only 35%
+utilization" on H100, FlashAttention-3, Shah et al. 2024, arXiv:2407.08608 §1: FA2 uses none of Hopper's
+wgmma or TMA). cudnn, cuDNN's fused attention on an H100: FA3 Fig. 5(d) forward, causal, 539 TFLOP/s, and
+Fig. 6 backward (no causal column), 516, combined as FA2's benchmark counts (backward 2.5 forwards):
+3.5 / (1/539 + 2.5/516) = 522; the same rule on FA2's columns (335, 322) gives 326 for its measured 328.
+The H200 is the same GH100 die at the same clocks: the H100's figures. A chip a kernel does not list runs
+sdpa's figure (below Hopper Transformer Engine prefers flash-attn); a chip sdpa does not list keeps the
+matmul-curve rule (module docstring)."""
+ATTENTION_KERNELS = {
+    "sdpa": "torch.nn.functional.scaled_dot_product_attention's flash backend: the launcher's blocks, torchtitan",
+    "cudnn": "Transformer Engine's DotProductAttention (NeMo, Megatron-Core): on Hopper its backend choice "
+    "drops flash-attn for cuDNN's fused attention 'for performance reasons' (get_attention_backend)",
+}
+"""The attention kernels the model prices, and who runs them."""
 KERNEL_REF = (16384, 128)
 """(tokens, head dim) of the KERNEL_SHARE figures: the shape terms are 1 there."""
 KERNEL_COUNTED = 3.5
@@ -179,12 +189,13 @@ class Measured:
     not measured (then its FLASH_SHARE of `peak_flops`, as for a datasheet peak)."""
 
 
-def attention_tflops(device: str | None, seq: int, head_dim: int, dtype: str) -> float | None:
-    """TFLOP/s of the causal flash kernel forward and backward on `device` with `seq` keys at `head_dim`, in
-    FA2's counting (causal halved, backward 2.5 forwards: KERNEL_COUNTED): its chip's KERNEL_SHARE of the
+def attention_tflops(device: str | None, seq: int, head_dim: int, dtype: str, kernel: str = "sdpa") -> float | None:
+    """TFLOP/s of the causal attention `kernel` forward and backward on `device` with `seq` keys at `head_dim`,
+    in FA2's counting (causal halved, backward 2.5 forwards: KERNEL_COUNTED): its chip's KERNEL_SHARE of the
     dense peak at KERNEL_REF, by the shape terms elsewhere. None for a chip or dtype no figure covers."""
     row = find_device(device)
-    share = next((v for chip, v in KERNEL_SHARE.items() if row is not None and row.device.startswith(chip)), None)
+    chip = next((c for c in KERNEL_SHARE["sdpa"] if row is not None and row.device.startswith(c)), None)
+    share = KERNEL_SHARE[kernel].get(chip, KERNEL_SHARE["sdpa"].get(chip)) if chip else None
     if share is None or dtype not in ("bf16", "fp16"):
         return None
     return _peak(device, dtype) * share * _kernel_shape(seq, head_dim) / _kernel_shape(*KERNEL_REF) / 1e12
@@ -212,12 +223,19 @@ def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
 
 
 def op_parts(
-    ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: float = 0.0, measured: Measured | None = None
+    ops: Sequence[Op],
+    device: str | None,
+    dtype: str,
+    *,
+    extra_bytes: float = 0.0,
+    measured: Measured | None = None,
+    attention_kernel: str = "sdpa",
 ) -> Parts:
     """`ops` on `device` as Parts (every FLOP of the model's token, tp's ranks each doing their 1/tp at
     the split shapes' rate). `dtype` fp8 runs the blocks' linear layers at fp8, the rest at bf16.
     `extra_bytes`: memory-bound bytes per token beyond the ops' (the optimizer step, fp8's casts).
-    `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0))."""
+    `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0)).
+    `attention_kernel`: the kernel the attention core runs (ATTENTION_KERNELS)."""
     base = "bf16" if dtype == "fp8" else dtype
     bw = measured.mem_bw_gbs * 1e9 if measured else (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
     matmuls, att, kernel_s, nbytes = [], 0.0, 0.0, extra_bytes
@@ -229,7 +247,11 @@ def op_parts(
             matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
         elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
             att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
-        elif op.priced == "attention" and not measured and (cited := attention_tflops(device, op.n, op.k, base)):
+        elif (
+            op.priced == "attention"
+            and not measured
+            and (cited := attention_tflops(device, op.n, op.k, base, attention_kernel))
+        ):
             kernel_s += op.flops * CAUSAL_EXECUTED_SHARE * KERNEL_COUNTED / 3.0 / (cited * 1e12)
         elif op.priced == "attention":
             shape = _kernel_shape(op.n, op.k)
@@ -252,14 +274,19 @@ def step_parts(
     tokens_per_step: float | None = None,
     compiled: bool = False,
     fp8_stack: str = "torchao",
+    attention_kernel: str = "sdpa",
 ) -> Parts:
     """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes (`compiled`:
     the blocks' memory-bound ops fused, flops.model_ops), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
     sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
-    `fp8_stack` does them (FP8_CAST_BYTES)."""
+    `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS)."""
     if fp8_stack not in FP8_STACKS:
         raise ValueError(f"shape_rate: fp8 stack {fp8_stack!r} is not one of {', '.join(FP8_STACKS)}")
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(
+            f"shape_rate: attention kernel {attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+        )
     tokens = max(1, micro_batch * model.seq_len // cp)
     ops = model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
     extra = 0.0
@@ -272,7 +299,7 @@ def step_parts(
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
         weights = sum(op.flops / 6.0 for op in linear)
         extra += FP8_CAST_BYTES[fp8_stack] * elements + FP8_WEIGHT_BYTES[fp8_stack] * weights / tokens
-    return op_parts(ops, device, dtype, extra_bytes=extra)
+    return op_parts(ops, device, dtype, extra_bytes=extra, attention_kernel=attention_kernel)
 
 
 def step_time(model: ModelConfig, *, curve: Curve, fp8_curve: Curve | None = None, **shape) -> StepTime:

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from launcher.compute import flops
+from benchmarks.replay_attention import attention_kernel
+from launcher.compute import flops, shape_rate
 from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, model_ops
 from launcher.compute.shape_rate import MEMORY_SHARE, Curve, attention_tflops, mem_bw_gbs, op_parts
 from launcher.config.compose import compose_config
@@ -80,3 +81,22 @@ def test_a_context_parallel_rings_merges_and_sends_move_their_counted_bytes(ckpt
     assert added == pytest.approx(ring.nbytes / (mem_bw_gbs(H100) * 1e9 * MEMORY_SHARE))
     assert not [op for op in model_ops(model, tokens=8192) if op.name == "ring_merge"]
     assert flops.ring_bytes(model, 1) == 0.0
+
+
+def test_transformer_engines_cudnn_attention_runs_at_its_cited_rate_on_hopper_and_nemo_rows_use_it():
+    """cuDNN's fused attention on an H100 (FlashAttention-3, arXiv:2407.08608, Figs. 5(d) and 6: forward 539,
+    backward 516 TFLOP/s at head dim 128, 16K): 3.5 / (1/539 + 2.5/516) = 522 forward and backward, 1.6x FA2's.
+    Below Hopper TE runs flash-attn: sdpa's figure. The replay prices Megatron-Core and NeMo sources on it."""
+    assert 3.5 / (1 / 539 + 2.5 / 516) == pytest.approx(522, abs=0.5)
+    assert attention_tflops(H100, 16384, 128, "bf16", "cudnn") == pytest.approx(522.0)
+    assert attention_tflops(A100, 16384, 128, "bf16", "cudnn") == pytest.approx(189.0)
+    model = _llama(16384)
+    sdpa = shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16")
+    cudnn = shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16", attention_kernel="cudnn")
+    assert sdpa.kernel_s / cudnn.kernel_s == pytest.approx(522 / 328)
+    with pytest.raises(ValueError, match="attention kernel 'fa3' is not one of sdpa, cudnn"):
+        shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16", attention_kernel="fa3")
+    kernels = {
+        s: attention_kernel({"source": s}) for s in ("nemo_perf_2407", "megatron_core_2024", "torchtitan_h100_2024")
+    }
+    assert kernels == {"nemo_perf_2407": "cudnn", "megatron_core_2024": "cudnn", "torchtitan_h100_2024": "sdpa"}
