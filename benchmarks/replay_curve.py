@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
 from benchmarks.replay_fp8_stack import fp8_stack, fused
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
@@ -55,6 +56,7 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         tokens_per_step=tokens_per_optimizer_step(cfg),
         compiled=fused(case.row)[0],
         fp8_stack=fp8_stack(case.row) or "torchao",
+        attention_kernel=attention_kernel(case.row),
     )
     return parts, work.executed_flops / work.peak.flops
 
@@ -63,7 +65,7 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
     """Seconds per token over E_GRID × H_GRID: of every matmul and the attention (fixed None), or of
     the fp8 matmuls only, the rest priced by `fixed` (an fp8 row's bf16 curve)."""
     e, h = E_GRID[:, None], H_GRID[None, :]
-    total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s)
+    total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s + parts.kernel_s)  # curve-free
     total += parts.attention_s / (e if fixed is None else fixed.e_max)
     for flops, s, peak, cap, fp8 in parts.matmuls:
         if fixed is not None and not fp8:

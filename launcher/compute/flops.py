@@ -230,7 +230,8 @@ class Op:
     m: int = 0
     """matmul: rows (tokens of one micro-batch on one rank); attention: query positions."""
     n: int = 0
-    """matmul: output features on one rank (tp splits them, or `k`); attention: key positions."""
+    """matmul: output features on one rank (tp splits them, or `k`); attention: key positions one kernel
+    call sees (the sequence; a ring step's chunk, seq ÷ cp, under context parallel)."""
     k: int = 0
     """matmul: the inner dimension; attention: the head dimension."""
     flops: float = 0.0
@@ -331,6 +332,29 @@ def _elementwise_bytes(cfg: ModelConfig, *, compiled: bool) -> float:
     return cd * d + cf * f + cqk * qk
 
 
+RING_BYTES = {"merge": 38, "once": 12, "send": 4, "grad_q": 10, "grad_kv": 18}
+"""Bytes per element torch's ring attention moves outside its kernels (torch/distributed/tensor/experimental/
+_context_parallel/_attention.py; each op its own kernel). merge: one step's partial output merged into the
+running one, forward (_SDPAMerger, convert_to_f32 its default): the bf16 block cast to fp32 (2 + 4),
+out − block_out (8 + 4), × sigmoid of the logsumexps' difference (4 + 4), out − that (8 + 4); once: the first
+step's cast to fp32 and the result's back (6 + 6); send: torch.cat of k and v before each send (2 + 2),
+forward and backward; backward, every step: grad_q added into its fp32 accumulator (4 + 2 read, 4 written),
+grad_kv the same for each key and value gradient, then concatenated to be sent on (+ 4 + 4)."""
+
+
+def ring_bytes(cfg: ModelConfig, cp: int) -> float:
+    """Bytes per token one block's ring attention moves outside its kernels under context parallel `cp`
+    (torch's _templated_ring_attention and its backward; RING_BYTES), counted whole on the load-balanced
+    steps that merge half the rows (an upper bound); a rerun forward merges again. 0 without cp."""
+    if cp <= 1 or cfg.arch == "mlp":
+        return 0.0
+    q, kv = cfg.n_heads * head_dim(cfg), 2 * kv_heads(cfg) * head_dim(cfg)  # output; k and v
+    r = RING_BYTES
+    forward = r["once"] * q + (cp - 1) * (r["merge"] * q + r["send"] * kv)
+    backward = cp * (r["grad_q"] * q + r["grad_kv"] * kv) + (cp - 1) * r["send"] * kv
+    return forward * (1 + _reruns(cfg, "attention")) + backward
+
+
 def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compiled: bool = False) -> list[Op]:
     """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank),
     tp and cp as the layout splits them; `compiled`: the blocks run under torch.compile (train.compile),
@@ -355,7 +379,12 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compil
         core = attention_forward_flops_per_token(cfg)
         runs = 3 + _reruns(cfg, "attention")
         seq = cfg.seq_len
-        ops.append(Op(name="attention", priced="attention", m=seq // cp, n=seq, k=head_dim(cfg), flops=core * runs))
+        # Under cp, torch's ring runs the kernel once per step on its chunk: seq/cp keys a call (ring_bytes).
+        ops.append(
+            Op(name="attention", priced="attention", m=seq // cp, n=seq // cp, k=head_dim(cfg), flops=core * runs)
+        )
+        if cp > 1:
+            ops.append(Op(name="ring_merge", priced="memory", nbytes=L * ring_bytes(cfg, cp)))
     # Norm weights and biases: what N counts beyond the matmuls' weights (exact for a dense model;
     # a MoE model's mean block in model_parts carries its rounding).
     small = parts.block * L - inactive_params(cfg) - matmul_params

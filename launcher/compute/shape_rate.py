@@ -9,14 +9,15 @@ capped by the roofline, arithmetic intensity × memory bandwidth (2mnk FLOPs ove
 three operands). Two parameters per device and precision (`Curve`), fitted on published runs
 (benchmarks/published_replay.py, leave-one-source-out). A site profile (perf/site_profile.py) stands
 in for the peak table through `Measured`: each matmul at its measured rate, the rest at its bandwidth.
-The attention core runs in a fused flash kernel at
+The attention core runs in a fused flash kernel. On a chip with a cited kernel figure (KERNEL_SHARE:
+A100, H100, H200) it runs at that figure's share of the chip's dense bf16 peak, whatever its matmuls
+reach, scaled from the figure's head dim 128 and 16K tokens by
 
-    FLASH_SHARE · e_max · Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
+    Q / (Q + HEAD_DIM_HALF) · T / (T + SEQ_HALF)
 
-of peak, Q the head dim and T the sequence (FlashAttention-2, Dao 2023, arXiv:2307.08691, §4.1 and
-Figs. 4–7: forward and backward reach 50–73% of an A100's peak where its GEMMs reach 70–80%, head
-dim 64 runs ~10% below 128, and 512-token sequences ~30% below 16K); causal masking skips half the
-tiles (flops.CAUSAL_EXECUTED_SHARE).
+Q the head dim and T the keys one kernel call sees (a ring step's chunk, seq/cp, under context
+parallel: flops.model_ops). Elsewhere (no cited figure) it keeps the older rule, FLASH_SHARE · e_max
+of peak times the same shape terms. Causal masking skips half the tiles (flops.CAUSAL_EXECUTED_SHARE).
 Memory-bound operations (norms, activations, residual adds, the loss, the optimizer step, fp8
 casts) move their bytes at MEMORY_SHARE of the device's HBM bandwidth (peaks.py): each its own pass
 in an eager step, fused into one pass per chain between matmuls in a compiled one (flops.model_ops),
@@ -37,12 +38,45 @@ from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_c
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
+KERNEL_SHARE = {
+    "sdpa": {"A100": 189 / 312, "H100": 328 / 989.4, "H200": 328 / 989.4},
+    "cudnn": {"H100": 522 / 989.4, "H200": 522 / 989.4},
+}
+"""A causal attention kernel's forward and backward at head dim 128 and 16K tokens ÷ the chip's dense bf16
+peak, by kernel and by the chip its peak-table row names (ATTENTION_KERNELS says who runs which).
+sdpa, torch SDPA's flash kernel (FlashAttention-2): FA2 (Dao 2023, arXiv:2307.08691) Fig. 4(d), 189 TFLOP/s
+on an A100 80GB SXM4 (61% of 312); Fig. 7(d), 328 on an H100 80GB SXM5 (33% of 989.4; "only 35%
+utilization" on H100, FlashAttention-3, Shah et al. 2024, arXiv:2407.08608 §1: FA2 uses none of Hopper's
+wgmma or TMA). cudnn, cuDNN's fused attention on an H100: FA3 Fig. 5(d) forward, causal, 539 TFLOP/s, and
+Fig. 6 backward (no causal column), 516, combined as FA2's benchmark counts (backward 2.5 forwards):
+3.5 / (1/539 + 2.5/516) = 522; the same rule on FA2's columns (335, 322) gives 326 for its measured 328.
+The H200 is the same GH100 die at the same clocks: the H100's figures. A chip a kernel does not list runs
+sdpa's figure (below Hopper Transformer Engine prefers flash-attn); a chip sdpa does not list keeps the
+matmul-curve rule (module docstring)."""
+ATTENTION_KERNELS = {
+    "sdpa": "torch.nn.functional.scaled_dot_product_attention's flash backend: the launcher's blocks, torchtitan",
+    "cudnn": "Transformer Engine's DotProductAttention (NeMo, Megatron-Core): on Hopper its backend choice "
+    "drops flash-attn for cuDNN's fused attention 'for performance reasons' (get_attention_backend)",
+}
+"""The attention kernels the model prices, and who runs them."""
+KERNEL_REF = (16384, 128)
+"""(tokens, head dim) of the KERNEL_SHARE figures: the shape terms are 1 there."""
+KERNEL_COUNTED = 3.5
+"""Forward-equivalents FA2's benchmark counts for a forward and backward (benchmarks/benchmark_flash_attention.py
+`flops`: backward 2.5 forwards, its five matmuls, the scores recomputed, to forward's two; causal halves
+both): an op counts 3 (flops.attention_core_runs), so per counted FLOP the kernel runs at 3/3.5 of the
+figure (a recompute's extra forward is priced the same, ≤ 4% over)."""
 FLASH_SHARE = 0.75
-"""A flash-attention kernel's rate at long sequences and wide heads ÷ a large matmul's (module docstring)."""
+"""Uncited chips: the kernel's rate at long sequences and wide heads ÷ a large matmul's (FA2 §4.1, an
+A100's forward and backward at 50–73% of peak where its GEMMs reach 70–80%)."""
 HEAD_DIM_HALF = 16
-"""Head dim at which the flash kernel runs at half its wide-head rate (64: 0.8 of it, 128: 0.89)."""
-SEQ_HALF = 256
-"""Sequence length at which the flash kernel runs at half its long-sequence rate (2K: 0.89, 8K: 0.97)."""
+"""Head dim at which the flash kernel runs at half its wide-head rate (64: 0.8 of it, 128: 0.89; FA2's
+figures, causal at 16K, head dim 64 ÷ 128: A100 171/189 = 0.90, H100 284/328 = 0.87)."""
+SEQ_HALF = 512
+"""Sequence length at which the causal flash kernel runs at half its long-sequence rate (2K: 0.8, 8K:
+0.94). FA2's Figs. 4(d) and 7(d), causal, head dim 128, 16K tokens per batch at every length: 512 tokens
+run at 99/189 (A100) and 163/328 (H100) of 16K's, T/(T + 512)'s 0.52 (the diagonal tiles, run whole,
+weigh more in a short causal square; 2K: 155/189 and 265/328, the rule's 0.82)."""
 MEMORY_SHARE = 0.8
 """Share of the datasheet bandwidth elementwise kernels sustain on large tensors (STREAM-like copies
 reach 80–90% of HBM peak on A100/H100; torch's eager kernels less on small ones)."""
@@ -152,16 +186,20 @@ class Parts:
     """Per matmul: (FLOPs per token, smallest dimension s, peak FLOP/s at its precision, roofline
     FLOP/s cap, runs at fp8)."""
     attention_s: float
-    """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max)."""
+    """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max),
+    on a chip of no cited kernel figure."""
     memory_s: float
     """Seconds per token of the memory-bound ops, curve-free."""
+    kernel_s: float = 0.0
+    """Seconds per token of the attention core at its chip's cited kernel rate (KERNEL_SHARE), curve-free."""
 
     def seconds(self, curve: Curve, fp8_curve: Curve | None = None) -> StepTime:
         mm = 0.0
         for flops, s, peak, cap, fp8 in self.matmuls:
             c = fp8_curve if fp8 and fp8_curve is not None else curve
             mm += flops / c.rate(peak, s, cap)
-        return StepTime(matmul_s=mm, attention_s=self.attention_s / curve.e_max, memory_s=self.memory_s)
+        attention = self.attention_s / curve.e_max + self.kernel_s
+        return StepTime(matmul_s=mm, attention_s=attention, memory_s=self.memory_s)
 
 
 @dataclass(frozen=True)
@@ -178,6 +216,22 @@ class Measured:
     attention_flops: Callable[[int, int, str], float | None] = lambda seq, head_dim, dtype: None
     """Counted FLOP/s of the causal attention kernel at (sequence, head dim, dtype) as measured; None where
     not measured (then its FLASH_SHARE of `peak_flops`, as for a datasheet peak)."""
+
+
+def attention_tflops(device: str | None, seq: int, head_dim: int, dtype: str, kernel: str = "sdpa") -> float | None:
+    """TFLOP/s of the causal attention `kernel` forward and backward on `device` with `seq` keys at `head_dim`,
+    in FA2's counting (causal halved, backward 2.5 forwards: KERNEL_COUNTED): its chip's KERNEL_SHARE of the
+    dense peak at KERNEL_REF, by the shape terms elsewhere. None for a chip or dtype no figure covers."""
+    row = find_device(device)
+    chip = next((c for c in KERNEL_SHARE["sdpa"] if row is not None and row.device.startswith(c)), None)
+    share = KERNEL_SHARE[kernel].get(chip, KERNEL_SHARE["sdpa"].get(chip)) if chip else None
+    if share is None or dtype not in ("bf16", "fp16"):
+        return None
+    return _peak(device, dtype) * share * _kernel_shape(seq, head_dim) / _kernel_shape(*KERNEL_REF) / 1e12
+
+
+def _kernel_shape(seq: int, head_dim: int) -> float:
+    return head_dim / (head_dim + HEAD_DIM_HALF) * seq / (seq + SEQ_HALF)
 
 
 def _peak(device: str | None, dtype: str) -> float:
@@ -198,15 +252,22 @@ def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
 
 
 def op_parts(
-    ops: Sequence[Op], device: str | None, dtype: str, *, extra_bytes: float = 0.0, measured: Measured | None = None
+    ops: Sequence[Op],
+    device: str | None,
+    dtype: str,
+    *,
+    extra_bytes: float = 0.0,
+    measured: Measured | None = None,
+    attention_kernel: str = "sdpa",
 ) -> Parts:
     """`ops` on `device` as Parts (every FLOP of the model's token, tp's ranks each doing their 1/tp at
     the split shapes' rate). `dtype` fp8 runs the blocks' linear layers at fp8, the rest at bf16.
     `extra_bytes`: memory-bound bytes per token beyond the ops' (the optimizer step, fp8's casts).
-    `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0))."""
+    `measured`: the device's measured rates in place of the peak table (read the Parts with Curve(1, 0)).
+    `attention_kernel`: the kernel the attention core runs (ATTENTION_KERNELS)."""
     base = "bf16" if dtype == "fp8" else dtype
     bw = measured.mem_bw_gbs * 1e9 if measured else (mem_bw_gbs(device) or math.nan) * 1e9 * MEMORY_SHARE
-    matmuls, att, nbytes = [], 0.0, extra_bytes
+    matmuls, att, kernel_s, nbytes = [], 0.0, 0.0, extra_bytes
     for op in ops:
         if op.priced == "matmul":
             d = "fp8" if dtype == "fp8" and op.fp8 else base
@@ -215,13 +276,19 @@ def op_parts(
             matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
         elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
             att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
+        elif (
+            op.priced == "attention"
+            and not measured
+            and (cited := attention_tflops(device, op.n, op.k, base, attention_kernel))
+        ):
+            kernel_s += op.flops * CAUSAL_EXECUTED_SHARE * KERNEL_COUNTED / 3.0 / (cited * 1e12)
         elif op.priced == "attention":
-            shape = op.k / (op.k + HEAD_DIM_HALF) * op.n / (op.n + SEQ_HALF)
+            shape = _kernel_shape(op.n, op.k)
             peak = measured.peak_flops(base) if measured else _peak(device, base)
             att += op.flops * CAUSAL_EXECUTED_SHARE / (peak * FLASH_SHARE * shape)
         else:
             nbytes += op.nbytes
-    return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw)
+    return Parts(matmuls=tuple(matmuls), attention_s=att, memory_s=nbytes / bw, kernel_s=kernel_s)
 
 
 def step_parts(
@@ -236,14 +303,19 @@ def step_parts(
     tokens_per_step: float | None = None,
     compiled: bool = False,
     fp8_stack: str = "torchao",
+    attention_kernel: str = "sdpa",
 ) -> Parts:
     """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes (`compiled`:
     the blocks' memory-bound ops fused, flops.model_ops), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
     sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
-    `fp8_stack` does them (FP8_CAST_BYTES)."""
+    `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS)."""
     if fp8_stack not in FP8_STACKS:
         raise ValueError(f"shape_rate: fp8 stack {fp8_stack!r} is not one of {', '.join(FP8_STACKS)}")
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(
+            f"shape_rate: attention kernel {attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+        )
     tokens = max(1, micro_batch * model.seq_len // cp)
     ops = model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
     extra = 0.0
@@ -256,7 +328,7 @@ def step_parts(
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
         weights = sum(op.flops / 6.0 for op in linear)
         extra += FP8_CAST_BYTES[fp8_stack] * elements + FP8_WEIGHT_BYTES[fp8_stack] * weights / tokens
-    return op_parts(ops, device, dtype, extra_bytes=extra)
+    return op_parts(ops, device, dtype, extra_bytes=extra, attention_kernel=attention_kernel)
 
 
 def step_time(model: ModelConfig, *, curve: Curve, fp8_curve: Curve | None = None, **shape) -> StepTime:
