@@ -248,7 +248,8 @@ def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
     if bw is None:
         return math.inf
     width = 1 if dtype == "fp8" else 4 if dtype in ("tf32", "fp32") else 2
-    return 2.0 * m * n * k / (width * (m * k + k * n + m * n)) * bw * 1e9
+    out = 2 if dtype == "fp8" else width  # an fp8 GEMM (torch._scaled_mm) writes its output in bf16
+    return 2.0 * m * n * k / (width * (m * k + k * n) + out * m * n) * bw * 1e9
 
 
 def op_parts(

@@ -291,3 +291,15 @@ def test_measured_rates_stand_in_for_the_peak_table():
     assert t.attention_s == pytest.approx(core.flops * CAUSAL_EXECUTED_SHARE / (5e12 * FLASH_SHARE * shape))
     kernel = Measured(matmul_flops=matmul, peak_flops=lambda d: 5e12, mem_bw_gbs=100.0, attention_flops=lambda *a: 2e12)
     assert op_parts(ops, None, "bf16", measured=kernel).attention_s == pytest.approx(core.flops / 2e12)
+
+
+def test_an_fp8_gemm_reads_fp8_operands_and_writes_a_bf16_output_at_the_roofline():
+    """torch._scaled_mm reads its two fp8 operands (1 B) and writes bf16 (2 B): the roofline's bytes are
+    mk + kn + 2mn. Fails with the output counted at 1 B, as the inputs."""
+    m, n, k, bw = 64, 8192, 8192, mem_bw_gbs(H200)
+    assert shape_rate._roofline(H200, m, n, k, "fp8") == pytest.approx(
+        2.0 * m * n * k / (m * k + k * n + 2 * m * n) * bw * 1e9
+    )
+    assert shape_rate._roofline(H200, m, n, k, "bf16") == pytest.approx(
+        2.0 * m * n * k / (2 * (m * k + k * n + m * n)) * bw * 1e9
+    )
