@@ -30,11 +30,12 @@ share of peak than wide ones, and fp8, whose casts are memory-bound, gains more 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
+from launcher.compute.flops import ACT_BYTES, CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
@@ -305,9 +306,11 @@ def step_parts(
     compiled: bool = False,
     fp8_stack: str = "torchao",
     attention_kernel: str = "sdpa",
+    measured: Measured | None = None,
 ) -> Parts:
-    """The Parts of a recipe's step on one device: its ops at one micro-batch's shapes (`compiled`:
-    the blocks' memory-bound ops fused, flops.model_ops), the optimizer step spread over
+    """The Parts of a recipe's step on one device (`measured`: a site profile's rates, op_parts): its ops at
+    one micro-batch's shapes (`compiled`: the blocks' memory-bound ops fused, flops.model_ops; an fp32 or
+    tf32 step's activations at 4 bytes, twice the ops' bf16), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
     sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
     `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS)."""
@@ -318,7 +321,11 @@ def step_parts(
             f"shape_rate: attention kernel {attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
         )
     tokens = max(1, micro_batch * model.seq_len // cp)
-    ops = model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
+    width = 4 / ACT_BYTES if dtype in ("fp32", "tf32") else 1.0
+    ops = [
+        dataclasses.replace(op, nbytes=op.nbytes * width) if op.name == "elementwise" else op
+        for op in model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
+    ]
     extra = 0.0
     if tokens_per_step:
         extra += OPTIMIZER_BYTES.get(optimizer, 28) * param_counts(model)[0] / tokens_per_step
@@ -329,7 +336,7 @@ def step_parts(
         elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
         weights = sum(op.flops / 6.0 for op in linear)
         extra += FP8_CAST_BYTES[fp8_stack] * elements + FP8_WEIGHT_BYTES[fp8_stack] * weights / tokens
-    return op_parts(ops, device, dtype, extra_bytes=extra, attention_kernel=attention_kernel)
+    return op_parts(ops, device, dtype, extra_bytes=extra, measured=measured, attention_kernel=attention_kernel)
 
 
 def step_time(model: ModelConfig, *, curve: Curve, fp8_curve: Curve | None = None, **shape) -> StepTime:

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.compute.flops import ACT_BYTES, executed_flops_per_token, model_ops, param_counts
-from launcher.compute.shape_rate import OPTIMIZER_BYTES, Curve, Measured, op_parts
+from launcher.compute.flops import executed_flops_per_token
+from launcher.compute.shape_rate import Curve, Measured, step_parts
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
@@ -211,14 +211,18 @@ def step_seconds(cfg: LauncherConfig, profile: SiteProfile, dtype: str) -> StepS
     dtype = dtype if dtype in profile.matmul or dtype != "tf32" else "fp32"
     b, cp, tp = cfg.batch, cfg.parallel.cp or 1, cfg.parallel.tp or 1
     tokens = max(1, b.micro * cfg.model.seq_len // cp)
-    width = 4 / ACT_BYTES if dtype in ("fp32", "tf32") else 1.0
-    ops = [
-        dataclasses.replace(op, nbytes=op.nbytes * width) if op.name == "elementwise" else op
-        for op in model_ops(cfg.model, tokens=tokens, tp=tp, cp=cp, compiled=cfg.train.compile)
-    ]
-    per_step = tokens_per_optimizer_step(cfg)  # None: FSDP's state sharded over a size not known here
-    optimizer = OPTIMIZER_BYTES.get(str(cfg.optim.name), 28) * param_counts(cfg.model)[0] / per_step if per_step else 0
-    t = op_parts(ops, None, dtype, extra_bytes=optimizer, measured=measured(profile)).seconds(Curve(1.0, 0.0))
+    t = step_parts(
+        cfg.model,
+        micro_batch=b.micro,
+        device=None,
+        dtype=dtype,
+        tp=tp,
+        cp=cp,
+        optimizer=str(cfg.optim.name),
+        tokens_per_step=tokens_per_optimizer_step(cfg),  # None: FSDP's state sharded over a size not known here
+        compiled=cfg.train.compile,
+        measured=measured(profile),
+    ).seconds(Curve(1.0, 0.0))
     ops_per_token = _step_ops(cfg) / (tokens * b.accum)
     return StepSeconds(
         matmul_s=t.matmul_s,

@@ -303,3 +303,17 @@ def test_an_fp8_gemm_reads_fp8_operands_and_writes_a_bf16_output_at_the_roofline
     assert shape_rate._roofline(H200, m, n, k, "bf16") == pytest.approx(
         2.0 * m * n * k / (2 * (m * k + k * n + m * n)) * bw * 1e9
     )
+
+
+def test_an_fp32_step_moves_its_activations_at_4_bytes_on_a_profile_and_on_presets_alike():
+    """One rule, step_parts, for both paths: an fp32 step's elementwise ops move twice the bf16 bytes, the
+    other memory-bound bytes as they are. Fails with the width applied only in site_profile (its old home)."""
+    cfg = compose_config([*WIDTHS[768], "cluster.device=cuda", f"cluster.device_name={H200}"], None)
+    ops = flops.model_ops(cfg.model, tokens=cfg.batch.micro * cfg.model.seq_len)
+    elementwise = sum(op.nbytes for op in ops if op.name == "elementwise")
+    bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
+    at = {
+        d: shape_rate.step_parts(cfg.model, micro_batch=cfg.batch.micro, device=H200, dtype=d) for d in ("bf16", "fp32")
+    }
+    assert elementwise > 0
+    assert at["fp32"].memory_s - at["bf16"].memory_s == pytest.approx(elementwise / bw, rel=1e-9)
