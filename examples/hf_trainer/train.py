@@ -93,8 +93,9 @@ def main() -> None:
     )
     data = Tokens(size=args.micro * args.accum * 64 * args.steps, seq_len=args.seq_len, vocab=config.vocab_size)
     trainer = Trainer(model=model, args=training, train_dataset=data)
-    trainer.add_callback(MeterCallback(tokens_per_sample=args.seq_len))  # launcher: one line
+    # the program's clock first, the meter's write after: both read a step's end at the same moment
     trainer.add_callback(OwnRate(tokens_per_sample=args.seq_len, warmup_steps=args.warmup_steps))
+    trainer.add_callback(MeterCallback(tokens_per_sample=args.seq_len))  # launcher: one line
     trainer.train()
     if torch.distributed.is_initialized():
         # Leave together, then skip torch's teardown: destroying the gloo group can hang one rank after its
