@@ -462,6 +462,30 @@ def _schedule(row: dict, pp: int, layers: int, assumed: list[str]) -> list[str]:
     return ["parallel.schedule=interleaved_1f1b", f"parallel.virtual_stages={v}"]
 
 
+TP_OVERLAP_SOURCES = {
+    "megatron_core_2024": "Megatron-LM README, its weak-scaling table's benchmark configuration: 'Communication "
+    "optimizations: Fine-grained overlapping with DP (--overlap-grad-reduce, --overlap-param-gather), TP "
+    "(--tp-comm-overlap), and PP (enabled by default)'",
+}
+"""Sources that state every tp run overlapped tp's collectives with its matmuls (trainer.tp_comm_overlap).
+torchtitan's rows say so each (TP_OVERLAP_TECHNIQUE). Not mapped: nemo_perf_2407, whose launcher configs
+differ by model (gpt3/175b.yaml sets ub_tp_comm_overlap: True, llama/llama2_70b.yaml false at 0446d2c0)."""
+TP_OVERLAP_TECHNIQUE = "AsyncTP"
+"""torchtitan's technique column names async TP (torch's chunked all-gather/reduce-scatter matmuls) per row."""
+
+
+def _tp_overlap(row: dict, assumed: list[str]) -> list[str]:
+    if (num(row.get("tp")) or 1) <= 1:
+        return []
+    if TP_OVERLAP_TECHNIQUE in technique(row).split(" + "):
+        assumed.append(f"tp collectives overlapped: the technique '{technique(row)}' names AsyncTP")
+        return ["trainer.tp_comm_overlap=true"]
+    if (why := TP_OVERLAP_SOURCES.get(row["source"])) is not None:
+        assumed.append(f"tp collectives overlapped: {why}")
+        return ["trainer.tp_comm_overlap=true"]
+    return []
+
+
 def _trainer(row: dict, assumed: list[str]) -> list[str]:
     """What the source's trainer keeps in memory unlike the built-in one, as the source's config says."""
     out: list[str] = []
@@ -475,7 +499,7 @@ def _trainer(row: dict, assumed: list[str]) -> list[str]:
     if (why := FUSED_RMSNORM.get((row["source"], row["model"]))) is not None:
         out.append("trainer.norm_16bit=true")
         assumed.append(why)
-    return out
+    return out + _tp_overlap(row, assumed)
 
 
 def _device_memory(row: dict, assumed: list[str]) -> list[str]:

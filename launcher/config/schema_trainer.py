@@ -1,8 +1,9 @@
 """The `trainer` config group: how the trainer that runs a recipe keeps what the memory estimate
 counts, where it is not the built-in trainer (Megatron, torchtitan, llm-foundry, a command of your
-own), so `launcher plan` can estimate that trainer's memory. Every default is the built-in
-trainer's; a sweep of the built-in trainer refuses anything else (builtin_support.py), since its
-engines do not implement it and the predicted-OOM gate would pass what then runs out.
+own), so `launcher plan` can estimate that trainer's memory (and, for tp_comm_overlap, its step
+time). Every default is the built-in trainer's; a sweep of the built-in trainer refuses anything
+else (builtin_support.py), since its engines do not implement it and the predicted-OOM gate would
+pass what then runs out.
 
 Kept apart from schema.py (whose 400 lines are full); `LauncherConfig.trainer` holds it, and
 field_docs.py reads this module's field docs as it reads schema.py's.
@@ -62,6 +63,14 @@ class TrainerConfig:
     torch_dtype "auto" is bfloat16, nemo_automodel/_transformers/auto_model.py @60dfabfe, and torch.optim.Adam
     keeps its moments in the parameter's dtype); FSDP's unsharded gradients while accumulating stay float32 (its
     reduce_dtype). Under 16-bit compute only. False: the built-in trainer's float32 master parameters."""
+    tp_comm_overlap: bool = False
+    """Tensor parallel's sequence-parallel all-gathers and reduce-scatters are split into tp chunks and
+    pipelined against the matmul that consumes or produces them, so a collective waits only for its first (or
+    last) chunk where the matmul outlasts the rest: Megatron-core's `--tp-comm-overlap` (Transformer Engine's
+    userbuffers; Megatron-LM's README runs its weak-scaling table with it), NeMo's `ub_tp_comm_overlap: True`
+    (NeMo-Framework-Launcher conf/training/gpt3/175b.yaml @056a90ed), torchtitan's async TP
+    (`parallelism.enable_async_tensor_parallel`). False: every tp collective on the critical path, as in the
+    built-in trainer."""
     experts_outside_fsdp: bool = False
     """Where expert parallelism spans the whole data-parallel group (dp = ep), the routed experts are left out of
     FSDP (NeMo AutoModel: nemo_automodel/components/moe/parallelizer.py @60dfabfe apply_fsdp wraps the experts in

@@ -45,9 +45,10 @@ BACKWARD_SHARE = 2.0 / 3.0
 """Backward's share of a forward+backward pass without recompute: 4 of the 6 FLOPs per
 parameter and token."""
 TP_EXPOSED = 1.0
-"""Share of the tensor-parallel collectives on the critical path: sequence-parallel all-gathers
-and reduce-scatters sit between the matmuls that need their output (no overlap in the engines,
-nor in Megatron's default); the calibrated model's factor scales it with the rest."""
+"""Share of the tensor-parallel collectives on the critical path without trainer.tp_comm_overlap:
+sequence-parallel all-gathers and reduce-scatters sit between the matmuls that need their output
+(no overlap in the engines, nor in Megatron's default); the calibrated model's factor scales it with
+the rest. With it: overlap.tp_exposed_s."""
 
 
 def ddp_buckets(grad_bytes: int) -> int:
@@ -271,6 +272,9 @@ class Traffic:
     """Bytes of one tensor-parallel collective's full activation (microbatch × seq × d_model × bytes)."""
     tp_collectives: int = 0
     """Tensor-parallel all-gathers and reduce-scatters per pass (forward, backward, recompute)."""
+    tp_overlap: bool = False
+    """The tp collectives run in tp chunks pipelined against their matmuls (trainer.tp_comm_overlap):
+    overlap.tp_exposed_s."""
     pp_bytes: int = 0
     """Bytes of one send across a stage boundary (a microbatch's activation or its gradient)."""
     pp_sends: int = 0

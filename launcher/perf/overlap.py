@@ -17,7 +17,10 @@ FSDP     per pass: the root's and the first block's all-gathers are exposed, blo
          only (set_requires_gradient_sync; on every pass under fsdp_sync_each_microstep:
          Traffic.syncs), all-gathers on every pass (once per step for a
          pipeline stage that keeps its parameters: Traffic.gathered_once).
-TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them.
+TP       sequence-parallel all-gathers and reduce-scatters on the critical path: TP_EXPOSED of them;
+         under trainer.tp_comm_overlap each is split into tp chunks pipelined against its matmul,
+         so one chunk in tp waits, and what the step's compute cannot cover:
+             exposed = T_tp / tp + max(0, T_tp · (1 − 1/tp) − compute)
 PP       each slot of the schedule waits for its microbatch's send: sends × one p2p time.
 EP       expert parallel's all-to-alls (dispatch before, combine after each MoE block's experts,
          forward and backward): on the critical path, none hidden (no overlap is modelled).
@@ -150,12 +153,22 @@ def comm_terms(
         dp_total_s=dp_total + dp_norm,
         dp_exposed_s=dp_exposed + dp_norm,
         tp_total_s=tp_total + tp_norm,
-        tp_exposed_s=TP_EXPOSED * tp_total + tp_norm,
+        tp_exposed_s=tp_exposed_s(tp_total, groups.tp.size, compute_s=compute_s, overlap=t.tp_overlap) + tp_norm,
         pp_total_s=pp_total + pp_norm,
         ep_total_s=ep_total,
         cp_total_s=cp_total,
         cp_exposed_s=cp_exposed,
     )
+
+
+def tp_exposed_s(total: float, tp: int, *, compute_s: float, overlap: bool) -> float:
+    """The tp collectives' time left on the critical path. Chunked (Megatron's userbuffers, torch's async
+    TP: a ring of tp steps, each moving one rank's chunk while the matmul works on the last), the first
+    all-gather chunk and the last reduce-scatter chunk wait, 1/tp of the time, and the rest hides under
+    the matmuls as far as the step's compute reaches."""
+    if not overlap or tp <= 1:
+        return TP_EXPOSED * total
+    return total / tp + max(0.0, total * (1 - 1 / tp) - compute_s)
 
 
 NORM_BYTES = 4

@@ -75,6 +75,8 @@ class LayoutSpec:
     reduce_bytes: int = REDUCE_BYTES
     """Bytes a gradient element crosses the dp group in: REDUCE_BYTES, or 2 where the trainer reduces in
     16 bits (trainer.grad_sync_16bit)."""
+    tp_overlap: bool = False
+    """trainer.tp_comm_overlap: tp collectives run in chunks under their matmuls (Traffic.tp_overlap)."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -134,6 +136,7 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
         syncs=batch.accum if spec.sync_each_microstep and dp_kind == DataParallel.fsdp and pp == 1 else 1,
         tp_bytes=activation,
         tp_collectives=tp_count,
+        tp_overlap=spec.tp_overlap,
         # Sequence-parallel stages hand over their sequence shard: each tp rank sends 1/tp of it.
         pp_bytes=activation // tp if pp > 1 else 0,
         pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
@@ -245,6 +248,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         measured_numel=numel,
         ep=expert_degree(cfg, dp),
         reduce_bytes=2 if cfg.trainer.grad_sync_16bit else REDUCE_BYTES,
+        tp_overlap=cfg.trainer.tp_comm_overlap,
     )
     return layout_shape(
         spec,

@@ -222,6 +222,26 @@ def test_tensor_parallel_collectives_per_block_and_pass():
     assert p.tp_comm_s == pytest.approx(want, rel=1e-12)  # on the critical path, on the in-node link
 
 
+def test_overlapped_tp_collectives_expose_one_chunk_and_what_compute_cannot_cover():
+    """trainer.tp_comm_overlap (Megatron's --tp-comm-overlap, torch's async TP): one chunk in tp waits, the rest
+    hides under the step's compute as far as it reaches. Fails if comm_terms ignores Traffic.tp_overlap (the
+    exposed time would stay the whole), or if the config never reaches the traffic (shapes.traffic)."""
+    args = ["model=gpt_1_3b", "precision=bf16", "parallel=fsdp_tp", "parallel.tp=8", "optim.clip_grad_norm=0"]
+    plain, over = shape_for(_cfg(*args), 64), shape_for(_cfg(*args, "trainer.tp_comm_overlap=true"), 64)
+    assert (plain.traffic.tp_overlap, over.traffic.tp_overlap) == (False, True)
+    ring = (over.groups, over.topology, NV, IB)
+    total = comm_terms(plain.traffic, *ring, compute_s=10.0, backward_share=2 / 3).tp_exposed_s
+    hidden = comm_terms(over.traffic, *ring, compute_s=10.0, backward_share=2 / 3)
+    assert hidden.tp_total_s == pytest.approx(total, rel=1e-12)  # the same bytes move
+    assert hidden.tp_exposed_s == pytest.approx(total / 8, rel=1e-12)  # 10 s of compute covers the other 7/8
+    short = comm_terms(over.traffic, *ring, compute_s=total / 2, backward_share=2 / 3).tp_exposed_s
+    assert short == pytest.approx(total / 8 + (total * 7 / 8 - total / 2), rel=1e-12)
+    assert (
+        comm_terms(over.traffic, *ring, compute_s=10.0, backward_share=2 / 3).exposed_s
+        < comm_terms(plain.traffic, *ring, compute_s=10.0, backward_share=2 / 3).exposed_s
+    )
+
+
 def test_pipeline_sends_per_microbatch_across_the_boundary():
     cfg = _cfg(
         "model=gpt_1_3b",
