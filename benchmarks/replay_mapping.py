@@ -468,8 +468,19 @@ TP_OVERLAP_SOURCES = {
     "(--tp-comm-overlap), and PP (enabled by default)'",
 }
 """Sources that state every tp run overlapped tp's collectives with its matmuls (trainer.tp_comm_overlap).
-torchtitan's rows say so each (TP_OVERLAP_TECHNIQUE). Not mapped: nemo_perf_2407, whose launcher configs
-differ by model (gpt3/175b.yaml sets ub_tp_comm_overlap: True, llama/llama2_70b.yaml false at 0446d2c0)."""
+torchtitan's rows say so each (TP_OVERLAP_TECHNIQUE); nemo_perf_2407's configs say so per model
+(TP_OVERLAP_MODELS)."""
+TP_OVERLAP_MODELS = {
+    ("nemo_perf_2407", model): "NeMo-Framework-Launcher launcher_scripts/conf/training @1a7171d7 (July 2024): "
+    f"{path} sets ub_tp_comm_overlap true"
+    for model, path in (
+        ("GPT3-20B", "gpt3/20b.yaml"),
+        ("LLAMA2-70B", "llama/llama2_70b.yaml"),
+        ("LLAMA3-70B", "llama/llama3_70b.yaml"),
+    )
+}
+"""Per-model statements; a tp row of such a source not listed ran without the overlap (at 1a7171d7 gpt3/175b.yaml
+and gpt3/175b_fp8.yaml set ub_tp_comm_overlap False)."""
 TP_OVERLAP_TECHNIQUE = "AsyncTP"
 """torchtitan's technique column names async TP (torch's chunked all-gather/reduce-scatter matmuls) per row."""
 
@@ -480,7 +491,8 @@ def _tp_overlap(row: dict, assumed: list[str]) -> list[str]:
     if TP_OVERLAP_TECHNIQUE in technique(row).split(" + "):
         assumed.append(f"tp collectives overlapped: the technique '{technique(row)}' names AsyncTP")
         return ["trainer.tp_comm_overlap=true"]
-    if (why := TP_OVERLAP_SOURCES.get(row["source"])) is not None:
+    why = TP_OVERLAP_SOURCES.get(row["source"]) or TP_OVERLAP_MODELS.get((row["source"], row["model"]))
+    if why is not None:
         assumed.append(f"tp collectives overlapped: {why}")
         return ["trainer.tp_comm_overlap=true"]
     return []

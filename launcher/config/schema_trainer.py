@@ -68,7 +68,7 @@ class TrainerConfig:
     pipelined against the matmul that consumes or produces them, so a collective waits only for its first (or
     last) chunk where the matmul outlasts the rest: Megatron-core's `--tp-comm-overlap` (Transformer Engine's
     userbuffers; Megatron-LM's README runs its weak-scaling table with it), NeMo's `ub_tp_comm_overlap: True`
-    (NeMo-Framework-Launcher conf/training/gpt3/175b.yaml @056a90ed), torchtitan's async TP
+    (NeMo-Framework-Launcher conf/training/gpt3/20b.yaml @1a7171d7), torchtitan's async TP
     (`parallelism.enable_async_tensor_parallel`). False: every tp collective on the critical path, as in the
     built-in trainer."""
     experts_outside_fsdp: bool = False

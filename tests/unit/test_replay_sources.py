@@ -134,3 +134,7 @@ def test_async_tp_rows_overlap_their_tp_collectives_and_gain_what_torchtitan_mea
     assert [("trainer.tp_comm_overlap=true" in rm.map_row(r).overrides) for r in megatron] == [
         int(r["tp"]) > 1 for r in megatron
     ]
+    # NeMo's July 2024 launcher configs: ub_tp_comm_overlap true for gpt3/20b, llama2_70b, llama3_70b; false for
+    # gpt3/175b(_fp8); the other models run tp 1.
+    nemo = {r["model"] for r in _rows("nemo_perf_2407") if "trainer.tp_comm_overlap=true" in rm.map_row(r).overrides}
+    assert nemo == {"GPT3-20B", "LLAMA2-70B", "LLAMA3-70B"}
