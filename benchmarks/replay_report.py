@@ -91,7 +91,8 @@ def line(c: Case) -> dict:
 
 
 def _share(k: int, n: int) -> str:
-    return f"{k}/{n} = {k / n:.0%}" if n else "0/0"
+    # whole percent rounded down: a share just under a goal (154/172 = 89.5%) never prints as the goal
+    return f"{k}/{n} = {100 * k // n}%" if n else "0/0"
 
 
 def _verdict(k: int, n: int, goal: float) -> str:

@@ -26,6 +26,10 @@ def test_throughput_needs_ninety_percent_of_rows_and_a_median_within_ten_percent
     assert "85/100 = 85% of replayed rows (goal ≥ 90%: **NOT met**); median |error| 8.0% (goal ≤ 10%: met)" in thr
     thr = goal_lines(_stats(thr_within=92, thr_median=0.12, eff_within=48, base_eff_within=47))[0]
     assert "92/100 = 92% of replayed rows (goal ≥ 90%: met); median |error| 12.0% (goal ≤ 10%: **NOT met**)" in thr
+    # just under the goal reads under it: 179/200 = 89.5% is 89%, not a rounded 90% beside NOT met
+    stats = _stats(thr_within=179, thr_median=0.08, eff_within=48, base_eff_within=47)
+    stats["loso"] |= {"rows": 200}
+    assert "179/200 = 89% of replayed rows (goal ≥ 90%: **NOT met**)" in goal_lines(stats)[0]
 
 
 def test_efficiency_is_met_only_where_it_beats_the_one_for_every_row_baseline():
