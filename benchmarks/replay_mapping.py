@@ -486,16 +486,18 @@ TP_OVERLAP_TECHNIQUE = "AsyncTP"
 
 
 def _tp_overlap(row: dict, assumed: list[str]) -> list[str]:
+    """trainer.tp_comm_overlap for a tp row whose source says it overlapped (the row's technique, the source, or
+    its model's config); nothing otherwise."""
     if (num(row.get("tp")) or 1) <= 1:
         return []
     if TP_OVERLAP_TECHNIQUE in technique(row).split(" + "):
-        assumed.append(f"tp collectives overlapped: the technique '{technique(row)}' names AsyncTP")
-        return ["trainer.tp_comm_overlap=true"]
-    why = TP_OVERLAP_SOURCES.get(row["source"]) or TP_OVERLAP_MODELS.get((row["source"], row["model"]))
-    if why is not None:
-        assumed.append(f"tp collectives overlapped: {why}")
-        return ["trainer.tp_comm_overlap=true"]
-    return []
+        why = f"the technique '{technique(row)}' names {TP_OVERLAP_TECHNIQUE}"
+    else:
+        why = TP_OVERLAP_SOURCES.get(row["source"]) or TP_OVERLAP_MODELS.get((row["source"], row["model"]))
+    if why is None:
+        return []
+    assumed.append(f"tp collectives overlapped: {why}")
+    return ["trainer.tp_comm_overlap=true"]
 
 
 def _trainer(row: dict, assumed: list[str]) -> list[str]:

@@ -236,10 +236,6 @@ def test_overlapped_tp_collectives_expose_one_chunk_and_what_compute_cannot_cove
     assert hidden.tp_exposed_s == pytest.approx(total / 8, rel=1e-12)  # 10 s of compute covers the other 7/8
     short = comm_terms(over.traffic, *ring, compute_s=total / 2, backward_share=2 / 3).tp_exposed_s
     assert short == pytest.approx(total / 8 + (total * 7 / 8 - total / 2), rel=1e-12)
-    assert (
-        comm_terms(over.traffic, *ring, compute_s=10.0, backward_share=2 / 3).exposed_s
-        < comm_terms(plain.traffic, *ring, compute_s=10.0, backward_share=2 / 3).exposed_s
-    )
 
 
 def test_pipeline_sends_per_microbatch_across_the_boundary():
