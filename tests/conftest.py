@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from launcher.cli import main
 # (launcher/report/piped.py): the tests, and every subprocess they start, see output as a pipe
 # without COLUMNS does, as a run under `-n 0` does; a test that wants a width sets COLUMNS itself.
 os.environ.pop("COLUMNS", None)
+# The composition cache (launcher/config/composed_cache.py) is the session's own, never the user's ~/.cache:
+# every test, and every launcher it starts, composes from this session's recipes and code.
+os.environ["LAUNCHER_CACHE_DIR"] = tempfile.mkdtemp(prefix="launcher-cache-")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -1,13 +1,12 @@
-"""Compose recipes + command-line overrides with Hydra, into a validated LauncherConfig.
+"""Compose recipes + command-line overrides into a validated LauncherConfig: the one entry point.
 
-The schema is `OmegaConf.structured(LauncherConfig)` (load.schema), registered in Hydra's
-ConfigStore; recipes/config.yaml lists it first in its defaults, so every recipe and override
-is merged onto typed, closed nodes. Hydra and OmegaConf report bad input as multi-line
-tracebacks aimed at config authors; here each failure becomes one ConfigError line for the
-user: what, the value, the fix (messages.py words the OmegaConf ones). One node is open while
-Hydra composes: `model` holds what the recipe and overrides set (`model.key=value` adds or sets),
-so that a `_target_` model's keys become its callable's keyword arguments (load.fold_model_kwargs)
-and a built-in model's are then checked against the closed schema.
+Hydra composes (hydra_compose.py: its session, the composition, each error as one line). A command
+whose overrides are group choices and plain values (`cluster=devcluster sweep.repeats=64
+sweep.results_dir=/scratch/x`; simple_override.py) takes a shorter road to the same document: the
+document Hydra composed from its group choices is read from the composition cache
+(composed_cache.py; Hydra composes it on a miss), its values are set on it, and it is merged onto
+the closed schema and resolved as Hydra's road does. Anything else, and any value that does not fit,
+goes Hydra's road, whose error is the one the user sees.
 
 Recipes are looked up on Hydra's search path: your folder first (--recipes DIR or
 $LAUNCHER_RECIPES, Hydra's primary config dir), then the bundled tree (a search-path plugin
@@ -17,128 +16,38 @@ appends it). So your folder holds only what it adds or replaces: `model/my_gpt.y
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import os
-import re
-from collections.abc import Iterator, Sequence
-from importlib.resources import files
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.core.config_search_path import ConfigSearchPath
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.plugins import Plugins
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from hydra.plugins.search_path_plugin import SearchPathPlugin
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from launcher.config.composed_cache import cache_key, recall, remember
 from launcher.config.errors import ConfigError
-from launcher.config.load import escaped, fold_model_kwargs, load_config, schema
-from launcher.config.messages import describe, override_for, parsed_override, unparsable
-from launcher.config.schema import LauncherConfig, ModelConfig
+from launcher.config.load import load_config, schema
+from launcher.config.recipe_folders import PACKAGED_RECIPES, bundled, recipe_folders, user_recipes
+from launcher.config.schema import LauncherConfig
+from launcher.config.simple_override import simple_override
 from launcher.config.validate import validate
 
+__all__ = ["PACKAGED_RECIPES", "bundled", "compose_config", "compose_dict", "recipe_folders", "user_recipes"]
 
-def bundled(name: str) -> Path:
-    """A folder that ships with the package (`recipes`, `sbatch_templates`). A wheel or `pip install .`
-    puts it inside the package (pyproject.toml maps the top-level folder there); an editable install
-    or a source checkout has only the top-level folder, beside the package, which is then the one read."""
-    inside = Path(str(files("launcher") / name))
-    return (inside if inside.is_dir() else Path(__file__).resolve().parents[2] / name).resolve()
-
-
-PACKAGED_RECIPES = bundled("recipes")
-SCHEMA_NAME = "launcher_schema"  # recipes/config.yaml names it first in its defaults
-
-
-class BundledRecipes(SearchPathPlugin):
-    """Hydra search-path plugin: the bundled recipes after the primary config dir (Hydra takes the
-    first folder holding a config, so the user's files win over bundled ones of the same name)."""
-
-    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        url = f"file://{PACKAGED_RECIPES}"
-        if all(element.path != url for element in search_path.get_path()):
-            search_path.append(provider="launcher", path=url)
-
-
-def register() -> None:
-    """Register the schema in Hydra's ConfigStore and the bundled search path (both idempotent)."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=schema(open_model=True))
-    Plugins.instance().register(BundledRecipes)
-
-
-def recipe_folders(explicit: str | os.PathLike | None = None) -> tuple[Path, ...]:
-    """The recipe folders, first match wins: the user's (--recipes > $LAUNCHER_RECIPES), if any,
-    then the bundled tree."""
-    given = explicit or os.environ.get("LAUNCHER_RECIPES")
-    if not given:
-        return (PACKAGED_RECIPES,)
-    folder = Path(given).expanduser()
-    if not folder.is_dir():
-        source = "--recipes" if explicit else "LAUNCHER_RECIPES"
-        raise ConfigError(
-            f"{source} {str(given)!r} is not a folder; point it at a folder of recipes such as "
-            "model/my_gpt.yaml (it adds to the bundled ones)"
-        )
-    folder = folder.resolve()
-    return (folder,) if folder == PACKAGED_RECIPES else (folder, PACKAGED_RECIPES)
-
-
-def user_recipes(recipes: str | os.PathLike | None) -> str | None:
-    """The user's recipe folder among those a config is composed from, resolved (None: bundled only)."""
-    folders = recipe_folders(recipes)
-    return str(folders[0]) if len(folders) > 1 else None
-
-
-@contextlib.contextmanager
-def hydra_session(folders: Sequence[Path], overrides: Sequence[str] = ()) -> Iterator[Any]:
-    """Hydra initialised on recipe folders (recipe_folders; yields its config loader); any Hydra,
-    OmegaConf or YAML error inside becomes one ConfigError line. Hydra's global state is cleared on exit."""
-    register()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(folders[0]), version_base="1.3"):
-            yield GlobalHydra.instance().config_loader()
-    except ConfigError:
-        raise
-    except Exception as exc:  # Hydra/OmegaConf/YAML errors: many types, one translation point
-        if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf", "yaml"):
-            raise
-        raise ConfigError(explain(exc, overrides, folders)) from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def default_choices(loader: Any) -> dict[str, str]:
-    """Group → the option the root config's defaults list picks (Hydra's own groups left out)."""
-    return {
-        d.override_key: d.config_path.split("/", 1)[1]
-        for d in loader.compute_defaults_list("config", [], RunMode.RUN).defaults
-        if d.override_key and not d.override_key.startswith("hydra")
-    }
+# Values on these keys take Hydra's road: `model.key=value` may add a key (compose's `++`) that a
+# `_target_` model's recipe folds into kwargs, and job.argv/env are kept as text (hydra_compose._job_as_text).
+_HYDRA_ONLY = ("model", "job")
 
 
 def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Hydra composition → resolved plain dict (config keys; choices as strings)."""
-    with hydra_session(recipe_folders(recipes), overrides) as loader:
-        _check_group_values(loader, overrides)
-        # `model` is an open node holding what the recipe sets (load.schema): `model.key=value`
-        # adds or sets a key there, as on the closed node it was, where every key existed.
-        cfg = compose(config_name="config", overrides=[_add_or_set(ov) for ov in overrides])
-        # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses
-        # it (and a built-in model's unknown key, which the open model node let through).
-        plain = _named_job(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides)
-        plain = _job_as_text(_named_model(plain, loader, overrides))
-        try:
-            checked = OmegaConf.merge(schema(), plain)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(_where_model_key(exc, loader, overrides) + describe(exc, overrides)) from None
-        data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
-    return data  # type: ignore[return-value]
+    """Recipes + overrides → resolved plain dict (config keys; choices as strings)."""
+    folders = recipe_folders(recipes)
+    if (data := _from_cache(overrides, folders)) is not None:
+        return data
+    from launcher.config.hydra_compose import hydra_compose_dict  # lazy: Hydra, which a cached command skips
+
+    return hydra_compose_dict(overrides, folders)
 
 
 def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> LauncherConfig:
@@ -146,160 +55,61 @@ def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None =
     return validate(load_config(compose_dict(overrides, recipes)))
 
 
-def _job_as_text(data: Any) -> Any:
-    """`data` with job.argv and job.env kept as written: their `${…}` name values of each trial
-    (launcher/config/job.py), resolved per trial at plan time, never by OmegaConf here."""
-    job = data.get("job")
-    if not isinstance(job, dict):
-        return data
-    kept = {k: escaped(v) if k in ("argv", "env") else v for k, v in job.items()}
-    return {**data, "job": kept}
+def _from_cache(overrides: Sequence[str], folders: Sequence[Path]) -> dict[str, Any] | None:
+    """The resolved document by the cache's road, or None where Hydra's must take the command."""
+    split = _split(overrides, folders)
+    if split is None:
+        return None
+    choices, values = split
+    key = cache_key(folders, choices)
+    plain = recall(key)
+    if plain is None:
+        from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, on a miss only
 
-
-def _add_or_set(override: str) -> str:
-    return f"++{override}" if override.startswith("model.") else override
-
-
-def _model_option(loader: Any, overrides: Sequence[str]) -> str:
-    """The model recipe composed: the last `model=` override, else the defaults list's."""
-    return _option(loader, overrides, "model", ModelConfig.name)
-
-
-def _option(loader: Any, overrides: Sequence[str], group: str, default: str) -> str:
-    """The recipe of `group` composed: the last `group=` override, else the defaults list's, else `default`."""
-    picked = [p.value() for p in map(parsed_override, overrides) if p.key_or_group == group]
-    return str(picked[-1] if picked else default_choices(loader).get(group, default))
-
-
-def _where_model_key(exc: OmegaConfBaseException, loader: Any, overrides: Sequence[str]) -> str:
-    """`FILE, line N: ` for a bad model key a recipe set: the open model node let it through
-    composition, where Hydra would have named the recipe; an override's key needs no file."""
-    key = getattr(exc, "full_key", None) or ""
-    if not key.startswith("model.") or any(ov.lstrip("+~").startswith(key + "=") for ov in overrides):
-        return ""
-    return _in_recipe(f"model/{_model_option(loader, overrides)}", key, recipe_folders_of(loader))
-
-
-def recipe_folders_of(loader: Any) -> list[Path]:
-    """The search path's folders, as the loader sees them (file:// entries only)."""
-    return [
-        Path(p.path)
-        for p in loader.get_search_path().config_search_path
-        if p.path and p.provider != "hydra" and not p.path.startswith("pkg://")
-    ]
-
-
-def _named_model(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
-    """A `_target_` model whose recipe sets no `name` is named after its recipe file."""
-    model = data.get("model") or {}
-    if model.get("_target_") == "???":  # merged onto the schema, a missing value would leave None: no model at all
-        raise ConfigError(
-            "model._target_ is not set; give the callable that builds your model, e.g. "
-            "model._target_=mypkg.models.build"
-        )
-    if model.get("_target_") is None or model.get("name") is not None:
-        return data
-    return {**data, "model": {**model, "name": _model_option(loader, overrides).rsplit("/", 1)[-1]}}
-
-
-def _named_job(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
-    """A job whose recipe sets no `name` is named after its recipe file (`job=ddp_meter` → ddp_meter)."""
-    job = data.get("job")
-    if not isinstance(job, dict) or job.get("name") is not None:
-        return data
-    return {**data, "job": {**job, "name": _option(loader, overrides, "job", "builtin").rsplit("/", 1)[-1]}}
-
-
-def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:
-    """A group given a list or mapping (`batch=[1]`) makes Hydra fail deep inside with a TypeError."""
-    groups = set(loader.list_groups(""))
-    for ov in overrides:
-        parsed = parsed_override(ov)  # unparsable: Hydra's error, worded by explain()
-        group = parsed.key_or_group
-        if group in groups and isinstance(parsed.value(), (list, dict)):
-            options = loader.get_group_options(group)
-            pick = default_choices(loader).get(group) or next(iter(options), "name")
-            raise ConfigError(
-                f"{ov}: a config group takes one option name, e.g. {group}={pick}; options: {', '.join(options)}"
-            )
-
-
-# --- error translation -------------------------------------------------------------------
-
-
-def explain(exc: BaseException, overrides: Sequence[str], folders: Sequence[Path]) -> str:
-    """One line for a Hydra/OmegaConf/YAML composition error."""
-    msg = str(exc)
-    if type(exc).__module__.startswith("yaml"):
-        return _bad_yaml(exc)
-    if isinstance(exc, OmegaConfBaseException):  # raised outside Hydra (resolving, MISSING)
-        return describe(exc, overrides)
-    if isinstance(exc, OverrideParseException):
-        return _unparsable(overrides, msg)
-    if isinstance(exc, MissingConfigException):
-        return _missing_recipe(msg, folders)
-    if unlisted := re.match(r"Could not override '([^']+)'\. No match in the defaults list", msg):
-        return _not_in_defaults(unlisted.group(1), overrides, folders)
-    if msg.startswith("Ambiguous value for argument"):
-        ov = msg.split("'")[1]
-        return f"{ov!r}: comma-separated values are not a single value; write a list as key=[a,b]"
-    cause = exc.__cause__
-    if cause is None and isinstance(exc, ConfigCompositionException):
-        cause = exc.__context__  # Hydra sometimes chains the real error only as context
-    if isinstance(cause, OmegaConfBaseException):
-        recipe = re.match(r"In '([^']+)'", msg)
-        if recipe is None:
-            return describe(cause, overrides)
-        return _in_recipe(recipe.group(1), getattr(cause, "full_key", None) or "", folders) + describe(cause, overrides)
-    first = msg.splitlines()[0] if msg else type(exc).__name__
-    return f"bad configuration: {first}"
-
-
-def _not_in_defaults(group: str, overrides: Sequence[str], folders: Sequence[Path]) -> str:
-    """`group=option` for a group that a user's config.yaml leaves out of its defaults list."""
-    root = next((f / "config.yaml" for f in folders if (f / "config.yaml").is_file()), folders[-1] / "config.yaml")
-    ov = override_for(group, overrides) or f"{group}=<option>"
-    option = ov.split("=", 1)[1]
-    return f"{ov}: the defaults list of {root} has no {group}; add `- {group}: {option}` to it, or write +{ov}"
-
-
-def _in_recipe(recipe: str, key: str, folders: Sequence[Path]) -> str:
-    """`FILE, line N: ` for an error Hydra found while merging recipe `group/name`: the file the search
-    path took it from, and the first line that sets the key's last part (if one does)."""
-    path = next((f / f"{recipe}.yaml" for f in folders if (f / f"{recipe}.yaml").is_file()), None)
-    if path is None:
-        return f"recipe {recipe}: "
-    leaf = re.sub(r"\[\d+\]$", "", key).rsplit(".", 1)[-1]
-    setting = re.compile(rf"^\s*(- )?['\"]?{re.escape(leaf)}['\"]?\s*:")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    number = next((n for n, line in enumerate(lines, 1) if leaf and setting.match(line)), None)
-    return f"{path}, line {number}: " if number else f"{path}: "
-
-
-def _bad_yaml(exc: BaseException) -> str:
-    """A recipe file that is not YAML the loader accepts (syntax, duplicate key, a tag)."""
-    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)  # where it began
-    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a recipe"
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"{where}: not valid recipe YAML ({problem}); fix the file"
-
-
-def _unparsable(overrides: Sequence[str], msg: str) -> str:
-    """Name the first override Hydra's grammar cannot parse."""
-    for ov in overrides:
         try:
-            parsed_override(ov)
-        except OverrideParseException:
-            return unparsable(ov)
-    return f"cannot parse the overrides: {msg.splitlines()[0]}"
+            plain = composed_plain(choices, folders)
+        except ConfigError:
+            return None  # Hydra's road, with every override, says what is wrong
+        remember(key, plain)
+    return _with_values(plain, values)
 
 
-def _missing_recipe(msg: str, folders: Sequence[Path]) -> str:
-    """`group=option` naming no recipe file: list the group's options in every recipe folder."""
-    missing = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
-    if not missing:
-        return msg.splitlines()[0]
-    group, option = missing.groups()
-    available = sorted({p.stem for folder in folders for p in (folder / group).glob("*.yaml")})
-    where = " or ".join(str(folder / group) for folder in folders)
-    return f"{group}={option} is not a recipe in {where}; available: {', '.join(available) or 'none'}"
+def _split(overrides: Sequence[str], folders: Sequence[Path]) -> tuple[list[str], list[tuple[str, Any]]] | None:
+    """(group choices, (key, value) of the rest), or None if any override is outside the subset."""
+    groups = {p.name for f in folders for p in f.iterdir() if p.is_dir()}
+    choices: list[str] = []
+    values: list[tuple[str, Any]] = []
+    for ov in overrides:
+        parsed = simple_override(ov)
+        if parsed is None:
+            return None
+        key, value = parsed
+        if "." in key and key.split(".")[0] in _HYDRA_ONLY:
+            return None
+        if key in groups:
+            if not isinstance(value, str):
+                return None  # `batch=[1]`: hydra_compose words the error
+            choices.append(ov)
+        else:
+            values.append((key, value))
+    return choices, values
+
+
+def _with_values(plain: dict[str, Any], values: Sequence[tuple[str, Any]]) -> dict[str, Any] | None:
+    """`plain` with each value set, as Hydra sets an override on a key the recipes hold, then merged onto
+    the closed schema and resolved; None where a key is not there or a value does not fit."""
+    doc = copy.deepcopy(plain)  # the entry stays as read: a miss sets values on what it stores
+    for key, value in values:
+        *path, leaf = key.split(".")
+        node: Any = doc
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            return None
+        node[leaf] = value
+    try:
+        checked = OmegaConf.merge(schema(), doc)
+        data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
+    except OmegaConfBaseException:
+        return None
+    return data  # type: ignore[return-value]

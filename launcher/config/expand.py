@@ -7,12 +7,14 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from hydra.core.override_parser.types import Override
-from hydra.errors import OverrideParseException
+from typing import TYPE_CHECKING
 
 from launcher.config.errors import ConfigError
 from launcher.config.messages import is_list_key, parsed_override, unparsable
+from launcher.config.simple_override import all_simple
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -34,6 +36,10 @@ class Variant:
 
 def expand(overrides: Sequence[str]) -> list[Variant]:
     """Cartesian product of the swept overrides, first key varying slowest."""
+    if all_simple(overrides):  # none sweeps: one combination, without loading Hydra's grammar
+        return [Variant(overrides=tuple(overrides), swept=())]
+    from hydra.errors import OverrideParseException  # lazy, as parsed_override
+
     fixed: list[str] = []
     swept: list[tuple[str, list[str]]] = []
     for ov in overrides:

@@ -13,11 +13,8 @@ import functools
 import re
 import typing
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
-from hydra.errors import OverrideParseException
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -31,6 +28,9 @@ from omegaconf.errors import (
 
 from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
@@ -192,11 +192,16 @@ def parsed_override(override: str) -> Override:
     """One override parsed by Hydra's grammar (OverrideParseException if it does not parse). Cached: a
     sweep's overrides were parsed by Hydra's ANTLR parser once to expand them, again to check group values,
     and for the model's recipe (issue 30 item 11); the result is read, never changed."""
+    # lazy: Hydra's grammar (ANTLR), which a command of plain overrides never needs (compose.py)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     (parsed,) = OverridesParser.create().parse_overrides([override])
     return parsed
 
 
 def _parses(override: str) -> bool:
+    from hydra.errors import OverrideParseException  # lazy, as in parsed_override
+
     try:
         parsed_override(override)
     except OverrideParseException:

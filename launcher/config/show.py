@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
-from launcher.config.compose import compose_config, default_choices, hydra_session, recipe_folders
+from launcher.config.compose import compose_config
 from launcher.config.expand import expand
 from launcher.config.load import escaped
 from launcher.config.plain import to_dict
+from launcher.config.recipe_folders import recipe_folders
 from launcher.config.schema import LauncherConfig
 
 
@@ -42,6 +43,8 @@ def groups_text(recipes_dir: str | os.PathLike | None = None) -> str:
     Groups come in the order the root config's defaults list composes them; groups it does not
     name follow, sorted.
     """
+    from launcher.config.hydra_compose import default_choices, hydra_session  # lazy: Hydra, for --info only
+
     folders = recipe_folders(recipes_dir)
     with hydra_session(folders) as loader:
         chosen = default_choices(loader)

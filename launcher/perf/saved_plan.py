@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from launcher.config.compose import user_recipes
 from launcher.config.errors import ConfigError
+from launcher.config.recipe_folders import user_recipes
 from launcher.config.schema import LauncherConfig
 from launcher.io import atomic_write_text, read_json
 from launcher.layouts import LAYOUTS, DataParallel

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 from launcher import __version__
 from launcher.config.builtin_support import builtin_lacks
 from launcher.config.cluster_traits import cluster_traits
-from launcher.config.compose import compose_config, user_recipes
+from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.expand import expand
 from launcher.config.job import job_label
 from launcher.config.load import load_config
 from launcher.config.plain import to_dict
+from launcher.config.recipe_folders import user_recipes
 from launcher.config.schema import LauncherConfig
 from launcher.config.validate_job import refuse_missing_script
 from launcher.io import json_text

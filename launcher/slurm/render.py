@@ -19,9 +19,9 @@ from pathlib import Path
 import jinja2
 
 from launcher import __version__
-from launcher.config.compose import bundled
 from launcher.config.derived import ranks_per_node
 from launcher.config.errors import ConfigError
+from launcher.config.recipe_folders import bundled
 from launcher.config.schema import ClusterConfig
 from launcher.config.validate_slurm import env_pairs
 from launcher.slurm.container import IMAGE_PYTHON, LAUNCHER_MOUNT, Container, container_for

@@ -1,0 +1,155 @@
+"""The composition cache's road (launcher/config/compose.py, simple_override.py, composed_cache.py)
+gives what Hydra's road gives: the same values of the same types, the same document, the same error
+line; an edited recipe, a changed environment and a damaged cache are seen."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from launcher.config import hydra_compose
+from launcher.config.compose import compose_dict
+from launcher.config.composed_cache import cache_root
+from launcher.config.errors import ConfigError
+from launcher.config.messages import parsed_override
+from launcher.config.recipe_folders import recipe_folders
+from launcher.config.simple_override import simple_override
+
+# Each a form the subset reads; Hydra reads it to the same value and type.
+READ = [
+    "64", "-3", "+7", "0", "1.5", "-0.25", "true", "false", "null", "bench-0-123", "/tmp/x-y/z.v2",
+    "x.true", "a+b@c%d", "_private", "'--hold'", '"a b, c"', "''", "[]", "[1,2,3,4]", "['--hold']",
+    "[true,null,1.5,word]", "['a,b',c]",
+]  # fmt: skip
+# Each a form the subset must leave to Hydra: Hydra reads it otherwise than as a plain word, or not at all.
+LEFT = [
+    "1e5", ".5", "1.", "1_000", "007", "True", "NULL", "inf", "nan", "Inf", "a,b", "${x}", "'${x}'",
+    "[[1]]", "[1, 2]", "a b", "", "x:y", "'it\\'s'", "{a: 1}", "range(1,3)",
+]  # fmt: skip
+
+
+def test_simple_overrides_read_as_hydras_grammar_reads_them():
+    """Fails if `_WORD` took a leading digit or dot (`1e5` a word, Hydra's float), if `_INT` took
+    `1_000` or `007`, or if a keyword in another case (`True`) were read as a word."""
+    for text in READ:
+        key, value = simple_override(f"k={text}")
+        hydra = parsed_override(f"k={text}").value()
+        assert (type(value), value) == (type(hydra), hydra), text
+    for text in LEFT:
+        assert simple_override(f"k={text}") is None, text
+    for prefixed in ("+k=1", "++k=1", "~k", "k.0=1", "k-x=1", "k"):
+        assert simple_override(prefixed) is None, prefixed
+
+
+def test_fuzzed_words_the_subset_reads_hydra_reads_alike():
+    """20,000 random strings of the characters that matter: whatever the subset reads, Hydra reads to the
+    same value and type (items of a list included)."""
+    rng = random.Random(7)
+    alphabet = "aZ_/-.+@%019,'\" []$\\eE:xtrufalsnN"
+    read = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+        ours = simple_override(f"k={text}")
+        if ours is None:
+            continue
+        read += 1
+        hydra = parsed_override(f"k={text}").value()
+        assert (type(ours[1]), ours[1]) == (type(hydra), hydra), text
+        if isinstance(hydra, list):
+            assert [type(v) for v in ours[1]] == [type(v) for v in hydra], text
+    assert read > 1000  # the fuzz reaches the subset, not only its refusals
+
+
+COMMANDS = [
+    [],
+    ["cluster=devcluster", "sweep.nodes=[1,2,3,4]", "sweep.repeats=64", "cluster.sbatch_extra=['--hold']"],
+    ["parallel=fsdp", "batch.micro=3", "optim.lr=1", "sweep.results_dir=/scratch/me/runs", "sweep.name=a-b.c"],
+    ["cluster=slurm", "cluster.partition=gpu", "cluster.exclusive=true", "precision=bf16", "seed=5"],
+    ["optim=sgd", "optim.lr=0.05", "sweep.steps=20", "sweep.warmup_steps=2", "run.requeue=true"],
+    ["model=llama3_8b", "parallel=fsdp_tp", "cluster=example_gpu_site", "sweep.world_sizes=[8,16]"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c)[:40] or "defaults")
+def test_the_cache_road_gives_hydras_document_cold_and_warm(command, monkeypatch, tmp_path):
+    """Fails if the values were set without the merge onto the schema (`optim.lr=1` would stay the int 1,
+    Hydra's road gives 1.0), or if the warm road called Hydra at all."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
+    folders = recipe_folders()
+    hydras = hydra_compose.hydra_compose_dict(command, folders)
+    assert compose_dict(command) == hydras  # cold: Hydra composes the group choices, the cache keeps them
+    assert len(list((tmp_path / "composed").glob("*.json"))) == 1
+
+    def no_hydra(*args, **kwargs):
+        raise AssertionError("a warm command composed with Hydra")
+
+    monkeypatch.setattr(hydra_compose, "composed_plain", no_hydra)
+    monkeypatch.setattr(hydra_compose, "hydra_compose_dict", no_hydra)
+    warm = compose_dict(command)
+    assert warm == hydras
+    assert json.dumps(warm, sort_keys=True) == json.dumps(hydras, sort_keys=True)  # types too: 1.0, not 1
+
+
+def test_the_environment_is_read_at_each_command_not_cached(monkeypatch, tmp_path):
+    """devcluster's slurm_conf is `${oc.env:LAUNCHER_DEVCLUSTER_DIR,…}`: fails if an entry were kept resolved."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/first")
+    assert compose_dict(["cluster=devcluster"])["cluster"]["slurm_conf"] == "/first/etc/slurm.conf"
+    monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/second")
+    assert compose_dict(["cluster=devcluster"])["cluster"]["slurm_conf"] == "/second/etc/slurm.conf"
+
+
+def test_an_edited_recipe_is_composed_again(monkeypatch, tmp_path):
+    """Fails if the key left out the recipe files' stamps: the second command would read the old n_layers."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path / "cache"))
+    recipe = tmp_path / "recipes" / "model" / "mine.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("name: mine\narch: gpt\nn_layers: 2\n")
+    folder = str(tmp_path / "recipes")
+    assert compose_dict(["model=mine"], folder)["model"]["n_layers"] == 2
+    recipe.write_text("name: mine\narch: gpt\nn_layers: 3\n")
+    stamp = recipe.stat().st_mtime_ns + 1_000_000  # an edit within the same mtime tick is still seen by its size
+    os.utime(recipe, ns=(stamp, stamp))
+    assert compose_dict(["model=mine"], folder)["model"]["n_layers"] == 3
+
+
+BAD = [
+    ["run.steps=abc"],
+    ["sweep.nope=1"],
+    ["cluster=nope"],
+    ["batch=[1]"],
+    ["optim.lr=[1]"],
+    ["cluster=devcluster", "cluster.exclusive=maybe"],
+    ["sweep=default", "sweep.steps=1.5"],
+]
+
+
+@pytest.mark.parametrize("command", BAD, ids=lambda c: " ".join(c))
+def test_a_bad_value_reads_as_hydras_error(command, monkeypatch, tmp_path):
+    """Fails if the cache's road raised its own error for a value that does not fit instead of handing
+    the command to Hydra's road, whose line names the key, the value and the fix."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as hydras:
+        hydra_compose.hydra_compose_dict(command, recipe_folders())
+    for _ in range(2):  # cold, then with the group choices' entry kept
+        with pytest.raises(ConfigError) as ours:
+            compose_dict(command)
+        assert str(ours.value) == str(hydras.value)
+
+
+def test_a_damaged_or_unwritable_cache_composes_again(monkeypatch, tmp_path):
+    """Fails if a corrupt entry raised (or were taken as a document) or an unwritable cache stopped the command."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
+    expected = compose_dict(["cluster=slurm"])
+    (entry,) = (cache_root() / "composed").glob("*.json")
+    for damage in ("{not json", "[1, 2]", ""):
+        entry.write_text(damage)
+        assert compose_dict(["cluster=slurm"]) == expected
+        assert json.loads(entry.read_text())["cluster"]["partition"] == expected["cluster"]["partition"]  # rewritten
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(blocked))  # mkdir under a file fails, even as root
+    assert compose_dict(["cluster=slurm"]) == expected
