@@ -43,21 +43,21 @@ def _stamp(path: Path) -> str:
     return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
+def _files(folder: Path, pattern: str) -> list[Path]:
+    return sorted(p for p in folder.rglob(pattern) if p.is_file())
 
 
 def cache_key(folders: Sequence[Path], choices: Sequence[str]) -> str:
     """sha256 of what the composed document of `choices` (group=option, in command order) depends on."""
-    code = [*_files(_CONFIG_CODE), *(_CONFIG_CODE.parent / name for name in _ALSO)]
+    code = [*_files(_CONFIG_CODE, "*.py"), *(_CONFIG_CODE.parent / name for name in _ALSO)]
     libraries = [Path(spec.origin) for name in ("hydra", "omegaconf") if (spec := find_spec(name)) and spec.origin]
     parts = [
         __version__,
         sys.version,
-        *(_stamp(p) for p in code if p.suffix == ".py"),
+        *(_stamp(p) for p in code),
         *(_stamp(p) for p in libraries),
         *(f"folder {f}" for f in folders),
-        *(_stamp(p) for f in folders for p in _files(f)),
+        *(_stamp(p) for f in folders for p in _files(f, "*.yaml")),  # what Hydra reads of a folder
         *(f"choice {c}" for c in choices),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
