@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.composed_cache import cache_key, recall, remember
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, schema
+from launcher.config.load import load_config, onto_schema
 from launcher.config.recipe_folders import PACKAGED_RECIPES, bundled, recipe_folders, user_recipes
 from launcher.config.schema import LauncherConfig
 from launcher.config.simple_override import simple_override
@@ -108,7 +108,7 @@ def _with_values(plain: dict[str, Any], values: Sequence[tuple[str, Any]]) -> di
             return None
         node[leaf] = value
     try:
-        checked = OmegaConf.merge(schema(), doc)
+        checked = onto_schema(doc)
         data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
     except OmegaConfBaseException:
         return None

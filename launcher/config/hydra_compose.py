@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
-from launcher.config.load import escaped, fold_model_kwargs, schema
+from launcher.config.load import escaped, fold_model_kwargs, onto_schema, schema
 from launcher.config.messages import describe, override_for, parsed_override, unparsable
 from launcher.config.recipe_folders import PACKAGED_RECIPES
 from launcher.config.schema import ModelConfig
@@ -89,7 +89,7 @@ def hydra_compose_dict(overrides: Sequence[str], folders: Sequence[Path]) -> dic
     with hydra_session(folders, overrides) as loader:
         plain = _composed(loader, overrides)
         try:
-            checked = OmegaConf.merge(schema(), plain)
+            checked = onto_schema(plain)
         except OmegaConfBaseException as exc:
             raise ConfigError(_where_model_key(exc, loader, overrides) + describe(exc, overrides)) from None
         data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
