@@ -4,9 +4,10 @@ Hydra composes (hydra_compose.py: its session, the composition, each error as on
 whose overrides are group choices and plain values (`cluster=devcluster sweep.repeats=64
 sweep.results_dir=/scratch/x`; simple_override.py) takes a shorter road to the same document: the
 document Hydra composed from its group choices is read from the composition cache
-(composed_cache.py; Hydra composes it on a miss), its values are set on it, and it is merged onto
-the closed schema and resolved as Hydra's road does. Anything else, and any value that does not fit,
-goes Hydra's road, whose error is the one the user sees.
+(composed_cache.py; Hydra composes it on a miss, merged onto the schema: every key, typed), its
+values are set on it, `${…}` is resolved, and typed_document.py builds the dataclasses from it
+without OmegaConf's structured schema. Anything else, and any value that does not fit, goes
+Hydra's road, whose error is the one the user sees.
 
 Recipes are looked up on Hydra's search path: your folder first (--recipes DIR or
 $LAUNCHER_RECIPES, Hydra's primary config dir), then the bundled tree (a search-path plugin
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.composed_cache import cache_key, recall, remember
 from launcher.config.errors import ConfigError
-from launcher.config.load import load_config, onto_schema
+from launcher.config.load import checked, load_config, onto_schema
 from launcher.config.recipe_folders import PACKAGED_RECIPES, bundled, recipe_folders, user_recipes
 from launcher.config.schema import LauncherConfig
 from launcher.config.simple_override import simple_override
+from launcher.config.typed_document import Unfit, typed
 from launcher.config.validate import validate
 
 __all__ = ["PACKAGED_RECIPES", "bundled", "compose_config", "compose_dict", "recipe_folders", "user_recipes"]
@@ -40,38 +42,48 @@ __all__ = ["PACKAGED_RECIPES", "bundled", "compose_config", "compose_dict", "rec
 _HYDRA_ONLY = ("model", "job")
 
 
-def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Recipes + overrides → resolved plain dict (config keys; choices as strings)."""
-    folders = recipe_folders(recipes)
-    if (data := _from_cache(overrides, folders)) is not None:
-        return data
-    from launcher.config.hydra_compose import hydra_compose_dict  # lazy: Hydra, which a cached command skips
-
-    return hydra_compose_dict(overrides, folders)
-
-
 def compose_config(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> LauncherConfig:
     """The one entry point: recipes + overrides → typed, validated config."""
-    return validate(load_config(compose_dict(overrides, recipes)))
+    cfg = _from_cache(overrides, recipe_folders(recipes))
+    return validate(cfg if cfg is not None else load_config(compose_dict(overrides, recipes)))
 
 
-def _from_cache(overrides: Sequence[str], folders: Sequence[Path]) -> dict[str, Any] | None:
-    """The resolved document by the cache's road, or None where Hydra's must take the command."""
+def compose_dict(overrides: Sequence[str], recipes: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Hydra's road: recipes + every override → resolved plain dict (config keys; choices as strings)."""
+    from launcher.config.hydra_compose import hydra_compose_dict  # lazy: Hydra, which a cached command skips
+
+    return hydra_compose_dict(overrides, recipe_folders(recipes))
+
+
+def _from_cache(overrides: Sequence[str], folders: Sequence[Path]) -> LauncherConfig | None:
+    """The config by the cache's road, or None where Hydra's must take the command."""
     split = _split(overrides, folders)
     if split is None:
         return None
     choices, values = split
     key = cache_key(folders, choices)
-    plain = recall(key)
-    if plain is None:
-        from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, on a miss only
+    document = recall(key)
+    if document is None:
+        document = _composed(choices, folders)
+        if document is None:
+            return None
+        remember(key, document)
+    try:
+        return checked(typed(LauncherConfig, _resolved(_with_values(document, values))))
+    except (Unfit, OmegaConfBaseException):
+        return None
 
-        try:
-            plain = composed_plain(choices, folders)
-        except ConfigError:
-            return None  # Hydra's road, with every override, says what is wrong
-        remember(key, plain)
-    return _with_values(plain, values)
+
+def _composed(choices: Sequence[str], folders: Sequence[Path]) -> dict[str, Any] | None:
+    """What the cache keeps: the document Hydra composes from the group choices, merged onto the schema (every
+    key, its type's value), unresolved. None where it does not compose: Hydra's road, with every override, says why."""
+    from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, on a miss only
+
+    try:
+        merged = onto_schema(composed_plain(choices, folders))
+    except (ConfigError, OmegaConfBaseException):
+        return None
+    return OmegaConf.to_container(merged, resolve=False, enum_to_str=True)  # type: ignore[return-value]
 
 
 def _split(overrides: Sequence[str], folders: Sequence[Path]) -> tuple[list[str], list[tuple[str, Any]]] | None:
@@ -95,21 +107,37 @@ def _split(overrides: Sequence[str], folders: Sequence[Path]) -> tuple[list[str]
     return choices, values
 
 
-def _with_values(plain: dict[str, Any], values: Sequence[tuple[str, Any]]) -> dict[str, Any] | None:
-    """`plain` with each value set, as Hydra sets an override on a key the recipes hold, then merged onto
-    the closed schema and resolved; None where a key is not there or a value does not fit."""
-    doc = copy.deepcopy(plain)  # the entry stays as read: a miss sets values on what it stores
+def _with_values(document: dict[str, Any], values: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """`document` with each value set where the key is; Unfit where it is not (Hydra's road then refuses it)."""
+    doc = copy.deepcopy(document)  # the entry stays as read: a miss sets values on what it stores
     for key, value in values:
         *path, leaf = key.split(".")
         node: Any = doc
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or leaf not in node:
-            return None
+            raise Unfit(f"{key}: not in the composed document")
         node[leaf] = value
-    try:
-        checked = onto_schema(doc)
-        data = OmegaConf.to_container(checked, resolve=True, throw_on_missing=True, enum_to_str=True)
-    except OmegaConfBaseException:
-        return None
-    return data  # type: ignore[return-value]
+    return doc
+
+
+def _resolved(doc: dict[str, Any]) -> dict[str, Any]:
+    """`${…}` resolved as Hydra's road resolves it (`${oc.env:…}` is read now, never cached); a value
+    still missing (`???`) is Unfit: Hydra's road names it."""
+    texts = list(_strings(doc))
+    if "???" in texts:
+        raise Unfit("a value is missing")
+    if not any("${" in t for t in texts):
+        return doc
+    return OmegaConf.to_container(OmegaConf.create(doc), resolve=True)  # type: ignore[return-value]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)

@@ -60,7 +60,7 @@ def _schema(open_model: bool) -> DictConfig:
 def _open_recipe_class() -> type:
     """LauncherConfig with `model` an open mapping with no defaults: what a recipe sets is then
     told apart from ModelConfig's defaults (a `_target_` model's `vocab_size` is its callable's
-    argument, never the default 256); compose_dict checks it against ModelConfig afterwards."""
+    argument, never the default 256); hydra_compose checks it against ModelConfig afterwards."""
     hints = typing.get_type_hints(LauncherConfig)
     fields = [
         (f.name, dict[str, Any], dataclasses.field(default_factory=dict))
@@ -115,8 +115,14 @@ def load_config(data: Mapping[str, Any]) -> LauncherConfig:
         cfg = OmegaConf.to_object(onto_schema(escaped(upgraded(data))))
     except OmegaConfBaseException as exc:
         raise ConfigError(describe(exc)) from None
+    return checked(cfg)  # type: ignore[arg-type]
+
+
+def checked(cfg: LauncherConfig) -> LauncherConfig:
+    """What every typed config passes once built (here, or by compose.py's cache road): list items
+    that OmegaConf lets through refused, model inputs as InputSpecs."""
     _check_list_items(cfg)
-    return with_input_specs(cfg)  # type: ignore[arg-type]
+    return with_input_specs(cfg)
 
 
 def _check_list_items(obj: Any, prefix: str = "") -> None:

@@ -11,12 +11,20 @@ import random
 import pytest
 
 from launcher.config import hydra_compose
-from launcher.config.compose import compose_dict
+from launcher.config.compose import compose_config
 from launcher.config.composed_cache import cache_root
 from launcher.config.errors import ConfigError
+from launcher.config.load import load_config
 from launcher.config.messages import parsed_override
 from launcher.config.recipe_folders import recipe_folders
 from launcher.config.simple_override import simple_override
+from launcher.config.validate import validate
+
+
+def hydras_config(command, recipes=None):
+    """The config by Hydra's road alone."""
+    return validate(load_config(hydra_compose.hydra_compose_dict(command, recipe_folders(recipes))))
+
 
 # Each a form the subset reads; Hydra reads it to the same value and type.
 READ = [
@@ -68,19 +76,18 @@ COMMANDS = [
     ["cluster=devcluster", "sweep.nodes=[1,2,3,4]", "sweep.repeats=64", "cluster.sbatch_extra=['--hold']"],
     ["parallel=fsdp", "batch.micro=3", "optim.lr=1", "sweep.results_dir=/scratch/me/runs", "sweep.name=a-b.c"],
     ["cluster=slurm", "cluster.partition=gpu", "cluster.exclusive=true", "precision=bf16", "seed=5"],
-    ["optim=sgd", "optim.lr=0.05", "sweep.steps=20", "sweep.warmup_steps=2", "run.requeue=true"],
+    ["cluster=devcluster", "optim=sgd", "optim.lr=0.05", "sweep.steps=20", "sweep.warmup_steps=2", "run.requeue=true"],
     ["model=llama3_8b", "parallel=fsdp_tp", "cluster=example_gpu_site", "sweep.world_sizes=[8,16]"],
 ]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c)[:40] or "defaults")
-def test_the_cache_road_gives_hydras_document_cold_and_warm(command, monkeypatch, tmp_path):
-    """Fails if the values were set without the merge onto the schema (`optim.lr=1` would stay the int 1,
-    Hydra's road gives 1.0), or if the warm road called Hydra at all."""
+def test_the_cache_road_gives_hydras_config_cold_and_warm(command, monkeypatch, tmp_path):
+    """Fails if a value were set without its field's type (`optim.lr=1` would stay the int 1, Hydra's road
+    gives 1.0; a choice would stay text, not its StrEnum), or if the warm road called Hydra at all."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
-    folders = recipe_folders()
-    hydras = hydra_compose.hydra_compose_dict(command, folders)
-    assert compose_dict(command) == hydras  # cold: Hydra composes the group choices, the cache keeps them
+    hydras = hydras_config(command)
+    assert compose_config(command) == hydras  # cold: Hydra composes the group choices, the cache keeps them
     assert len(list((tmp_path / "composed").glob("*.json"))) == 1
 
     def no_hydra(*args, **kwargs):
@@ -88,18 +95,35 @@ def test_the_cache_road_gives_hydras_document_cold_and_warm(command, monkeypatch
 
     monkeypatch.setattr(hydra_compose, "composed_plain", no_hydra)
     monkeypatch.setattr(hydra_compose, "hydra_compose_dict", no_hydra)
-    warm = compose_dict(command)
+    warm = compose_config(command)
     assert warm == hydras
-    assert json.dumps(warm, sort_keys=True) == json.dumps(hydras, sort_keys=True)  # types too: 1.0, not 1
+    assert repr(warm) == repr(hydras)  # types too: 1.0, not 1; Layout.fsdp, not 'fsdp'
 
 
 def test_the_environment_is_read_at_each_command_not_cached(monkeypatch, tmp_path):
     """devcluster's slurm_conf is `${oc.env:LAUNCHER_DEVCLUSTER_DIR,…}`: fails if an entry were kept resolved."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/first")
-    assert compose_dict(["cluster=devcluster"])["cluster"]["slurm_conf"] == "/first/etc/slurm.conf"
+    assert compose_config(["cluster=devcluster"]).cluster.slurm_conf == "/first/etc/slurm.conf"
     monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/second")
-    assert compose_dict(["cluster=devcluster"])["cluster"]["slurm_conf"] == "/second/etc/slurm.conf"
+    assert compose_config(["cluster=devcluster"]).cluster.slurm_conf == "/second/etc/slurm.conf"
+
+
+def test_a_command_recipe_keeps_its_trial_keys_as_text(monkeypatch, tmp_path):
+    """job=command's argv holds `${trial.…}` (escaped in the entry): fails if the cache's road resolved or
+    dropped the escape, where Hydra's road keeps the text for each trial to fill in."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path / "cache"))
+    recipe = tmp_path / "recipes" / "job" / "mine.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(
+        "kind: command\nlaunch: torchrun\nmetrics: meter\nprobe: false\n"
+        "argv: [python, train.py, '--micro=${batch.micro}', '--ws=${trial.world_size}']\n"
+    )
+    command, folder = ["job=mine", "sweep.repeats=2", "batch.micro=3"], str(tmp_path / "recipes")
+    hydras = hydras_config(command, folder)
+    assert compose_config(command, folder) == hydras
+    assert compose_config(command, folder) == hydras  # warm
+    assert hydras.job.argv[2:] == ["--micro=${batch.micro}", "--ws=${trial.world_size}"]
 
 
 def test_an_edited_recipe_is_composed_again(monkeypatch, tmp_path):
@@ -109,11 +133,11 @@ def test_an_edited_recipe_is_composed_again(monkeypatch, tmp_path):
     recipe.parent.mkdir(parents=True)
     recipe.write_text("name: mine\narch: gpt\nn_layers: 2\n")
     folder = str(tmp_path / "recipes")
-    assert compose_dict(["model=mine"], folder)["model"]["n_layers"] == 2
+    assert compose_config(["model=mine"], folder).model.n_layers == 2
     recipe.write_text("name: mine\narch: gpt\nn_layers: 3\n")
     stamp = recipe.stat().st_mtime_ns + 1_000_000  # an edit within the same mtime tick is still seen by its size
     os.utime(recipe, ns=(stamp, stamp))
-    assert compose_dict(["model=mine"], folder)["model"]["n_layers"] == 3
+    assert compose_config(["model=mine"], folder).model.n_layers == 3
 
 
 BAD = [
@@ -133,23 +157,23 @@ def test_a_bad_value_reads_as_hydras_error(command, monkeypatch, tmp_path):
     the command to Hydra's road, whose line names the key, the value and the fix."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
     with pytest.raises(ConfigError) as hydras:
-        hydra_compose.hydra_compose_dict(command, recipe_folders())
+        hydras_config(command)
     for _ in range(2):  # cold, then with the group choices' entry kept
         with pytest.raises(ConfigError) as ours:
-            compose_dict(command)
+            compose_config(command)
         assert str(ours.value) == str(hydras.value)
 
 
 def test_a_damaged_or_unwritable_cache_composes_again(monkeypatch, tmp_path):
     """Fails if a corrupt entry raised (or were taken as a document) or an unwritable cache stopped the command."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
-    expected = compose_dict(["cluster=slurm"])
+    expected = compose_config(["cluster=slurm"])
     (entry,) = (cache_root() / "composed").glob("*.json")
     for damage in ("{not json", "[1, 2]", ""):
         entry.write_text(damage)
-        assert compose_dict(["cluster=slurm"]) == expected
-        assert json.loads(entry.read_text())["cluster"]["partition"] == expected["cluster"]["partition"]  # rewritten
+        assert compose_config(["cluster=slurm"]) == expected
+        assert json.loads(entry.read_text())["cluster"]["partition"] == expected.cluster.partition  # rewritten
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(blocked))  # mkdir under a file fails, even as root
-    assert compose_dict(["cluster=slurm"]) == expected
+    assert compose_config(["cluster=slurm"]) == expected

@@ -213,8 +213,9 @@ def guarded(values: dict | None = None):
         mp.setattr("launcher.slurm.commands._run", refuse)
         mp.setattr("launcher.run.executor.local.run_trial_dir", refuse)
         mp.setattr("launcher.run.local.run_local", refuse)
-        if values is not None:
+        if values is not None:  # Hydra's road, whose document the values are set on (the cache's road skipped)
             mp.setattr(compose_mod, "compose_dict", compose_dict)
+            mp.setattr(compose_mod, "_from_cache", lambda overrides, folders: None)
         yield launched
 
 
