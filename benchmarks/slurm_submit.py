@@ -69,7 +69,9 @@ def launcher_shell(work: Path, env: dict, r: int, source: Path | None = None, ca
     env = env | {"LAUNCHER_CACHE_DIR": str(cache or tempfile.mkdtemp(dir=work, prefix="cache-"))}
     env = env | {"PYTHONPATH": str(source)} if source else env
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    subprocess.run([*cmd, "--detach"], env=env, check=True, capture_output=True, cwd=source)
+    done = subprocess.run([*cmd, "--detach"], env=env, capture_output=True, text=True, cwd=source)
+    if done.returncode:
+        raise SystemExit(f"launcher sweep exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     t1, cpu1 = time.perf_counter(), _children_cpu()
     subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
     jobs = len(list((work / name / "jobs").glob("*.sbatch")))
@@ -283,7 +285,7 @@ def report(
     cold = summary["launcher sweep (shell, empty cache)"]
     ratio = shell["total_s"] / peer["total_s"]
     cold_ratio = cold["total_s"] / peer["total_s"]
-    cold_met = "met" if cold_ratio <= GOAL_RATIO else "**NOT met**"
+    cold_met = f"within {GOAL_RATIO:.0f}×" if cold_ratio <= GOAL_RATIO else f"**above {GOAL_RATIO:.0f}×**"
     old = summary.get(BEFORE)
     met = "met" if ratio <= GOAL_RATIO else "**NOT met**"
 
@@ -322,8 +324,9 @@ def report(
         "",
         f"Goal (issue 30 item 11), the launcher from the shell ≤ {GOAL_RATIO:.0f}× a submitit script submitting the "
         "same trials with `map_array`: "
-        f"{shell['total_s']:.2f} s vs {peer['total_s']:.2f} s, ratio {ratio:.2f} — {met}. With an empty "
-        f"composition cache (the first command after an install, a recipe edit, or with new group choices): "
+        f"{shell['total_s']:.2f} s vs {peer['total_s']:.2f} s, ratio {ratio:.2f} — {met}, for a recipe composed "
+        "before (a user's earlier submission of it, as jinja's compiled template below is an earlier run's). With an "
+        "empty composition cache (the first command after an install, a recipe edit, or with new group choices): "
         f"{cold['total_s']:.2f} s, ratio {cold_ratio:.2f} — {cold_met}.",
         "",
         "The composition cache (launcher/config/composed_cache.py; docs/recipes.md): the document Hydra composes "
@@ -345,8 +348,9 @@ def report(
         "antlr4 it loads) for the schema, hydra too when it composes, jinja2 for the job script (a `--detach` "
         "submission "
         "loads neither pandas, pyarrow and numpy, nor rich, the dev cluster's code or the local executor: "
-        "tests/slurm/test_detach_imports.py; the submitit script imports submitit alone). OmegaConf's structured "
-        "schema (~30-60 ms to build; Hydra's road builds an open one too) and merges. Planning all 256 trials, "
+        "tests/slurm/test_detach_imports.py; the submitit script imports submitit alone). On Hydra's road, OmegaConf's "
+        "structured schemas (~30-60 ms each to build, open and closed) and merges; the cache's road builds the "
+        "config from the kept document without them (launcher/config/typed_document.py). Planning all 256 trials, "
         "each checked before any is submitted. Creating 256 trial folders, "
         "their trial.json and, after each sbatch, their submission.json copies (a file creation is ~0.1-0.3 ms on "
         "this disk; each distinct config's JSON is encoded once and spliced into its trials' trial.json).",
