@@ -177,3 +177,31 @@ def test_a_damaged_or_unwritable_cache_composes_again(monkeypatch, tmp_path):
     blocked.write_text("")
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(blocked))  # mkdir under a file fails, even as root
     assert compose_config(["cluster=slurm"]) == expected
+
+
+def test_every_bundled_option_takes_the_cache_road_to_hydras_config(monkeypatch, tmp_path):
+    """Each option of each bundled group, chosen alone: the config the cache's road builds equals Hydra's, and
+    the warm road calls Hydra for none of them (fails if a recipe's document held a type typed_document.py
+    does not take, silently sending that recipe's every command down Hydra's road)."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster")
+    base = recipe_folders()[0]
+    commands, expected = [], {}
+    for group in sorted(p for p in base.iterdir() if p.is_dir()):
+        for option in sorted(group.glob("*.yaml")):
+            command = [f"{group.name}={option.stem}"]
+            try:
+                expected[option] = hydras_config(command)
+            except ConfigError:  # an option that needs more than itself (e.g. job=command's argv)
+                continue
+            commands.append((option, command))
+            assert compose_config(command) == expected[option], command  # cold
+    assert len(commands) >= 35
+
+    def no_hydra(*args, **kwargs):
+        raise AssertionError("a warm command composed with Hydra")
+
+    monkeypatch.setattr(hydra_compose, "composed_plain", no_hydra)
+    monkeypatch.setattr(hydra_compose, "hydra_compose_dict", no_hydra)
+    for option, command in commands:
+        assert repr(compose_config(command)) == repr(expected[option]), command
