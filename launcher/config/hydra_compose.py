@@ -31,8 +31,9 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from launcher.config.composed_document import finished
 from launcher.config.errors import ConfigError
-from launcher.config.load import escaped, fold_model_kwargs, onto_schema, schema
+from launcher.config.load import onto_schema, schema
 from launcher.config.messages import describe, override_for, parsed_override, unparsable
 from launcher.config.recipe_folders import PACKAGED_RECIPES
 from launcher.config.schema import ModelConfig
@@ -111,18 +112,7 @@ def _composed(loader: Any, overrides: Sequence[str]) -> dict[str, Any]:
     cfg = compose(config_name="config", overrides=[_add_or_set(ov) for ov in overrides])
     # Hydra's `+key=value` adds a key past the schema; merged as plain data, the schema refuses
     # it (and a built-in model's unknown key, which the open model node let through).
-    plain = _named_job(fold_model_kwargs(OmegaConf.to_container(cfg)), loader, overrides)
-    return _job_as_text(_named_model(plain, loader, overrides))
-
-
-def _job_as_text(data: Any) -> Any:
-    """`data` with job.argv and job.env kept as written: their `${…}` name values of each trial
-    (launcher/config/job.py), resolved per trial at plan time, never by OmegaConf here."""
-    job = data.get("job")
-    if not isinstance(job, dict):
-        return data
-    kept = {k: escaped(v) if k in ("argv", "env") else v for k, v in job.items()}
-    return {**data, "job": kept}
+    return finished(OmegaConf.to_container(cfg), _model_option(loader, overrides), _job_option(loader, overrides))
 
 
 def _add_or_set(override: str) -> str:
@@ -132,6 +122,11 @@ def _add_or_set(override: str) -> str:
 def _model_option(loader: Any, overrides: Sequence[str]) -> str:
     """The model recipe composed: the last `model=` override, else the defaults list's."""
     return _option(loader, overrides, "model", ModelConfig.name)
+
+
+def _job_option(loader: Any, overrides: Sequence[str]) -> str:
+    """The job recipe composed: the last `job=` override, else the defaults list's."""
+    return _option(loader, overrides, "job", "builtin")
 
 
 def _option(loader: Any, overrides: Sequence[str], group: str, default: str) -> str:
@@ -156,27 +151,6 @@ def recipe_folders_of(loader: Any) -> list[Path]:
         for p in loader.get_search_path().config_search_path
         if p.path and p.provider != "hydra" and not p.path.startswith("pkg://")
     ]
-
-
-def _named_model(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
-    """A `_target_` model whose recipe sets no `name` is named after its recipe file."""
-    model = data.get("model") or {}
-    if model.get("_target_") == "???":  # merged onto the schema, a missing value would leave None: no model at all
-        raise ConfigError(
-            "model._target_ is not set; give the callable that builds your model, e.g. "
-            "model._target_=mypkg.models.build"
-        )
-    if model.get("_target_") is None or model.get("name") is not None:
-        return data
-    return {**data, "model": {**model, "name": _model_option(loader, overrides).rsplit("/", 1)[-1]}}
-
-
-def _named_job(data: Any, loader: Any, overrides: Sequence[str]) -> Any:
-    """A job whose recipe sets no `name` is named after its recipe file (`job=ddp_meter` → ddp_meter)."""
-    job = data.get("job")
-    if not isinstance(job, dict) or job.get("name") is not None:
-        return data
-    return {**data, "job": {**job, "name": _option(loader, overrides, "job", "builtin").rsplit("/", 1)[-1]}}
 
 
 def _check_group_values(loader: Any, overrides: Sequence[str]) -> None:
