@@ -312,7 +312,7 @@ def report(
         "| mode | jobs | render s | sbatch s | total s | CPU s |",
         "|---|---|---|---|---|---|",
         row("`launcher sweep … --detach` from the shell (4 arrays `%4`), recipe composed before", ARRAYS, shell),
-        row("the same with an empty composition cache (Hydra composes)", ARRAYS, cold),
+        row("the same with an empty composition cache (the recipes read and composed)", ARRAYS, cold),
         row("submitit 1.5.4 script from the shell: `map_array` per size (4 arrays `%4`)", ARRAYS, peer),
         row("launcher in process, after planning (job_requests + submit_jobs)", ARRAYS, inproc),
         row("submitit 1.5.4 in process: `map_array` per size", ARRAYS, arrays),
@@ -329,14 +329,17 @@ def report(
         "empty composition cache (the first command after an install, a recipe edit, or with new group choices): "
         f"{cold['total_s']:.2f} s, ratio {cold_ratio:.2f} — {cold_met}.",
         "",
-        "The composition cache (launcher/config/composed_cache.py; docs/recipes.md): the document Hydra composes "
-        "from a command's group choices (`cluster=devcluster`) is kept on disk, keyed on every recipe file's name, "
-        "size and mtime, the launcher's config code and Hydra's version; a command whose other overrides are plain "
-        "values (`sweep.repeats=64`, `sweep.nodes=[1,2,3,4]`, `sweep.results_dir=…`) sets them on it, merges it "
-        "onto the schema and resolves it as Hydra's road does (tests/unit/test_compose_cache.py holds the two "
-        "equal), without importing Hydra. The benchmark gives the first mode its own cache, filled by one untimed "
-        "command before the rounds, as a user's earlier submission of the recipe fills theirs; the empty-cache "
-        "mode starts each command with a new, empty one.",
+        "Composing without Hydra (launcher/config/compose.py; docs/recipes.md): for a command of group choices "
+        "(`cluster=devcluster`) and plain values (`sweep.repeats=64`, `sweep.nodes=[1,2,3,4]`, "
+        "`sweep.results_dir=…`), the recipe files, plain YAML, are read in the defaults list's order "
+        "(launcher/config/plain_compose.py) and the document of the group choices is kept on disk "
+        "(launcher/config/composed_cache.py, keyed on every recipe file's name, size and mtime, the launcher's "
+        "config code and Hydra's version); the values are set on it, `${…}` resolved and the config built from "
+        "it without OmegaConf's structured schema (launcher/config/typed_document.py). "
+        "tests/unit/test_compose_cache.py holds the config equal to Hydra's road, for every bundled option. The "
+        "benchmark gives the first mode its own cache, filled by one untimed command before the rounds, as a "
+        "user's earlier submission of the recipe fills theirs; the empty-cache mode starts each command with a "
+        "new, empty one.",
         "",
         "The launcher submits the repeats of each size as one job array (launcher/slurm/submit.py group_trials), "
         "throttled to 4 running at once (`#SBATCH --array=0-63%4`, sweep.array_throttle), so the sizes run side "

@@ -2,11 +2,11 @@
 
 Hydra composes (hydra_compose.py: its session, the composition, each error as one line). A command
 whose overrides are group choices and plain values (`cluster=devcluster sweep.repeats=64
-sweep.results_dir=/scratch/x`; simple_override.py) takes a shorter road to the same document: the
-document Hydra composed from its group choices is read from the composition cache
-(composed_cache.py; Hydra composes it on a miss, merged onto the schema: every key, typed), its
-values are set on it, `${…}` is resolved, and typed_document.py builds the dataclasses from it
-without OmegaConf's structured schema. Anything else, and any value that does not fit, goes
+sweep.results_dir=/scratch/x`; simple_override.py) takes a shorter road to the same config: the
+document of its group choices is read from the composition cache (composed_cache.py; on a miss,
+plain_compose.py reads the recipe files where they are plain YAML, else Hydra composes), its values
+are set on it, `${…}` is resolved, and typed_document.py builds the dataclasses from it without
+OmegaConf's structured schema. Anything else, and any value or recipe that does not fit, goes
 Hydra's road, whose error is the one the user sees.
 
 Recipes are looked up on Hydra's search path: your folder first (--recipes DIR or
@@ -29,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from launcher.config.composed_cache import cache_key, recall, remember
 from launcher.config.errors import ConfigError
 from launcher.config.load import checked, load_config, onto_schema
+from launcher.config.plain_compose import composed_plainly
 from launcher.config.recipe_folders import PACKAGED_RECIPES, bundled, recipe_folders, user_recipes
 from launcher.config.schema import LauncherConfig
 from launcher.config.simple_override import simple_override
@@ -75,9 +76,12 @@ def _from_cache(overrides: Sequence[str], folders: Sequence[Path]) -> LauncherCo
 
 
 def _composed(choices: Sequence[str], folders: Sequence[Path]) -> dict[str, Any] | None:
-    """What the cache keeps: the document Hydra composes from the group choices, merged onto the schema (every
-    key, its type's value), unresolved. None where it does not compose: Hydra's road, with every override, says why."""
-    from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, on a miss only
+    """What the cache keeps: the document composed from the group choices (plain_compose.py where the recipes
+    allow, else Hydra), every schema key present, unresolved. None where it does not compose: Hydra's road, with
+    every override, says why."""
+    if (plain := composed_plainly(choices, folders)) is not None:
+        return plain
+    from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, where the recipes need it
 
     try:
         merged = onto_schema(composed_plain(choices, folders))

@@ -1,10 +1,11 @@
-"""Recipes composed by Hydra, kept on disk per choice of recipes, so that a command whose overrides
-are group choices and plain values (simple_override.py) skips Hydra's import and composition
-(issue 30 item 11: two thirds of a 256-trial `launcher sweep --detach` before this cache).
+"""Composed recipes kept on disk per choice of recipes, so that a command whose overrides are group
+choices and plain values (simple_override.py) reads its recipes' document back instead of composing
+it (issue 30 item 11: composing was two thirds of a 256-trial `launcher sweep --detach`).
 
-An entry is the document Hydra composed from the group choices alone (`cluster=devcluster`), before
-any value is set or `${…}` resolved; compose.py sets the command's values on it and resolves it, as
-Hydra would have. The key names everything that document depends on: the recipe folders and the
+An entry is the document composed from the group choices alone (`cluster=devcluster`; by
+plain_compose.py, or by Hydra where the recipes need it), every schema key present, before any value
+is set or `${…}` resolved; compose.py sets the command's values on it and resolves it, as Hydra would
+have. The key names everything that document depends on: the recipe folders and the
 name, size and mtime of every file in them, the launcher's config code (the schema and its defaults),
 and Hydra's and OmegaConf's versions. Editing a recipe, upgrading the launcher or switching folders
 gives a new key; an entry that does not read back is composed again and replaced.

@@ -87,7 +87,7 @@ def test_the_cache_road_gives_hydras_config_cold_and_warm(command, monkeypatch, 
     gives 1.0; a choice would stay text, not its StrEnum), or if the warm road called Hydra at all."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
     hydras = hydras_config(command)
-    assert compose_config(command) == hydras  # cold: Hydra composes the group choices, the cache keeps them
+    assert compose_config(command) == hydras  # cold: the group choices composed (plain_compose.py) and kept
     assert len(list((tmp_path / "composed").glob("*.json"))) == 1
 
     def no_hydra(*args, **kwargs):
@@ -179,29 +179,60 @@ def test_a_damaged_or_unwritable_cache_composes_again(monkeypatch, tmp_path):
     assert compose_config(["cluster=slurm"]) == expected
 
 
-def test_every_bundled_option_takes_the_cache_road_to_hydras_config(monkeypatch, tmp_path):
-    """Each option of each bundled group, chosen alone: the config the cache's road builds equals Hydra's, and
-    the warm road calls Hydra for none of them (fails if a recipe's document held a type typed_document.py
-    does not take, silently sending that recipe's every command down Hydra's road)."""
+def test_every_bundled_option_composes_without_hydra_to_hydras_config(monkeypatch, tmp_path):
+    """Each option of each bundled group, chosen alone: with Hydra's composition unavailable, the cold command
+    (plain_compose.py reads the recipes) and the warm one (the kept document) build the config Hydra's road
+    builds. Fails if a bundled recipe took a form plain_compose refuses (Hydra again), or if what it composes
+    differs from Hydra's in any field of any option."""
     monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("LAUNCHER_DEVCLUSTER_DIR", "/var/tmp/launcher-devcluster")
     base = recipe_folders()[0]
-    commands, expected = [], {}
+    expected = {}
     for group in sorted(p for p in base.iterdir() if p.is_dir()):
         for option in sorted(group.glob("*.yaml")):
-            command = [f"{group.name}={option.stem}"]
+            command = (f"{group.name}={option.stem}",)
             try:
-                expected[option] = hydras_config(command)
+                expected[command] = hydras_config(list(command))
             except ConfigError:  # an option that needs more than itself (e.g. job=command's argv)
                 continue
-            commands.append((option, command))
-            assert compose_config(command) == expected[option], command  # cold
-    assert len(commands) >= 35
+    assert len(expected) >= 35
 
     def no_hydra(*args, **kwargs):
-        raise AssertionError("a warm command composed with Hydra")
+        raise AssertionError("composed with Hydra")
 
     monkeypatch.setattr(hydra_compose, "composed_plain", no_hydra)
     monkeypatch.setattr(hydra_compose, "hydra_compose_dict", no_hydra)
-    for option, command in commands:
-        assert repr(compose_config(command)) == repr(expected[option]), command
+    for command, config in expected.items():
+        for _ in ("cold", "warm"):
+            assert repr(compose_config(list(command))) == repr(config), command
+
+
+def test_a_user_folder_composes_without_hydra_as_hydra_does(monkeypatch, tmp_path):
+    """Your folder first, then the bundled tree: your config.yaml (its own keys merged after the groups'), a
+    `_target_` model whose keys become kwargs, a cluster file that replaces the bundled one. Fails if
+    plain_compose merged the root's keys before the groups' (sweep.steps would read the group's 100), gave the
+    open model node ModelConfig's defaults (they would be folded into kwargs), or read the bundled file first."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "recipes"
+    (folder / "model").mkdir(parents=True)
+    (folder / "cluster").mkdir()
+    root = (recipe_folders()[0] / "config.yaml").read_text()
+    (folder / "config.yaml").write_text(root + "sweep:\n  steps: 7\n")
+    (folder / "model" / "mine.yaml").write_text(
+        "_target_: mypkg.models.build\nhidden: 64\nseq_len: 32\n"
+        "inputs:\n  tokens: {shape: [32], dtype: int64, high: 256}\n"
+    )
+    (folder / "cluster" / "slurm.yaml").write_text("name: slurm\npartition: mine\n")
+    commands = [["model=mine"], ["model=mine", "cluster=slurm", "sweep.repeats=2"], ["cluster=slurm"]]
+    expected = [hydras_config(c, str(folder)) for c in commands]
+    assert expected[0].sweep.steps == 7 and expected[0].model.kwargs == {"hidden": 64, "seq_len": 32}
+    assert expected[2].cluster.partition == "mine"
+
+    def no_hydra(*args, **kwargs):
+        raise AssertionError("composed with Hydra")
+
+    monkeypatch.setattr(hydra_compose, "composed_plain", no_hydra)
+    monkeypatch.setattr(hydra_compose, "hydra_compose_dict", no_hydra)
+    for command, config in zip(commands, expected, strict=True):
+        for _ in ("cold", "warm"):
+            assert repr(compose_config(command, str(folder))) == repr(config), command
