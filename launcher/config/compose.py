@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.composed_cache import cache_key, recall, remember
 from launcher.config.errors import ConfigError
 from launcher.config.load import checked, load_config, onto_schema
 from launcher.config.plain_compose import composed_plainly
 from launcher.config.recipe_folders import PACKAGED_RECIPES, bundled, recipe_folders, user_recipes
+from launcher.config.resolved import resolved
 from launcher.config.schema import LauncherConfig
 from launcher.config.simple_override import simple_override
 from launcher.config.typed_document import Unfit, typed
@@ -70,8 +68,8 @@ def _from_cache(overrides: Sequence[str], folders: Sequence[Path]) -> LauncherCo
             return None
         remember(key, document)
     try:
-        return checked(typed(LauncherConfig, _resolved(_with_values(document, values))))
-    except (Unfit, OmegaConfBaseException):
+        return checked(typed(LauncherConfig, resolved(_with_values(document, values))))
+    except Unfit:
         return None
 
 
@@ -81,7 +79,10 @@ def _composed(choices: Sequence[str], folders: Sequence[Path]) -> dict[str, Any]
     every override, says why."""
     if (plain := composed_plainly(choices, folders)) is not None:
         return plain
-    from launcher.config.hydra_compose import composed_plain  # lazy: Hydra, where the recipes need it
+    from omegaconf import OmegaConf  # lazy: OmegaConf and Hydra, where the recipes need them
+    from omegaconf.errors import OmegaConfBaseException
+
+    from launcher.config.hydra_compose import composed_plain
 
     try:
         merged = onto_schema(composed_plain(choices, folders))
@@ -123,25 +124,3 @@ def _with_values(document: dict[str, Any], values: Sequence[tuple[str, Any]]) ->
             raise Unfit(f"{key}: not in the composed document")
         node[leaf] = value
     return doc
-
-
-def _resolved(doc: dict[str, Any]) -> dict[str, Any]:
-    """`${…}` resolved as Hydra's road resolves it (`${oc.env:…}` is read now, never cached); a value
-    still missing (`???`) is Unfit: Hydra's road names it."""
-    texts = list(_strings(doc))
-    if "???" in texts:
-        raise Unfit("a value is missing")
-    if not any("${" in t for t in texts):
-        return doc
-    return OmegaConf.to_container(OmegaConf.create(doc), resolve=True)  # type: ignore[return-value]
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)

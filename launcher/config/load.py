@@ -13,15 +13,18 @@ import functools
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from typing import TYPE_CHECKING, Any
 
 from launcher.config.errors import ConfigError
 from launcher.config.messages import bad_value, describe
 from launcher.config.plain import upgraded, with_input_specs
 from launcher.config.schema import DataConfig, LauncherConfig, ModelConfig
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# OmegaConf is imported where a function needs it: a command whose config comes from the composition cache
+# (compose.py) builds it without OmegaConf, and its import was a sixth of such a command's time.
 
 
 def schema(*, open_model: bool = False) -> DictConfig:
@@ -41,6 +44,8 @@ def schema(*, open_model: bool = False) -> DictConfig:
 def onto_schema(document: Any) -> DictConfig:
     """`document` merged onto the closed schema. OmegaConf.merge deep-copies its first config, so the
     process's one schema node is passed as it is (a copy of our own first cost ~15 ms a merge)."""
+    from omegaconf import OmegaConf  # lazy (see the imports)
+
     return OmegaConf.merge(_schema(False), document)  # type: ignore[return-value]
 
 
@@ -48,6 +53,8 @@ def onto_schema(document: Any) -> DictConfig:
 def _schema(open_model: bool) -> DictConfig:
     # Built once per process: OmegaConf.structured walks every dataclass (~35-95 ms), a copy ~15 ms, and
     # composing one config asks for it three times.
+    from omegaconf import OmegaConf  # lazy (see the imports)
+
     node = OmegaConf.structured(_open_recipe_class() if open_model else LauncherConfig)
     _writable(node)
     if open_model:
@@ -78,6 +85,8 @@ def _open_recipe_class() -> type:
 
 
 def _writable(node: DictConfig) -> None:
+    from omegaconf import DictConfig, OmegaConf  # lazy (see the imports)
+
     OmegaConf.set_readonly(node, None)
     for child in node.values():
         if isinstance(child, DictConfig):
@@ -111,6 +120,9 @@ def load_config(data: Mapping[str, Any]) -> LauncherConfig:
 
     The document is resolved already: `${` in its strings is text, never an interpolation.
     """
+    from omegaconf import OmegaConf  # lazy (see the imports)
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         cfg = OmegaConf.to_object(onto_schema(escaped(upgraded(data))))
     except OmegaConfBaseException as exc:

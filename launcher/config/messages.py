@@ -15,22 +15,12 @@ import typing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    ConfigTypeError,
-    InterpolationKeyError,
-    InterpolationResolutionError,
-    MissingMandatoryValue,
-    OmegaConfBaseException,
-    ValidationError,
-)
-
 from launcher.config.plain import RENAMED
 from launcher.config.schema import LauncherConfig
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
+    from omegaconf.errors import OmegaConfBaseException
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
@@ -157,6 +147,16 @@ def bad_value(key: str, value: Any, overrides: Sequence[str] = ()) -> str:
 
 def describe(exc: OmegaConfBaseException, overrides: Sequence[str] = ()) -> str:
     """One line for an OmegaConf error (composition or a stored document)."""
+    from omegaconf.errors import (  # lazy: OmegaConf, which a cached command's config never loads (compose.py)
+        ConfigAttributeError,
+        ConfigKeyError,
+        ConfigTypeError,
+        InterpolationKeyError,
+        InterpolationResolutionError,
+        MissingMandatoryValue,
+        ValidationError,
+    )
+
     key = getattr(exc, "full_key", None) or ""
     base = re.sub(r"\[\d+\]$", "", key)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

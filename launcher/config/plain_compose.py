@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from launcher.config.composed_document import finished
 from launcher.config.errors import ConfigError
 from launcher.config.plain import to_dict
@@ -85,6 +83,8 @@ def _read(path: Path) -> dict[str, Any] | None:
     text = path.read_text(encoding="utf-8", errors="replace")
     if any(line.lstrip().startswith("# @package") for line in text.splitlines()):
         return None
+    from omegaconf import DictConfig, OmegaConf  # lazy: a miss only; a cached command never loads OmegaConf
+
     try:
         node = OmegaConf.load(path)
     except Exception as exc:  # bad YAML (yaml's or OmegaConf's error types): Hydra's road words it

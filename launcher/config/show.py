@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from omegaconf import OmegaConf
-
 from launcher.config.compose import compose_config
 from launcher.config.expand import expand
 from launcher.config.load import escaped
@@ -23,6 +21,8 @@ from launcher.config.schema import LauncherConfig
 def resolved_yaml(cfg: LauncherConfig) -> str:
     """The config as YAML, keys in schema order. Read back as a recipe (OmegaConf/Hydra) it gives
     the same config: a literal `${` in a value is written escaped (`\\${`)."""
+    from omegaconf import OmegaConf  # lazy: --cfg only
+
     return OmegaConf.to_yaml(escaped(to_dict(cfg)))
 
 

@@ -4,9 +4,10 @@ benchmarks/slurm_submit.py measures it). Fails if run/sweep.py (or anything on t
 imports pandas at module level again, as it did before run/tabulate.py held the table code; and if the
 CLI loads the dev cluster's code (defining `launcher cluster`'s arguments) or the executor package loads
 the local executor for a Slurm sweep, as both did before (~35 ms of start-up together), or anything loads
-rich, which only a terminal or a followed sweep's progress needs (~40 ms: launcher/run/say.py). A second
-submission of the same group choices loads no Hydra either (its composition is cached: launcher/config/
-composed_cache.py); fails if expand, messages or compose imported Hydra at module level again."""
+rich, which only a terminal or a followed sweep's progress needs (~40 ms: launcher/run/say.py). No
+submission of plain recipes loads Hydra (config/plain_compose.py), and a second one of the same group
+choices no OmegaConf either (its document is cached: config/composed_cache.py); fails if expand, messages
+or compose imported Hydra, or load, messages, show or compose OmegaConf, at module level again."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ except SystemExit as exit:
     code = exit.code
 heavy = sorted(m for m in ("pandas", "pyarrow", "matplotlib", "numpy", "torch") if m in sys.modules)
 unneeded = sorted(
-    m for m in ("launcher.slurm.devcluster", "launcher.run.executor.local", "rich", "hydra") if m in sys.modules
+    m
+    for m in ("launcher.slurm.devcluster", "launcher.run.executor.local", "rich", "hydra", "omegaconf")
+    if m in sys.modules
 )
 print(json.dumps({"code": code, "heavy": heavy, "unneeded": unneeded}))
 """
@@ -57,8 +60,9 @@ def test_a_detached_submission_loads_no_table_stack(devcluster, tmp_path):
             subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert len(list((tmp_path / name / "jobs").glob("*.sbatch"))) == 2  # it did submit: one array per size
-    # The first composes its group choices with Hydra (an empty cache); the second reads them back.
+    # The first reads the recipe files (OmegaConf's YAML loader, no Hydra: config/plain_compose.py) into an
+    # empty cache; the second reads the kept document back and builds the config without OmegaConf.
     assert results == [
-        {"code": 0, "heavy": [], "unneeded": ["hydra"]},
+        {"code": 0, "heavy": [], "unneeded": ["omegaconf"]},
         {"code": 0, "heavy": [], "unneeded": []},
     ], out.stderr[-2000:]

@@ -236,3 +236,39 @@ def test_a_user_folder_composes_without_hydra_as_hydra_does(monkeypatch, tmp_pat
     for command, config in zip(commands, expected, strict=True):
         for _ in ("cold", "warm"):
             assert repr(compose_config(command, str(folder))) == repr(config), command
+
+
+def test_interpolations_resolve_as_hydra_resolves_them(monkeypatch, tmp_path):
+    """`${oc.env:…}` read here (set, unset with a default, a default OmegaConf reads as null), a key reference
+    (OmegaConf's resolution), an unset variable with no default (Hydra's error line). Fails if resolved.py took
+    `null` for text, kept a reference unresolved, or raised its own error for the unset variable."""
+    monkeypatch.setenv("LAUNCHER_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "recipes"
+    (folder / "cluster").mkdir(parents=True)
+    (folder / "cluster" / "mine.yaml").write_text(
+        "name: mine\nkind: slurm\npartition: ${oc.env:LNCH_PART,gpu-a}\naccount: ${oc.env:LNCH_ACCT,null}\n"
+    )
+    (folder / "cluster" / "ref.yaml").write_text(
+        "name: ref\nkind: slurm\npartition: gpu-b\nqos: q-${cluster.partition}\n"
+    )
+    (folder / "cluster" / "strict.yaml").write_text("name: strict\nkind: slurm\npartition: ${oc.env:LNCH_UNSET}\n")
+    monkeypatch.delenv("LNCH_PART", raising=False)
+    monkeypatch.delenv("LNCH_ACCT", raising=False)
+    monkeypatch.delenv("LNCH_UNSET", raising=False)
+    for env in ({}, {"LNCH_PART": "h100", "LNCH_ACCT": "proj7"}):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        hydras = hydras_config(["cluster=mine"], str(folder))
+        assert compose_config(["cluster=mine"], str(folder)) == hydras
+        assert (hydras.cluster.partition, hydras.cluster.account) == (
+            env.get("LNCH_PART", "gpu-a"),
+            env.get("LNCH_ACCT"),
+        )
+    hydras = hydras_config(["cluster=ref"], str(folder))
+    assert compose_config(["cluster=ref"], str(folder)) == hydras
+    assert hydras.cluster.qos == "q-gpu-b"
+    with pytest.raises(ConfigError) as hydras_error:
+        hydras_config(["cluster=strict"], str(folder))
+    with pytest.raises(ConfigError) as ours:
+        compose_config(["cluster=strict"], str(folder))
+    assert str(ours.value) == str(hydras_error.value)
