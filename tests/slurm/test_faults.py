@@ -178,15 +178,6 @@ def started(tdir: Path) -> bool:
     return any("step " in p.read_text(errors="replace") for p in tdir.glob("rank0.attempt*.log"))
 
 
-def hold_pending(env: dict[str, str], name: str) -> list[str]:
-    """Holds every pending job named `name` (each array task by itself) and returns those it held; one
-    that started between the listing and its hold is left running."""
-    listed = subprocess.run(
-        ["squeue", "-h", "-r", "-t", "PD", "-n", name, "-o", "%i"], env=env, check=True, capture_output=True, text=True
-    ).stdout.split()
-    return [job for job in listed if subprocess.run(["scontrol", "hold", job], env=env).returncode == 0]
-
-
 def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devcluster, tmp_path, capsys):
     """completed, failed (a rank killed -9), cancelled, timeout, node_fail, oom, nan and requeued, in
     one sweep; the controller is restarted mid-sweep. `launcher collect` shows each with its reason
@@ -229,20 +220,23 @@ def test_a_sweep_holding_every_kind_of_end_records_each_with_its_reason(devclust
             for name, d in tdir.items()
         )
 
-    wait_for(settled, 180, "every trial training, ended or pending before the controller restart", every=1.0)
-    # A pending trial the scheduler starts just before the kill meets no controller (a clean-clone run under
-    # `-n 2` lost the timeout trial so, after `settled` held): held, none can start until the controller is back.
-    held = hold_pending(env, f"lnch-{sweep_dir.name}")
-    wait_for(settled, 180, "every trial training, ended or pending once the pending ones are held", every=1.0)
-    ctld = next(
-        p
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and (p / "comm").exists() and (p / "comm").read_text().strip() == "slurmctld"
-    )
-    os.kill(int(ctld.name), signal.SIGTERM)
-    dc.up(nodes=4, log=lambda line: None)
-    for job in held:
-        subprocess.run(["scontrol", "release", job], env=env, check=True)
+    # A pending trial the scheduler starts just before the kill meets no controller (a clean-clone run lost the
+    # timeout trial so, after `settled` held): the partition is down meanwhile, so none starts until the
+    # controller is back (running jobs run on). Per-job holds were tried: one the scheduler started while the
+    # holds went in stayed held (priority 0), and a requeue would have left it pending for good.
+    partition = job_field(env, key["timeout"], "Partition")
+    scontrol(env, "update", f"PartitionName={partition}", "State=DOWN")
+    try:
+        wait_for(settled, 180, "every trial training, ended or pending before the controller restart", every=1.0)
+        ctld = next(
+            p
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and (p / "comm").exists() and (p / "comm").read_text().strip() == "slurmctld"
+        )
+        os.kill(int(ctld.name), signal.SIGTERM)
+        dc.up(nodes=4, log=lambda line: None)
+    finally:
+        scontrol(env, "update", f"PartitionName={partition}", "State=UP")
 
     # Each fault as soon as its trial trains; one loop, so no fault waits on another.
     node = None
