@@ -69,11 +69,13 @@ def launcher_shell(work: Path, env: dict, r: int, source: Path | None = None, ca
     env = env | {"LAUNCHER_CACHE_DIR": str(cache or tempfile.mkdtemp(dir=work, prefix="cache-"))}
     env = env | {"PYTHONPATH": str(source)} if source else env
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    done = subprocess.run([*cmd, "--detach"], env=env, capture_output=True, text=True, cwd=source)
+    try:
+        done = subprocess.run([*cmd, "--detach"], env=env, capture_output=True, text=True, cwd=source)
+        t1, cpu1 = time.perf_counter(), _children_cpu()
+    finally:  # a command that failed after its first sbatch leaves held jobs: cancelled all the same
+        subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
     if done.returncode:
         raise SystemExit(f"launcher sweep exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    t1, cpu1 = time.perf_counter(), _children_cpu()
-    subprocess.run(["scancel", f"--name=lnch-{name}"], env=env, check=True)
     jobs = len(list((work / name / "jobs").glob("*.sbatch")))
     assert source or jobs == ARRAYS, jobs  # one array per size (launcher/slurm/submit.py group_trials)
     return {"jobs": jobs, "render_s": None, "submit_s": t1 - t0, "total_s": t1 - t0, "cpu_s": cpu1 - cpu0}
