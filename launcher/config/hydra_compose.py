@@ -35,10 +35,8 @@ from launcher.config.composed_document import finished
 from launcher.config.errors import ConfigError
 from launcher.config.load import onto_schema, schema
 from launcher.config.messages import describe, override_for, parsed_override, unparsable
-from launcher.config.recipe_folders import PACKAGED_RECIPES
+from launcher.config.recipe_folders import PACKAGED_RECIPES, SCHEMA_NAME
 from launcher.config.schema import ModelConfig
-
-SCHEMA_NAME = "launcher_schema"  # recipes/config.yaml names it first in its defaults
 
 
 class BundledRecipes(SearchPathPlugin):

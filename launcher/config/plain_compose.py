@@ -22,9 +22,9 @@ from typing import Any
 from launcher.config.composed_document import finished
 from launcher.config.errors import ConfigError
 from launcher.config.plain import to_dict
+from launcher.config.recipe_folders import SCHEMA_NAME
 from launcher.config.schema import LauncherConfig, ModelConfig
 
-SCHEMA_NAME = "launcher_schema"  # the structured schema's entry in recipes/config.yaml's defaults list
 _NAME = re.compile(r"[A-Za-z_][\w\-]*")  # a group or option: no `/` (nested groups), no `@` (packages)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 
+SCHEMA_NAME = "launcher_schema"  # the structured schema's entry, first in recipes/config.yaml's defaults list
+
 
 def bundled(name: str) -> Path:
     """A folder that ships with the package (`recipes`, `sbatch_templates`). A wheel or `pip install .`

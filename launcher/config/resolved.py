@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from launcher.config.simple_override import NOT_WORDS
 from launcher.config.typed_document import Unfit
 
 _ENV = re.compile(r"\$\{oc\.env:([A-Za-z_]\w*)(?:,([A-Za-z_/][\w\-./]*))?\}")
-_NOT_TEXT = {"true", "false", "null", "inf", "nan"}  # defaults OmegaConf's grammar reads as bool, null or float
 
 
 def resolved(doc: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def _env_value(match: re.Match[str]) -> str:
     name, default = match.groups()
     if name in os.environ:
         return os.environ[name]
-    if default is None or default.lower() in _NOT_TEXT:
+    if default is None or default.lower() in NOT_WORDS:  # OmegaConf reads these as bool, null or float
         raise LookupError(f"{name} unset")
     return default
 

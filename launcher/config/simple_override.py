@@ -22,7 +22,7 @@ _WORD = re.compile(r"[A-Za-z_/][\w\-./+@%]*")
 _QUOTED = re.compile(r"'[^'\\$]*'|\"[^\"\\$]*\"")
 _ITEM = re.compile(rf"{_QUOTED.pattern}|[^,\[\]'\"]+")
 _KEYWORDS = {"true": True, "false": False, "null": None}
-_NOT_WORDS = {"true", "false", "null", "inf", "nan"}  # in any case, Hydra reads them as bool, null or float
+NOT_WORDS = {"true", "false", "null", "inf", "nan"}  # in any case, the grammar reads them as bool, null or float
 
 
 def simple_scalar(text: str) -> tuple[bool, Any]:
@@ -35,7 +35,7 @@ def simple_scalar(text: str) -> tuple[bool, Any]:
         return True, float(text)
     if _QUOTED.fullmatch(text):
         return True, text[1:-1]
-    if _WORD.fullmatch(text) and text.lower() not in _NOT_WORDS:
+    if _WORD.fullmatch(text) and text.lower() not in NOT_WORDS:
         return True, text
     return False, None
 
