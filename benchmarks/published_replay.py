@@ -38,6 +38,7 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -133,9 +134,10 @@ source's stack is not its device's: the only B200 rows (a Qwen3 MoE run at 15% o
 every B200 plan's constant, as a LOSO fold would never test."""
 
 
-def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> dict:
+def fit_constants(cases: list[Case], curves: dict[int, np.ndarray], jitter: float = 0.0) -> dict:
     """The shape model's matmul curves (replay_curve), and the one-MFU constants (the baseline, and the
-    fallback for a row no curve prices) per fit key backed by MIN_SOURCES sources and over every device."""
+    fallback for a row no curve prices) per fit key backed by MIN_SOURCES sources and over every device;
+    `curves` and the curves' fit both at straggler jitter `jitter` (a row at MFU m runs as at m ÷ straggle)."""
     sources: dict[str, set[str]] = {}
     for c in cases:
         sources.setdefault(c.key, set()).add(c.source)
@@ -143,8 +145,16 @@ def fit_constants(cases: list[Case], curves: dict[int, np.ndarray]) -> dict:
     return {
         "per_key": {k: fit_mfu([c for c in cases if c.key == k], curves) for k in keys},
         "pooled": fit_mfu(cases, curves),
-        "curves": fit_curves(cases, predicted_log, MIN_SOURCES),
+        "curves": fit_curves(cases, jittered_log(jitter), MIN_SOURCES),
     }
+
+
+def jittered_log(s: float) -> Callable[[Case, np.ndarray], np.ndarray]:
+    """predicted_log with the straggler jitter `s` in it, as every prediction is made (predict_all): a
+    curve fitted without it and applied with it would read every multi-node row low by straggle(N, s)."""
+    if s == 0:
+        return predicted_log
+    return lambda case, mfu: predicted_log(case, mfu / straggle(case.mapped.gpus, s))
 
 
 def mfu_of(case: Case, fit: dict) -> float:
@@ -162,7 +172,7 @@ def fold_constants(train: list[Case], done: list[Case], curves: dict[int, np.nda
     found = pairs(mapped, _series(mapped, same_micro=True), published_unit)
     s = fit_jitter(found, curves, FINE, lambda c: mfu_of(c, first))
     at_s = curves if s == 0 else {c.index: predicted_log(c, FINE / straggle(c.mapped.gpus, s)) for c in [*train, *done]}
-    return fit_constants(train, at_s) | {"jitter": s, "grid": at_s}
+    return fit_constants(train, at_s, s) | {"jitter": s, "grid": at_s}
 
 
 def predict_all(done: list[Case], curves: dict[int, np.ndarray]) -> tuple[dict, dict[str, dict]]:

@@ -12,7 +12,14 @@ CUDNN_WHY = (
     "choice disables flash-attn 'to give FusedAttention preference on Hopper+ for performance reasons' "
     "(transformer_engine/pytorch attention get_attention_backend): cuDNN's fused attention"
 )
+UNFUSED_WHY = (
+    "trained before flash attention (FlashAttention, Dao et al., arXiv:2205.14135, May 2022) with Megatron-LM's "
+    "CoreAttention ({}): the score square materialised, softmax and dropout on it"
+)
 ATTENTION_KERNEL_OF_SOURCE = {
+    "megatron_narayanan_2021": ("unfused", UNFUSED_WHY.format("Narayanan et al., arXiv:2104.04473, April 2021")),
+    "mtnlg_2022": ("unfused", UNFUSED_WHY.format("Megatron-DeepSpeed, Smith et al., arXiv:2201.11990, January 2022")),
+    "bloom_2022": ("unfused", UNFUSED_WHY.format("Megatron-DeepSpeed, trained March to July 2022")),
     "megatron_core_2024": ("cudnn", CUDNN_WHY),
     "nemo_perf_2407": ("cudnn", "NeMo 24.07 trains with Megatron-Core: " + CUDNN_WHY),
     "nemo_long_seq_2505": ("cudnn", "NeMo 24.03.01 container, Megatron-Core: " + CUDNN_WHY),

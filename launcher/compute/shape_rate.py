@@ -58,8 +58,18 @@ ATTENTION_KERNELS = {
     "sdpa": "torch.nn.functional.scaled_dot_product_attention's flash backend: the launcher's blocks, torchtitan",
     "cudnn": "Transformer Engine's DotProductAttention (NeMo, Megatron-Core): on Hopper its backend choice "
     "drops flash-attn for cuDNN's fused attention 'for performance reasons' (get_attention_backend)",
+    "unfused": "Megatron-LM's CoreAttention before flash attention (2021-22, and Megatron-DeepSpeed): "
+    "two batched GEMMs over the whole score square and its fused scale-mask-softmax and dropout (UNFUSED_BYTES)",
 }
 """The attention kernels the model prices, and who runs them."""
+UNFUSED_BYTES = 20 / 3
+"""Bytes per score element per forward-equivalent run that Megatron's unfused attention moves outside its two
+GEMMs (megatron/model/transformer.py CoreAttention: baddbmm, FusedScaleMaskSoftmax, attention_dropout, bmm;
+half-precision scores). Forward: the fused scale-mask-softmax reads and writes the scores (2 + 2), dropout reads
+them and writes them and its mask (2 + 2 + 1); backward: dropout's (2 + 1 + 2) and softmax's (2 + 2 + 2): 9 + 11
+over a forward and backward counted as 3 runs (a rerun forward, 9, is priced at the mean). The GEMMs
+run the whole square (no causal skipping) with the head dim as their smallest dimension, on the matmul curve;
+their reads and writes of the square are in their roofline."""
 KERNEL_REF = (16384, 128)
 """(tokens, head dim) of the KERNEL_SHARE figures: the shape terms are 1 there."""
 KERNEL_COUNTED = 3.5
@@ -276,6 +286,11 @@ def op_parts(
             rate = measured.matmul_flops(op.m, op.n, op.k, d) if measured else _peak(device, d)
             cap = math.inf if measured else _roofline(device, op.m, op.n, op.k, d)
             matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
+        elif op.priced == "attention" and attention_kernel == "unfused" and not measured:
+            # Q·Kᵀ (seq × seq × head dim) and P·V (seq × head dim × seq): the same FLOPs and intensity each.
+            # Their short head-dim side makes them memory-bound: the roofline prices it, the curve the tiles.
+            matmuls.append((op.flops, op.m, _peak(device, base), _roofline(device, op.m, op.n, op.k, base), False))
+            nbytes += op.flops / (4.0 * op.k) * UNFUSED_BYTES  # 4·head dim FLOPs per score element a run
         elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
             att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
         elif (

@@ -94,9 +94,40 @@ def test_transformer_engines_cudnn_attention_runs_at_its_cited_rate_on_hopper_an
     sdpa = shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16")
     cudnn = shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16", attention_kernel="cudnn")
     assert sdpa.kernel_s / cudnn.kernel_s == pytest.approx(522 / 328)
-    with pytest.raises(ValueError, match="attention kernel 'fa3' is not one of sdpa, cudnn"):
+    with pytest.raises(ValueError, match="attention kernel 'fa3' is not one of sdpa, cudnn, unfused"):
         shape_rate.step_parts(model, micro_batch=1, device=H100, dtype="bf16", attention_kernel="fa3")
     kernels = {
         s: attention_kernel({"source": s}) for s in ("nemo_perf_2407", "megatron_core_2024", "torchtitan_h100_2024")
     }
     assert kernels == {"nemo_perf_2407": "cudnn", "megatron_core_2024": "cudnn", "torchtitan_h100_2024": "sdpa"}
+
+
+def test_megatrons_unfused_attention_runs_two_gemms_on_the_curve_and_moves_its_score_square_through_memory():
+    """Before flash attention (2021-22) Megatron's CoreAttention materialised the whole score square: two batched
+    GEMMs (no causal skipping, seq as their tile width, the head dim's short side left to the roofline) and a
+    fused scale-mask-softmax and dropout on the square, UNFUSED_BYTES (20/3) per score element per run. The replay
+    prices the 2021-22 Megatron sources on it; later ones keep their kernel."""
+    model = compose_config(["model=gpt_1_3b", "model.n_layers=2", "model.seq_len=2048"], None).model
+    sdpa = shape_rate.step_parts(model, micro_batch=4, device=A100, dtype="bf16")
+    unfused = shape_rate.step_parts(model, micro_batch=4, device=A100, dtype="bf16", attention_kernel="unfused")
+    assert sdpa.kernel_s > 0 and unfused.kernel_s == 0 and unfused.attention_s == 0
+    (core,) = [op for op in model_ops(model, tokens=4 * 2048) if op.priced == "attention"]
+    extra = [m for m in unfused.matmuls if m not in sdpa.matmuls]
+    assert [(f, s) for f, s, *_ in extra] == [(core.flops, 2048)]  # every counted FLOP runs: the square whole
+    elements = model.n_layers * model.n_heads * 2048 * (core.flops / flops.attention_forward_flops_per_token(model))
+    bandwidth = mem_bw_gbs(A100) * 1e9 * MEMORY_SHARE
+    assert unfused.memory_s - sdpa.memory_s == pytest.approx(elements * 20 / 3 / bandwidth)
+    # Its GEMMs' short side (head dim 128 of a 2048 square) caps them at their arithmetic intensity's rate.
+    intensity = 2 * 2048 * 2048 * 128 / (2 * (2 * 2048 * 128) + 2 * 2048 * 2048)
+    assert extra[0][3] == pytest.approx(intensity * mem_bw_gbs(A100) * 1e9) and extra[0][3] < 0.75 * 312e12
+    kernels = {
+        s: attention_kernel({"source": s})
+        for s in ("megatron_narayanan_2021", "mtnlg_2022", "bloom_2022", "torchtitan_a100_2024", "llmfoundry_mpt")
+    }
+    assert kernels == {
+        "megatron_narayanan_2021": "unfused",
+        "mtnlg_2022": "unfused",
+        "bloom_2022": "unfused",
+        "torchtitan_a100_2024": "sdpa",
+        "llmfoundry_mpt": "sdpa",
+    }
