@@ -160,6 +160,11 @@ ONE_LAYER_CHUNKS = {
     "stages ... the first model chunk on the first stage has only the embedding, and the last model chunk on the "
     "last stage has only output projection and loss', with 'an interleaved schedule ... with V pipeline stages on "
     "one pipeline rank': a chunk is one layer, so V = (126 layers + the two end chunks) ÷ PP 16 = 8",
+    "megatron_core_2024": "README @f2e5db40: 'pipeline-parallel communication (enabled by default)' overlapped with "
+    "compute, which Megatron-LM at that commit runs only on the interleaved schedule (megatron/training/arguments.py: "
+    "'Setting args.overlap_p2p_comm to False since non-interleaved schedule does not support overlapping p2p "
+    "communication'); a virtual stage's layers divide a stage's, and the 119B's 23 and the 462B's 7 layers a stage "
+    "are prime: one-layer chunks, the one interleaving every row of the table admits",
 }
 """Sources whose pipeline interleaves model chunks of one Transformer layer each: interleaved 1F1B with
 virtual_stages = the planned layers ÷ pp (the schedule the replay without it priced as plain 1F1B)."""

@@ -101,6 +101,24 @@ def test_nemo_rows_run_the_virtual_pipeline_their_table_prints():
     assert bubble(gpt175.overrides) < 7 / 384 < bubble(plain) / 4
 
 
+def test_megatron_cores_weak_scaling_pipelines_interleave_one_layer_chunks_as_its_p2p_overlap_requires():
+    """The README @f2e5db40 overlaps pipeline-parallel communication, which Megatron-LM then ran only on the
+    interleaved schedule; its 119B and 462B stages hold a prime 23 and 7 layers, so one-layer chunks. Fails
+    without megatron_core_2024 in ONE_LAYER_CHUNKS: plain 1F1B, its bubble 15/64 of the 462B's compute."""
+    got = {}
+    for r in _rows("megatron_core_2024"):
+        if r["pp"] not in ("", "1"):
+            overrides = rm.map_row(r).overrides
+            got[r["model"].split(" ")[0]] = next(o for o in overrides if o.startswith("parallel.virtual_stages="))
+    assert got == {
+        "GPT-70B": "parallel.virtual_stages=42",
+        "GPT-119B": "parallel.virtual_stages=23",
+        "GPT-177B": "parallel.virtual_stages=16",
+        "GPT-314B": "parallel.virtual_stages=12",
+        "GPT-462B": "parallel.virtual_stages=7",
+    }
+
+
 def test_llama3s_8k_stage_without_checkpointing_reads_oom_with_what_its_source_did_for_memory():
     """The paper ran 8K without checkpointing; the estimate of that (no recompute, 8 interleaved chunks) does
     not fit 80 GB, so the verdict names the memory measures of §3.3.2 no setting expresses, never a bare oom."""
