@@ -4,6 +4,7 @@ is skipped with the reason), and the replay writes predicted beside published fi
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 
@@ -336,12 +337,22 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
         planned = shaped_mfu(
             cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=fit, compiled=ran
         )
-        assert float(row["mfu_assumed_in"]) == pytest.approx(planned[0], rel=1e-9)
+        if published is MPT_30B:
+            assert float(row["mfu_assumed_in"]) == pytest.approx(planned[0], rel=1e-9)
+        else:  # Megatron 2021's unfused attention (replay_attention) moves its score square: below sdpa's pricing
+            assert 0.8 * planned[0] < float(row["mfu_assumed_in"]) < planned[0]
     assert "fitted on every device's bf16" in shaped_mfu(cfg, executed_flops=1, peak_flops=1, dtype="bf16", fit=fit)[1]
     # Held out, MPT leaves H100 one source: the curve fitted on every device of the other sources applies.
     fold = json.loads((tmp_path / "published_replay.json").read_text())["folds"]["llmfoundry_mpt"]
     assert "H100/bf16" not in fold["curves"] and "*/bf16" in fold["curves"]
-    assert float(base["mfu_assumed_loso"]) != float(base["mfu_assumed_in"])
+    cfg = pr.compose_config(rm.map_row(MPT_30B).overrides)
+    w = pr.work_of(cfg)
+    held_out = dataclasses.replace(fit, curves=fold["curves"])
+    planned = shaped_mfu(
+        cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=held_out, compiled=True
+    )
+    assert "fitted on every device's bf16" in planned[1]
+    assert float(base["mfu_assumed_loso"]) == pytest.approx(planned[0], rel=1e-9)
     md = (tmp_path / "published_replay.md").read_text()
     assert "| 3 | llmfoundry_mpt | MPT-30b | 8 | tp/pp not published |" in md
     assert "(goal ≥ 90%:" in md and "(goal ≤ 10%:" in md and "(goal ≥ 80%" not in md
