@@ -42,6 +42,14 @@ def test_a_torchtitan_row_without_torch_compile_in_its_technique_ran_eager():
     assert fused(megatron) == (True, fused(megatron)[1]) and "assumed fused" in fused(megatron)[1]
 
 
+def test_the_fsdp_blogs_rows_ran_eager_as_its_torch_compile_follow_up_says():
+    """The follow-up blog adds torch.compile to this one's 57% MFU (7B, A100) for 10-23% more: all 8 rows ran
+    eager. Fails with pytorch_fsdp_blog_2024 out of EAGER_UNLESS_NAMED (every row then priced fused)."""
+    rows = [r for r in csv.DictReader(open(CORPUS, newline="")) if r["source"] == "pytorch_fsdp_blog_2024"]
+    assert len(rows) == 8 and not any(fused(r)[0] for r in rows)
+    assert "torch.compile" in fused(rows[0])[1] and "57% MFU" in fused(rows[0])[1]
+
+
 def _case(i: int, source: str, precision: str, s: int, truth: float) -> Case:
     """A row whose one matmul of smallest dimension `s` published `truth` × its peak: the shape model's MFU."""
     parts = Parts(matmuls=((1.0, s, 1.0, math.inf, precision == "fp8"),), attention_s=0.0, memory_s=0.0)
