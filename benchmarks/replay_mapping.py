@@ -394,6 +394,16 @@ def _model(row: dict, pp: int, assumed: list[str]) -> list[str]:
     return out
 
 
+TORCHTITAN_PIPELINE = (
+    "torchtitan_h100_2024",
+    "torchtitan @9dec370 (docs/performance.md @d4c86e37's tested commit), no microbatches or split points set: "
+    "torchtitan/parallelisms/pipelining_utils.py build_pipeline_schedule takes n_microbatches = "
+    "pipeline_parallel_degree, and generate_split_points gives a looped (multi-stage) schedule 2 stages a rank",
+)
+"""A source whose pipelined rows run torchtitan's defaults: the local batch in pp micro-batches, and its
+'Interleaved 1F1B' 2 virtual stages a rank."""
+
+
 def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
     """The published global batch fixed and its micro-batch (Megatron's meaning): a pipeline derives
     its micro-batches per step from them (config/derived.py pipeline_batch), data parallel alone
@@ -402,7 +412,12 @@ def _batch(row: dict, dp: int, pp: int, assumed: list[str]) -> list[str]:
     if g % dp:
         raise Unexpressible(f"global batch {g} is not divisible by dp={dp}")
     micro = num(row.get("micro_batch"))
-    if micro is None:
+    if micro is None and pp > 1 and row["source"] == TORCHTITAN_PIPELINE[0]:
+        micro = g // dp // pp
+        assumed.append(
+            f"micro batch {int(micro)}: local batch {g // dp} in pp={pp} micro-batches, {TORCHTITAN_PIPELINE[1]}"
+        )
+    elif micro is None:
         micro = 1 if pp > 1 else g // dp
         assumed.append(f"micro batch not published: {int(micro)}")
     return [f"batch.micro={int(micro)}", f"batch.global_batch={g}"]
@@ -458,6 +473,9 @@ def map_row(row: dict) -> Mapped:
 def _schedule(row: dict, pp: int, layers: int, assumed: list[str]) -> list[str]:
     """Interleaved 1F1B where the source ran it (ONE_LAYER_CHUNKS, STATED_VP); nothing (plain 1F1B) otherwise."""
     stated = re.search(STATED_VP[0], str(row.get("notes") or ""))
+    if pp > 1 and row["source"] == TORCHTITAN_PIPELINE[0] and "Interleaved 1F1B" in str(row.get("notes")):
+        assumed.append(f"interleaved 1F1B, 2 virtual stages a rank: {TORCHTITAN_PIPELINE[1]}")
+        return ["parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"]
     if pp == 1 or (stated is None and row["source"] not in ONE_LAYER_CHUNKS):
         return []
     v, why = (int(stated.group(1)), STATED_VP[1]) if stated else (layers // pp, ONE_LAYER_CHUNKS[row["source"]])
