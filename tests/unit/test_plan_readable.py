@@ -208,7 +208,7 @@ def test_at_80_columns_a_search_keeps_tokens_per_s_and_memory(monkeypatch):
     assert max(len(line) for line in lines) <= 80
     head = next(line for line in lines if line.startswith("┃"))
     assert [c.strip() for c in head.split("┃")[1:-1]] == ["GPUs", "status", "tokens/s", "mem GiB", "eff"]
-    assert "│  256 │ predicted       │ 219,665 [144,485–333,962] │ 74.5 tight │ 1.00 │" in lines
+    assert "│  256 │ predicted       │ 219,665 [145,045–332,674] │ 74.5 tight │ 1.00 │" in lines
     assert "│    8 │ oom (predicted) │                         — │      138.1 │    — │" in lines
     assert "not shown at 80 columns: candidate, nodes, tok/s/dev, comm, step s, mfu," in lines
     assert any(line.startswith("Recommended: 256 GPUs with fsdp_tp: parallel=fsdp_tp parallel.tp=4") for line in lines)
