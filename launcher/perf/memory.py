@@ -79,7 +79,7 @@ and the sweep's predicted-OOM gate (predicted_oom): a configuration fits when it
 a whole percent (NousResearch's DeepEP Qwen3-30B-A3B on 8 B200s reserved 167.93 GiB, 94.15% of the GPU:
 5%), so an exact estimate never calls a run that ran an oom (`python -m benchmarks.memory_published`
 derives it, tests/unit/test_memory_published.py checks it). What it is not: a bound on the estimate's
-error. Against those peaks the estimate of the tensors is 0.66–1.09× the measured reservation, under on
+error. Against those peaks the estimate of the tensors is 0.68–1.09× the measured reservation, under on
 15 of 24 runs (tensor- and pipeline-parallel torchtitan runs with Float8 and AsyncTP, the DeepEP
 runs), and this margin covers 10 of them (benchmarks/results/memory_published.md): a plan that fits
 by the estimate can still run out there. On CPU trials of every layout (benchmarks/memory_accuracy.py)
