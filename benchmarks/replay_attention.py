@@ -1,8 +1,8 @@
 """Which attention kernel each published source's trainer ran, as the shape model prices it (issue 32 item 1;
 launcher/compute/shape_rate.ATTENTION_KERNELS and KERNEL_SHARE): Transformer Engine's DotProductAttention,
-cuDNN's fused attention on Hopper, where the source trains with Megatron-Core or NeMo; torch SDPA's flash
-kernel (FlashAttention-2's) or the flash-attn package's FlashAttention-2 for every other source (torchtitan,
-llm-foundry, FSDP's blog, Meta's), priced alike (`sdpa`)."""
+cuDNN's fused attention on Hopper, where the source trains with Megatron-Core, NeMo or NeMo AutoModel's TE
+backend; torch SDPA's flash kernel (FlashAttention-2's) or the flash-attn package's FlashAttention-2 for every
+other source (torchtitan, llm-foundry, FSDP's blog, Meta's), priced alike (`sdpa`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ ATTENTION_KERNEL_OF_SOURCE = {
     "megatron_core_2024": ("cudnn", CUDNN_WHY),
     "nemo_perf_2407": ("cudnn", "NeMo 24.07 trains with Megatron-Core: " + CUDNN_WHY),
     "nemo_long_seq_2505": ("cudnn", "NeMo 24.03.01 container, Megatron-Core: " + CUDNN_WHY),
+    "automodel_ephybrid_2607": (
+        "cudnn",
+        "NeMo AutoModel @60dfabfe: recipe examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml sets "
+        "model.backend.attn: te, which nemo_automodel/components/attention/utils.py builds as Transformer "
+        "Engine's DotProductAttention (the report's 'TE attention/linear'), on H100: " + CUDNN_WHY,
+    ),
 }
 """(kernel, why) for the sources that do not run `sdpa`'s figure."""
 
