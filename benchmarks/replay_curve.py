@@ -28,7 +28,7 @@ from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
 from benchmarks.replay_fp8_stack import fp8_stack, fused
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
-from launcher.perf.compute_term import tokens_per_optimizer_step
+from launcher.perf.compute_term import expert_degree, tokens_per_optimizer_step
 from launcher.perf.plan_table import work_of
 from launcher.perf.preset_fit import curve_keys
 
@@ -52,6 +52,7 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         dtype=work.dtype,
         tp=cfg.parallel.tp or 1,
         cp=cfg.parallel.cp or 1,
+        ep=expert_degree(cfg),
         optimizer=str(cfg.optim.name),
         tokens_per_step=tokens_per_optimizer_step(cfg),
         compiled=fused(case.row)[0],

@@ -263,9 +263,9 @@ def _reruns(cfg: ModelConfig, name: str) -> int:
     return 0
 
 
-def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int, int, int, int]]:
-    """(name, m, n, k, how many per model) of the blocks' matmuls on one rank: tp splits each
-    layer's output features or its inner dimension, an expert sees the tokens routed to it."""
+def block_matmuls(cfg: ModelConfig, tokens: int, tp: int, ep: int = 1) -> list[tuple[str, int, int, int, int]]:
+    """(name, m, n, k, how many per model) of the blocks' matmuls on one rank: tp splits each layer's output
+    features or its inner dimension; a routed expert's GEMM takes its rows from all `ep` ranks (see step_parts)."""
     d, f, L = cfg.d_model, ffn_width(cfg), cfg.n_layers
     if cfg.arch == "mlp":
         return [("fc1", tokens, f // tp, d, L), ("fc2", tokens, d, f // tp, L)]
@@ -277,7 +277,7 @@ def block_matmuls(cfg: ModelConfig, tokens: int, tp: int) -> list[tuple[str, int
     out += [("wo", tokens, d, q // tp, L)]
     out += [(w, tokens, f // tp, d, L - moe) for w in ("w1", "w3")] + [("w2", tokens, d, f // tp, L - moe)]
     if moe:
-        h, routed = expert_width(cfg), max(1, tokens * cfg.experts_per_token // cfg.n_experts)
+        h, routed = expert_width(cfg), max(1, tokens * ep * cfg.experts_per_token // cfg.n_experts)
         out += [("router", tokens, cfg.n_experts, d, moe)]
         for group, m, count in (("expert", routed, cfg.experts_per_token), ("shared", tokens, cfg.shared_experts)):
             out += [(f"{group}_{w}", m, h // tp, d, moe * count) for w in ("w1", "w3") if count]
@@ -355,9 +355,11 @@ def ring_bytes(cfg: ModelConfig, cp: int) -> float:
     return forward * (1 + _reruns(cfg, "attention")) + backward
 
 
-def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compiled: bool = False) -> list[Op]:
-    """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank),
-    tp and cp as the layout splits them; `compiled`: the blocks run under torch.compile (train.compile),
+def model_ops(
+    cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, ep: int = 1, compiled: bool = False
+) -> list[Op]:
+    """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank), tp, cp and
+    ep (block_matmuls) as the layout splits them; `compiled`: the blocks run under torch.compile (train.compile),
     their memory-bound ops fused (BLOCK_PASS_BYTES). Matmul and attention FLOPs count every run (forward,
     backward's two, recompute); norms and biases carry their 6 FLOPs per parameter (the 6N
     convention's) on the memory op they run in, so the ops' FLOPs sum to hardware_flops_per_token."""
@@ -372,13 +374,11 @@ def model_ops(cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, compil
             flops=2.0 * n * k * tp * count * (3 + _reruns(cfg, name)),
             fp8=True,
         )
-        for name, m, n, k, count in block_matmuls(cfg, tokens, tp)
+        for name, m, n, k, count in block_matmuls(cfg, tokens, tp, ep)
     ]
-    matmul_params = sum(n * k * tp * count for _, _, n, k, count in block_matmuls(cfg, tokens, tp))
+    matmul_params = sum(n * k * tp * count for _, _, n, k, count in block_matmuls(cfg, tokens, tp, ep))
     if cfg.arch != "mlp":
-        core = attention_forward_flops_per_token(cfg)
-        runs = 3 + _reruns(cfg, "attention")
-        seq = cfg.seq_len
+        core, runs, seq = attention_forward_flops_per_token(cfg), 3 + _reruns(cfg, "attention"), cfg.seq_len
         # Under cp, torch's ring runs the kernel once per step on its chunk: seq/cp keys a call (ring_bytes).
         ops.append(
             Op(name="attention", priced="attention", m=seq // cp, n=seq // cp, k=head_dim(cfg), flops=core * runs)

@@ -316,6 +316,7 @@ def step_parts(
     dtype: str,
     tp: int = 1,
     cp: int = 1,
+    ep: int = 1,
     optimizer: str = "adamw",
     tokens_per_step: float | None = None,
     compiled: bool = False,
@@ -328,7 +329,13 @@ def step_parts(
     tf32 step's activations at 4 bytes, twice the ops' bf16), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
     sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
-    `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS)."""
+    `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
+    `ep`, the expert-parallel degree (parallel.ep; 1 without expert parallel), sets a routed expert's GEMM rows
+    (flops.block_matmuls): expert parallel gathers each local expert's tokens from every rank of its group and
+    runs them as one group (torchtitan torchtitan/distributed/expert_parallel.py @e1f7f318 _token_dispatch: the
+    all-to-all delivers '#tokens for local expert 0 from EP rank 0, ... from EP rank 1', which _permute lays out
+    expert by expert), so an expert multiplies micro-batch tokens × ep × top-k ÷ n_experts rows, not ÷ ep of them;
+    its FLOPs per token are unchanged."""
     if fp8_stack not in FP8_STACKS:
         raise ValueError(f"shape_rate: fp8 stack {fp8_stack!r} is not one of {', '.join(FP8_STACKS)}")
     if attention_kernel not in ATTENTION_KERNELS:
@@ -339,7 +346,7 @@ def step_parts(
     width = 4 / ACT_BYTES if dtype in ("fp32", "tf32") else 1.0
     ops = [
         dataclasses.replace(op, nbytes=op.nbytes * width) if op.name == "elementwise" else op
-        for op in model_ops(model, tokens=tokens, tp=tp, cp=cp, compiled=compiled)
+        for op in model_ops(model, tokens=tokens, tp=tp, cp=cp, ep=ep, compiled=compiled)
     ]
     extra = 0.0
     if tokens_per_step:

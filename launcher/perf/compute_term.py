@@ -20,6 +20,12 @@ def tokens_per_optimizer_step(cfg: LauncherConfig) -> float | None:
     return b.micro * b.accum * seq / (cfg.parallel.cp or 1)
 
 
+def expert_degree(cfg: LauncherConfig) -> int:
+    """The expert-parallel degree a step's routed experts run at: parallel.ep where the layout splits experts,
+    else 1 (every rank holds every expert: its own tokens only reach them)."""
+    return (cfg.parallel.ep or 1) if traits(cfg.parallel.layout).splits("ep") else 1
+
+
 def shaped_mfu(
     cfg: LauncherConfig,
     *,
@@ -51,6 +57,7 @@ def shaped_mfu(
         fp8_curve=Curve(*fp8[0]) if fp8 else None,
         tp=cfg.parallel.tp or 1,
         cp=cfg.parallel.cp or 1,
+        ep=expert_degree(cfg),
         optimizer=str(cfg.optim.name),
         tokens_per_step=tokens_per_optimizer_step(cfg),
         compiled=cfg.train.compile if compiled is None else compiled,

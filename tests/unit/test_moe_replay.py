@@ -4,6 +4,10 @@ torchtitan on B200): what each source's stack runs, as the shape model prices it
 from __future__ import annotations
 
 from benchmarks.replay_attention import ATTENTION_KERNEL_OF_SOURCE, attention_kernel
+from launcher.compute import flops, shape_rate
+from launcher.config.compose import compose_config
+from launcher.config.schema import ModelConfig
+from launcher.perf.compute_term import expert_degree
 
 
 def test_automodels_te_attention_backend_is_priced_as_cudnns_fused_attention_on_hopper():
@@ -15,3 +19,51 @@ def test_automodels_te_attention_backend_is_priced_as_cudnns_fused_attention_on_
     assert "qwen3_moe_30b_te_deepep.yaml" in why and "backend.attn: te" in why and "@60dfabfe" in why
     # torchtitan (NousResearch's fork) keeps the sdpa figure
     assert attention_kernel({"source": "nous_deepep_2511"}) == "sdpa"
+
+
+QWEN3_MOE = ModelConfig(
+    arch="llama",
+    vocab_size=151936,
+    seq_len=4096,
+    d_model=2048,
+    n_layers=48,
+    n_heads=32,
+    n_kv_heads=4,
+    head_dim=128,
+    ffn_hidden=6144,
+    n_experts=128,
+    experts_per_token=8,
+    expert_ffn_hidden=768,
+)
+"""Qwen/Qwen3-30B-A3B's shape, as the corpus maps it."""
+
+
+def test_a_routed_experts_gemm_takes_its_rows_from_every_rank_of_its_expert_parallel_group():
+    """A micro-batch of 2 × 4096 tokens on a rank, top-8 of 128 experts: without expert parallel each expert
+    multiplies 8192 · 8 / 128 = 512 rows; under ep 16 (AutoModel's two-node row) a rank holds 8 experts and
+    each gathers those rows from all 16 ranks, 8192 rows, so its GEMM's smallest side is the expert width
+    768, not 512. The FLOPs per token do not change."""
+    one = {op.name: op for op in flops.model_ops(QWEN3_MOE, tokens=8192)}
+    sixteen = {op.name: op for op in flops.model_ops(QWEN3_MOE, tokens=8192, ep=16)}
+    assert (one["expert_w1"].m, sixteen["expert_w1"].m, sixteen["expert_w2"].m) == (512, 8192, 8192)
+    assert (sixteen["expert_w1"].n, sixteen["expert_w1"].k) == (768, 2048)
+    assert sixteen["wq"].m == one["wq"].m == 8192  # the dense matmuls keep the rank's own tokens
+    assert [op.flops for op in sixteen.values()] == [op.flops for op in one.values()]
+    parts = {
+        ep: shape_rate.step_parts(QWEN3_MOE, micro_batch=2, device="H100-SXM", dtype="bf16", ep=ep) for ep in (1, 16)
+    }
+    # the Parts' matmuls in model_ops' order: wq wk wv wo, the dense w1 w3 w2 (no dense block: 0 FLOPs),
+    # router, expert_w1 expert_w3 expert_w2, head
+    smallest = {ep: [s for _, s, *_ in p.matmuls] for ep, p in parts.items()}
+    assert smallest[1][-4:] == [512, 512, 512, 2048]
+    assert smallest[16][-4:] == [768, 768, 768, 2048]
+    assert smallest[16][:8] == smallest[1][:8] == [2048, 512, 512, 2048, 2048, 2048, 2048, 128]
+
+
+def test_the_planner_and_the_replay_price_a_recipes_experts_at_its_expert_parallel_degree():
+    """launcher plan (compute_term.shaped_mfu) and the replay (replay_curve.case_parts) take parallel.ep where
+    the layout splits experts, and 1 where it does not (fsdp: every rank holds every expert)."""
+    moe = [f"model.{k}={v}" for k, v in (("n_experts", 128), ("experts_per_token", 8), ("expert_ffn_hidden", 768))]
+    ep = compose_config(["model=llama3_8b", *moe, "parallel=fsdp_ep", "parallel.ep=8"], None)
+    assert expert_degree(ep) == 8
+    assert expert_degree(compose_config(["model=llama3_8b", *moe, "parallel=fsdp"], None)) == 1
