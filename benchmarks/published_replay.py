@@ -131,7 +131,8 @@ def fit_mfu(cases: list[Case], curves: dict[int, np.ndarray]) -> float:
 MIN_SOURCES = 2
 """Sources a fit key needs for a constant of its own; with fewer it takes the one fitted on every device. One
 source's stack is not its device's: the only B200 rows (a Qwen3 MoE run at 15% of peak) would otherwise set
-every B200 plan's constant, as a LOSO fold would never test."""
+every B200 plan's constant, as a LOSO fold would never test; nor do such a key's rows enter the curve fitted on
+every device, which prices it (replay_curve.POOLED_FROM_BACKED)."""
 
 
 def fit_constants(cases: list[Case], curves: dict[int, np.ndarray], jitter: float = 0.0) -> dict:

@@ -6,8 +6,9 @@ predicted throughput under any matmul curve (e_max, s_half) is read off the row'
 curve (published_replay.predicted_log) at the MFU those Parts come to. Two parameters per device
 family and precision, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
 alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
-A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision.
-s_half is fitted once per precision over every device's rows, e_max per device (SHARED_S_HALF says why).
+A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision, and
+its rows stay out of that fit (POOLED_FROM_BACKED says why). s_half is fitted once per precision over every
+backed device's rows, e_max per device (SHARED_S_HALF says why).
 fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
 names each source's), where MIN_SOURCES sources of the stack back it: its e_max on the stack's rows, its
 s_half the device's fp8 curve's over every stack (stack_curves says why); a row is priced by the first curve
@@ -102,9 +103,21 @@ and with Qwen3's heads counted at their width the free fit fell to s_half 0, a c
 pooled rows (MPT 125M to 70B on A100s among them) place s_half; each device's e_max is its own."""
 
 
+POOLED_FROM_BACKED = """The curve over every device (`*/bf16`) is fitted on the keys backed by MIN_SOURCES sources,
+not on a key with fewer. Such a key has no e_max of its own, so in the pooled fit its rows can only move what
+every device shares, s_half and the pooled e_max: one stack on one device would set every device's curve, as
+MIN_SOURCES keeps it from setting its own device's constant. It did: B200's one source (NousResearch's Qwen3
+MoE on torchtitan, 18% of the B200's peak) and NeMo AutoModel's on H100 are the only rows whose widest matmuls
+are narrow experts (768), and the B200 rows, fitted through s_half, pulled it from 192 (the fold without them)
+to 512 in-sample and to 1024 in the fold that held AutoModel out, which priced AutoModel's expert GEMMs at
+768 / (768 + 1024) = 43% of e_max, where s_half 192 gives 80% (its rows read -34%). A key with fewer sources
+is still priced by the pooled curve, fitted without it."""
+
+
 def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[str, list[float]]:
     """Curves per fit key backed by `min_sources` sources, fp8's also per fp8 stack (`H100/fp8-torchao`),
-    and per precision over every device (`*/bf16`)."""
+    and per precision over every backed device (`*/bf16`: POOLED_FROM_BACKED; over every device where no key
+    is backed)."""
     shaped = [c for c in cases if c.parts is not None]
     curves: dict[str, list[float]] = {}
     for precision in ("bf16", "fp8"):
@@ -115,7 +128,8 @@ def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[st
         groups: dict[str, list[Case]] = {}
         for c in mine:
             groups.setdefault(c.key, []).append(c)
-        curves[f"*/{precision}"] = pooled = fit_curve(mine, log_at, fixed)
+        backed = [c for c in mine if len({d.source for d in groups[c.key]}) >= min_sources] or mine
+        curves[f"*/{precision}"] = pooled = fit_curve(backed, log_at, fixed)
         for key in sorted(groups):  # each device's e_max on its own rows, at the pooled s_half (shared_s_half)
             if len({c.source for c in groups[key]}) >= min_sources:
                 curves[key] = fit_curve(groups[key], log_at, fixed, s_half=pooled[1])

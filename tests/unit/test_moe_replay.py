@@ -3,8 +3,16 @@ torchtitan on B200): what each source's stack runs, as the shape model prices it
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import numpy as np
+
+from benchmarks import replay_curve as rc
 from benchmarks.replay_attention import ATTENTION_KERNEL_OF_SOURCE, attention_kernel
+from benchmarks.replay_case import Case
 from launcher.compute import flops, shape_rate
+from launcher.compute.shape_rate import Parts
 from launcher.config.compose import compose_config
 from launcher.config.schema import ModelConfig
 from launcher.perf.compute_term import expert_degree
@@ -67,3 +75,28 @@ def test_the_planner_and_the_replay_price_a_recipes_experts_at_its_expert_parall
     ep = compose_config(["model=llama3_8b", *moe, "parallel=fsdp_ep", "parallel.ep=8"], None)
     assert expert_degree(ep) == 8
     assert expert_degree(compose_config(["model=llama3_8b", *moe, "parallel=fsdp"], None)) == 1
+
+
+def _case(i: int, source: str, device: str, s: int, truth: float) -> Case:
+    parts = Parts(matmuls=((1.0, s, 1.0, math.inf, False),), attention_s=0.0, memory_s=0.0)
+    return Case(
+        index=i, row={"source": source, "precision": "bf16"}, key=f"{device}/bf16", published=truth, parts=(parts, 1.0)
+    )
+
+
+def test_a_device_of_one_source_is_priced_by_the_pooled_curve_and_does_not_bend_it():
+    """A100 and H100 rows of two sources each follow e_max 0.60, s_half 512 at widths 256..4096; one B200
+    source publishes 0.15 of peak at width 768 (its stack's, not its chip's). The B200 key has no curve of its
+    own, and the pooled curve it is priced by is the backed devices' 0.60, 512: fitted with the B200 rows in, it
+    bent to fit them (only s_half and the pooled e_max could move)."""
+    backed = [
+        _case(i, f"{dev.lower()}_{i % 2}", dev, s, round(0.60 * s / (s + 512), 4))
+        for dev in ("A100", "H100")
+        for i, s in enumerate([256, 512, 1024, 2048, 4096, 256, 1024, 4096])
+    ]
+    backed = [dataclasses.replace(c, index=i) for i, c in enumerate(backed)]
+    b200 = [_case(100 + i, "b200_only", "B200", 768, 0.15) for i in range(5)]
+    curves = rc.fit_curves(backed + b200, lambda c, mfu: np.log(mfu), 2)
+    assert "B200/bf16" not in curves
+    assert curves["*/bf16"] == curves["A100/bf16"] == curves["H100/bf16"] == [0.60, 512.0]
+    assert rc.fit_curves(backed, lambda c, mfu: np.log(mfu), 2)["*/bf16"] == [0.60, 512.0]
