@@ -107,15 +107,23 @@ TRAINERS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 TRAINERS["automodel_ephybrid_2607"] = (
-    ("trainer.weights_16bit=true", "trainer.experts_outside_fsdp=true", "trainer.norm_16bit=true"),
+    (
+        "trainer.weights_16bit=true",
+        "trainer.experts_outside_fsdp=true",
+        "trainer.norm_16bit=true",
+        "trainer.ep_dispatch_copies=1",
+    ),
     "NeMo AutoModel @60dfabfe: recipe examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml builds the model "
     "with NeMoAutoModelForCausalLM.from_config and no torch_dtype, whose 'auto' is bfloat16 "
     "(nemo_automodel/_transformers/auto_model.py), optimizer torch.optim.Adam (moments in the parameters' dtype); "
     "nemo_automodel/components/moe/parallelizer.py apply_fsdp leaves the experts out of FSDP (ignored_params) when "
     "the ep-shard mesh is 1 (dp = ep at both sizes); backend rms_norm: te (Transformer Engine's RMSNorm, 16-bit "
-    "output); not mapped: MaskedCrossEntropy fp32_upcast false (16-bit logits, no setting for torch's "
-    "cross-entropy on them: counted at 14 bytes a logit) and MoEParallelizerConfig.reshard_after_forward False "
-    "(a layout setting: the rows keep the layout's resharding)",
+    "output); backend dispatcher: deepep with fake_balanced_gate: true, whose FakeBalancedGate "
+    "(nemo_automodel/components/moe/layers.py) routes token i to experts 8i..8i+7 mod 128, all on one rank at ep 8 and "
+    "16, and DeepEP sends a token once per destination rank (docs/deepep_vs_hybridep_benchmark.md: 'per-token "
+    "deduplicated destination bytes'): one copy a token; not mapped: MaskedCrossEntropy fp32_upcast false "
+    "(16-bit logits, no setting for torch's cross-entropy on them: counted at 14 bytes a logit) and "
+    "MoEParallelizerConfig.reshard_after_forward False (a layout setting: the rows keep the layout's resharding)",
 )
 TORCHTITAN_FSDP = (
     ("trainer.pipeline_fsdp_16bit=true",),

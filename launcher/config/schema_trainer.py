@@ -77,3 +77,11 @@ class TrainerConfig:
     fully_shard only when the ep-shard mesh is larger than 1, else passes them as the block's ignored_params): a
     rank's experts are whole parameters, never gathered, whose gradient accumulates in place with no unsharded copy
     beside it. False: FSDP over the dp ÷ ep ranks holding them however many (torchtitan's)."""
+    ep_dispatch_copies: int = 0
+    """Copies of a token an expert-parallel dispatch sends (and its combine returns): a dispatcher that sends a
+    token once per destination rank (DeepEP: get_dispatch_layout's is_token_in_rank, the 'per-token deduplicated
+    destination bytes' NeMo AutoModel's DeepEP/HybridEP report @60dfabfe counts) moves as many copies as the ranks
+    its experts are on, 1 where routing puts a token's experts on one rank (AutoModel's fake balanced gate:
+    nemo_automodel/components/moe/layers.py @60dfabfe FakeBalancedGate routes token i to experts 8i..8i+7 mod
+    128, one rank's block at ep 8 and 16). 0: one copy per routed expert (model.experts_per_token), as
+    torchtitan's all-to-all and the built-in trainer send."""

@@ -32,6 +32,11 @@ def check_moe(cfg: LauncherConfig) -> None:
             "set model.arch=llama, or model.n_experts=0"
         )
     at_least("model.experts_per_token", m.experts_per_token, 1, 2)
+    if not 0 <= cfg.trainer.ep_dispatch_copies <= m.experts_per_token:
+        raise ConfigError(
+            f"trainer.ep_dispatch_copies={cfg.trainer.ep_dispatch_copies} must be in 0..{m.experts_per_token} "
+            f"(model.experts_per_token): a token's dispatch sends at most one copy per routed expert (0: that many)"
+        )
     for key, value in (("model.shared_experts", m.shared_experts), ("model.expert_ffn_hidden", m.expert_ffn_hidden)):
         at_least(key, value, 0, 0)
     if m.experts_per_token > m.n_experts:

@@ -77,6 +77,8 @@ class LayoutSpec:
     16 bits (trainer.grad_sync_16bit)."""
     tp_overlap: bool = False
     """trainer.tp_comm_overlap: tp collectives run in chunks under their matmuls (Traffic.tp_overlap)."""
+    ep_copies: int = 0
+    """trainer.ep_dispatch_copies: copies of a token one expert-parallel dispatch sends (0: experts_per_token)."""
     measured_numel: int | None = None
     """Elements of one rank's parameters as a trial measured them (the gradient it all-reduced);
     None: counted from the model config. A measured model (one the config does not describe, or
@@ -141,10 +143,12 @@ def traffic(spec: LayoutSpec, *, tp: int, pp: int, batch: BatchMath, cp: int = 1
         pp_bytes=activation // tp if pp > 1 else 0,
         pp_sends=batch.accum * 2 * (spec.virtual * mb + pp - 1) if pp > 1 else 0,
         norm_groups=norm_groups(spec, dp_kind, tp=tp, pp=pp),
-        # Each token's k routed rows to their experts' ranks and back, forward and backward (full
-        # recompute replays forward's); the experts' FSDP traffic runs on the dp ÷ ep ranks holding
-        # them, modelled on the dp group (the same bytes per rank, a smaller ring).
-        ep_bytes=batch.micro * m.seq_len * m.experts_per_token * m.d_model * wire if spec.ep > 1 else 0,
+        # Each token's k routed rows (a per-rank dispatcher's copies: trainer.ep_dispatch_copies) to their
+        # experts' ranks and back, forward and backward (full recompute replays forward's); the experts' FSDP
+        # traffic runs on the dp ÷ ep ranks holding them, modelled on the dp group (same bytes, a smaller ring).
+        ep_bytes=batch.micro * m.seq_len * (spec.ep_copies or m.experts_per_token) * m.d_model * wire
+        if spec.ep > 1
+        else 0,
         ep_all_to_alls=batch.accum * moe_layers(m) * (6 if m.activation_checkpointing == "full" else 4)
         if spec.ep > 1
         else 0,
@@ -249,6 +253,7 @@ def shape_for(cfg: LauncherConfig, world_size: int, *, numel: int | None = None)
         ep=expert_degree(cfg, dp),
         reduce_bytes=2 if cfg.trainer.grad_sync_16bit else REDUCE_BYTES,
         tp_overlap=cfg.trainer.tp_comm_overlap,
+        ep_copies=cfg.trainer.ep_dispatch_copies,
     )
     return layout_shape(
         spec,

@@ -7,15 +7,22 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from benchmarks import replay_curve as rc
+from benchmarks.published_replay import CORPUS, read_corpus
 from benchmarks.replay_attention import ATTENTION_KERNEL_OF_SOURCE, attention_kernel
 from benchmarks.replay_case import Case
+from benchmarks.replay_mapping import TRAINERS, map_row
 from launcher.compute import flops, shape_rate
 from launcher.compute.shape_rate import Parts
+from launcher.config.builtin_support import builtin_lacks
 from launcher.config.compose import compose_config
+from launcher.config.errors import ConfigError
 from launcher.config.schema import ModelConfig
+from launcher.config.validate import validate
 from launcher.perf.compute_term import expert_degree
+from launcher.perf.shapes import shape_for
 
 
 def test_automodels_te_attention_backend_is_priced_as_cudnns_fused_attention_on_hopper():
@@ -100,3 +107,36 @@ def test_a_device_of_one_source_is_priced_by_the_pooled_curve_and_does_not_bend_
     assert "B200/bf16" not in curves
     assert curves["*/bf16"] == curves["A100/bf16"] == curves["H100/bf16"] == [0.60, 512.0]
     assert rc.fit_curves(backed, lambda c, mfu: np.log(mfu), 2)["*/bf16"] == [0.60, 512.0]
+
+
+MOE = ["model=llama3_8b", "model.n_experts=128", "model.experts_per_token=8", "model.expert_ffn_hidden=768"]
+
+
+def test_a_per_rank_dispatcher_sends_the_copies_it_is_told_and_the_default_one_per_routed_expert():
+    """ep 8, micro 1 × 8192 tokens of d 4096 in bf16: one all-to-all's buffer is 8192 × 8 × 4096 × 2 bytes with
+    a copy per routed expert (torchtitan's all-to-all, the built-in trainer's), an eighth of it where the
+    dispatcher sends a token once per destination rank and its experts sit on one rank (trainer.ep_dispatch_copies=1,
+    DeepEP under AutoModel's fake balanced gate). A sweep of the built-in trainer refuses it; more copies than
+    routed experts is one line."""
+    base = [*MOE, "parallel=fsdp_ep", "parallel.ep=8", "batch.micro=1", "batch.global_batch=8", "precision=bf16"]
+    default = shape_for(compose_config(base, None), 8).traffic
+    one = shape_for(compose_config([*base, "trainer.ep_dispatch_copies=1"], None), 8).traffic
+    assert default.ep_bytes == 8192 * 8 * 4096 * 2 == 8 * one.ep_bytes
+    assert default.ep_all_to_alls == one.ep_all_to_alls
+    assert builtin_lacks(compose_config([*base, "trainer.ep_dispatch_copies=1"], None)) == [
+        "trainer.ep_dispatch_copies=1"
+    ]
+    with pytest.raises(ConfigError, match=r"trainer.ep_dispatch_copies=9 must be in 0..8 \(model.experts_per_token\)"):
+        validate(compose_config([*base, "trainer.ep_dispatch_copies=9"], None))
+
+
+def test_automodels_rows_send_each_token_once_as_its_fake_balanced_gate_and_deepep_do():
+    """NeMo AutoModel's recipe routes with FakeBalancedGate (token i to experts 8i..8i+7 mod 128: one rank's
+    block at ep 8 and 16) and dispatches with DeepEP, which sends a token once per destination rank."""
+    rows = [r for r in read_corpus(CORPUS) if r["source"] == "automodel_ephybrid_2607"]
+    assert len(rows) == 2
+    for row in rows:
+        mapped = map_row(row)
+        assert "trainer.ep_dispatch_copies=1" in mapped.overrides
+    why = TRAINERS["automodel_ephybrid_2607"][1]
+    assert "FakeBalancedGate" in why and "8i..8i+7 mod 128" in why and "per-token deduplicated destination bytes" in why
