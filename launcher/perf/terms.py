@@ -100,8 +100,9 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
         else ("in-node link" if ep <= rpn else "inter-node link")
     )
     who = "each candidate's ep" if searched else f"ep={ep}"
+    copies = cfg.trainer.ep_dispatch_copies or m.experts_per_token  # a per-rank dispatcher's (DeepEP's) copies
     a2a = (
-        f"{who}: each MoE block's dispatch and combine all-to-alls (tokens × {m.experts_per_token} × d_model, "
+        f"{who}: each MoE block's dispatch and combine all-to-alls (tokens × {copies} × d_model, "
         f"(ep−1)/ep of it leaving a rank), forward and backward, on the {link}, not overlapped with compute; "
         "experts' memory ÷ ep"
         if ep > 1 or searched
@@ -113,8 +114,8 @@ def moe_line(cfg: LauncherConfig, *, searched: bool = False) -> str | None:
         f"token's {m.experts_per_token} experts compute it; real balance not modelled); {a2a}; activations as a "
         "dense block's as wide as a token's experts together (no router or dispatch buffers); attention as "
         "multi-head/grouped-query attention (Multi-head Latent Attention, DeepSeek-V3's, not modelled); published "
-        "MoE runs measured below this model (Qwen3-30B-A3B, 128 small experts: ~1.2× on 8-16 H100s, ~2.7× on 8-128 "
-        "B200s; benchmarks/results/published_replay.md)"
+        "MoE runs of Qwen3-30B-A3B (128 small experts) measured 1.05-1.1× this model's figure on 8-16 H100s and 0.7× "
+        "on 8-128 B200s, a device with no fitted curve of its own (benchmarks/results/published_replay.md)"
     )
 
 

@@ -23,6 +23,7 @@ from launcher.config.schema import ModelConfig
 from launcher.config.validate import validate
 from launcher.perf.compute_term import expert_degree
 from launcher.perf.shapes import shape_for
+from launcher.perf.terms import moe_line
 
 
 def test_automodels_te_attention_backend_is_priced_as_cudnns_fused_attention_on_hopper():
@@ -140,3 +141,9 @@ def test_automodels_rows_send_each_token_once_as_its_fake_balanced_gate_and_deep
         assert "trainer.ep_dispatch_copies=1" in mapped.overrides
     why = TRAINERS["automodel_ephybrid_2607"][1]
     assert "FakeBalancedGate" in why and "8i..8i+7 mod 128" in why and "per-token deduplicated destination bytes" in why
+
+
+def test_the_plan_footer_says_how_many_copies_of_a_token_its_all_to_alls_move():
+    base = [*MOE, "parallel=fsdp_ep", "parallel.ep=8", "cluster=example_gpu_site"]
+    assert "(tokens × 8 × d_model" in moe_line(compose_config(base, None))
+    assert "(tokens × 1 × d_model" in moe_line(compose_config([*base, "trainer.ep_dispatch_copies=1"], None))
