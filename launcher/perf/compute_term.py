@@ -22,7 +22,8 @@ def tokens_per_optimizer_step(cfg: LauncherConfig) -> float | None:
 
 def expert_degree(cfg: LauncherConfig) -> int:
     """The expert-parallel degree a step's routed experts run at: parallel.ep where the layout splits experts,
-    else 1 (every rank holds every expert: its own tokens only reach them)."""
+    else 1 (every rank holds every expert: its own tokens only reach them). The compute term is the recipe's,
+    at no size: trials.layout.expert_degree checks the same ep against each size's dp."""
     return (cfg.parallel.ep or 1) if traits(cfg.parallel.layout).splits("ep") else 1
 
 
