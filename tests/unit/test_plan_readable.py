@@ -164,7 +164,7 @@ def test_a_tie_reads_as_a_tie_and_is_explained(capsys):
     assert main([*argv, "--gpus", "8"]) == 0
     out = _said(capsys)
     assert (
-        "8 GPUs #2: ddp mb4×2 no-ckpt: 406,833 tokens/s (+0%), 52.7 GiB, comm 0%; ties the best within rounding" in out
+        "8 GPUs #2: ddp mb4×2 no-ckpt: 395,408 tokens/s (+0%), 52.7 GiB, comm 0%; ties the best within rounding" in out
     )
     assert "loses by ties" not in out
     assert (
@@ -180,7 +180,7 @@ def test_a_context_parallel_runner_up_loses_by_its_ring_not_a_tie(capsys):
     assert main([*SEARCH_70B, "--gpus", "256"]) == 0
     out = _said(capsys)
     assert (
-        "256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: 219,540 tokens/s (-0%), 74.5 GiB, comm 7%; "
+        "256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: 213,787 tokens/s (-0%), 74.5 GiB, comm 7%; "
         "loses by more exposed context-parallel ring time (+0.1% of the best's step)"
     ) in out
 
@@ -208,7 +208,7 @@ def test_at_80_columns_a_search_keeps_tokens_per_s_and_memory(monkeypatch):
     assert max(len(line) for line in lines) <= 80
     head = next(line for line in lines if line.startswith("┃"))
     assert [c.strip() for c in head.split("┃")[1:-1]] == ["GPUs", "status", "tokens/s", "mem GiB", "eff"]
-    assert "│  256 │ predicted       │ 219,665 [145,045–332,674] │ 74.5 tight │ 1.00 │" in lines
+    assert "│  256 │ predicted       │ 213,905 [159,976–286,015] │ 74.5 tight │ 1.00 │" in lines
     assert "│    8 │ oom (predicted) │                         — │      138.1 │    — │" in lines
     assert "not shown at 80 columns: candidate, nodes, tok/s/dev, comm, step s, mfu," in lines
     assert any(line.startswith("Recommended: 256 GPUs with fsdp_tp: parallel=fsdp_tp parallel.tp=4") for line in lines)
