@@ -123,3 +123,23 @@ def test_a_collectives_figure_is_its_sustained_mean_over_a_count_its_first_run_s
     assert (len(runs), len(waits)) == (2 + profile_node.COMM_MAX_ITERS, 1 + profile_node.COMM_MAX_ITERS)
     # runs 3..102 are timed: 20 of those 100 are multiples of 5
     assert t == pytest.approx((100 * 0.004 + 20 * 0.005) / 100)
+
+
+def test_a_matmul_is_timed_on_operands_cycled_through_more_than_any_cache():
+    """A 128³ fp32 pair is 128 KiB, L2-resident if re-run: the profile cycles through 64 MiB of pairs (512), as
+    a step's ops read activations cold (the bed's 128³ matmul read 48 GFLOP/s re-running one pair, 40 cycling).
+    Consecutive calls use other operands; the 513th comes back to the first's."""
+    from launcher.train.profile_plan import COLD_BYTES
+
+    cpu = torch.device("cpu")
+    assert COLD_BYTES["cpu"] == 64 * MiB
+    assert profile_node.copies(2 * 128 * 128 * 4, cpu) == 512
+    assert profile_node.copies(2**30, cpu) == 1
+    seen: list[int] = []
+    run = profile_node._cycling([(1,), (2,), (3,)], seen.append)
+    for _ in range(4):
+        run()
+    assert seen == [2, 3, 1, 2]
+    mm = profile_node._matmul("fp32", 128, 128, 128, cpu)
+    outs = [mm() for _ in range(513)]
+    assert not torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[512])
