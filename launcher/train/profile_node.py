@@ -39,7 +39,9 @@ count each rank chose by its own clock left one rank waiting in a collective the
 the bed). The median of five short runs read bursts inside one CPU-quota period: the bed's in-node 1 MiB
 all-reduce between 0.3 and 9 ms, run to run."""
 OVERLAP_ROUNDS = 5
-"""Rounds of (all-reduce alone, compute alone, both at once) the overlap share is the mean of."""
+"""Rounds of (all-reduce alone, compute alone, both at once) the overlap share sums, at least; as many as last
+ENOUGH_S of all-reduce in all (a count the slowest member's first run sets for every rank): five rounds of the
+bed's 5 ms in-node all-reduce read its overlap at −1, −1 and +0.18 on three runs."""
 
 
 class Steps:
@@ -285,15 +287,16 @@ def measure_overlap(
 
 def _overlap_share(group, member: bool, device: torch.device, mm: Callable[[], Any], per_mm: float) -> float | None:
     """(t_comm + t_compute − t_both) ÷ t_comm in [−1, 1] on a member (None elsewhere), each time summed over
-    OVERLAP_ROUNDS rounds of: the all-reduce alone, the compute alone (every rank), both at once (every rank
+    the rounds (OVERLAP_ROUNDS) of: the all-reduce alone, the compute alone (every rank), both at once (every rank
     computes, the members all-reduce beside it)."""
     buf = torch.ones(plan.OVERLAP_BYTES[device.type] // 4, device=device)
 
     def comm() -> None:
         dist.all_reduce(buf, group=group)
 
-    first = timed(comm, device, iters=1) if member else 0.0
-    reps = max(1, math.ceil(2 * _slowest(first, device, None) / per_mm))
+    first = _slowest(timed(comm, device, iters=1) if member else 0.0, device, None)
+    reps = max(1, math.ceil(2 * first / per_mm))
+    rounds = min(COMM_MAX_ITERS, max(OVERLAP_ROUNDS, math.ceil(ENOUGH_S / max(first, 1e-9))))
 
     def compute() -> None:
         for _ in range(reps):
@@ -305,7 +308,7 @@ def _overlap_share(group, member: bool, device: torch.device, mm: Callable[[], A
         work.wait()
 
     sums = [0.0, 0.0, 0.0]
-    for _ in range(OVERLAP_ROUNDS):
+    for _ in range(rounds):
         for i, fn in enumerate((comm, compute, both) if member else (lambda: None, compute, compute)):
             dist.barrier()
             sync(device)
