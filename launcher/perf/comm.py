@@ -57,6 +57,15 @@ def ddp_buckets(grad_bytes: int) -> int:
     return 1 + math.ceil(max(0, grad_bytes - DDP_FIRST_BUCKET_BYTES) / DDP_BUCKET_BYTES)
 
 
+def ddp_bucket_bytes(grad_bytes: int) -> list[int]:
+    """Bytes of each bucket DDP all-reduces, in the order backward makes them ready: the 1 MiB first
+    bucket (the last layers' gradients), 25 MiB ones, then the rest (the first layers', ready last)."""
+    buckets = ddp_buckets(grad_bytes)
+    if buckets == 1:
+        return [grad_bytes]
+    return [DDP_FIRST_BUCKET_BYTES] + [DDP_BUCKET_BYTES] * (buckets - 2) + [ddp_last_bucket(grad_bytes)]
+
+
 def ddp_last_bucket(grad_bytes: int) -> int:
     """Bytes of the last bucket DDP all-reduces (the first layers' gradients, ready last)."""
     buckets = ddp_buckets(grad_bytes)
@@ -169,6 +178,11 @@ def bandwidth(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
     if topo.leaf.crossed_by(g, topo.ranks_per_node):
         inter_gbps /= topo.leaf.oversubscription
     return min(intra.bandwidth_gbps, inter_gbps) * 1e9
+
+
+def overlap_share(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
+    """The share of the group's collectives that compute hides: the least `overlap` of the links it crosses."""
+    return intra.overlap if topo.on_nvlink(g) else min(intra.overlap, inter.overlap)
 
 
 def latency(g: Group, intra: Link, inter: Link, topo: Topology | None = None) -> float:

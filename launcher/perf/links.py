@@ -6,6 +6,8 @@ ring all-reduce time over one link. Pure: no I/O."""
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -25,15 +27,30 @@ class Link:
     bandwidth. None for the older presets, which set `bandwidth_gbps` to a nominal rate."""
     source: str = ""
     """Where the rate and the bus bandwidth come from."""
+    overlap: float = 1.0
+    """Share of a collective's time on this link that compute running at once hides, in [−1, 1] (a site
+    profile measures it: 1 where the two run side by side untouched, as the overlap model has it; less where
+    they contend, e.g. for a gloo rank's host CPU; negative where both at once cost more than in turn)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
             raise ValueError(f"link {self.name!r}: bandwidth_gbps must be finite and > 0, got {self.bandwidth_gbps}")
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise ValueError(f"link {self.name!r}: latency_s must be finite and ≥ 0, got {self.latency_s}")
+        if not -1.0 <= self.overlap <= 1.0:
+            raise ValueError(f"link {self.name!r}: overlap must be in [-1, 1], got {self.overlap}")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "bandwidth_gbps": self.bandwidth_gbps, "latency_s": self.latency_s}
+
+
+def ring_latency_s(timed: Sequence[tuple[float, float]], n: int, busbw_gbs: float) -> float:
+    """α of a ring of `n` ranks from all-reduces timed at several sizes, (bytes, seconds) each: what each took
+    beyond its bytes at `busbw_gbs`, over the ring's 2(n−1) hops, the median over sizes. One size's time alone
+    (the smallest) is as noisy as one stall: a rank held up once (a CPU quota's throttled period, a page
+    fault) would set it for every message."""
+    left = [max(0.0, seconds - nbytes * 2 * (n - 1) / n / (busbw_gbs * 1e9)) for nbytes, seconds in timed]
+    return statistics.median(left) / (2 * (n - 1))
 
 
 NCCL_NVLINK_SHARE = 370 / 450

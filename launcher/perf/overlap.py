@@ -46,9 +46,10 @@ from launcher.perf.comm import (
     Traffic,
     all_to_all_s,
     allreduce_s,
+    ddp_bucket_bytes,
     ddp_buckets,
-    ddp_last_bucket,
     gather_s,
+    overlap_share,
     p2p_s,
 )
 from launcher.perf.links import Link
@@ -180,9 +181,23 @@ def _norm_s(g: Group, topo: Topology, intra: Link, inter: Link) -> float:
 
 
 def _ddp(t: Traffic, g: Group, topo: Topology, intra: Link, inter: Link, window: float) -> tuple[float, float]:
+    """All of DDP's all-reduce T, and what the backward window leaves exposed: the buckets go one after another
+    from when the first is ready, once backward has produced its gradients (a share of the window by bytes, as
+    backward's FLOPs follow the parameters), so compute can hide them only over what is left of the window
+    after that, and only the link's `overlap` share of it (`hidden`); the last bucket, ready when backward
+    ends, is exposed whatever the rest: max(T_last, T − hidden(T, window − ready_first))."""
     total = allreduce_s(t.grad_bytes, g, topo, intra, inter, messages=ddp_buckets(t.grad_bytes))
-    last = allreduce_s(ddp_last_bucket(t.grad_bytes), g, topo, intra, inter)
-    return total, max(last, total - window)
+    buckets = ddp_bucket_bytes(t.grad_bytes)
+    last = allreduce_s(buckets[-1], g, topo, intra, inter)
+    left = window * (1.0 - buckets[0] / t.grad_bytes)  # the window after the first bucket is ready
+    return total, max(last, total - hidden(total, left, overlap_share(g, topo, intra, inter)))
+
+
+def hidden(comm: float, compute: float, share: float) -> float:
+    """Seconds of `comm` that `compute` running at once hides: `share` of the shorter (what a site profile's
+    overlap measures: t_comm + t_compute − t_both = share · t_comm, the compute the longer); negative
+    where running both at once costs more than one after the other."""
+    return share * min(comm, max(0.0, compute))
 
 
 def _fsdp(
@@ -201,11 +216,12 @@ def _fsdp(
     ag_b, ag_r = gather(t.param_bytes * (1.0 - p_root) / L), gather(t.param_bytes * p_root)
     rs_b = gather(t.grad_bytes * blocks / L) + across(t.grad_bytes * blocks / L)
     rs_r = gather(t.grad_bytes * t.root_share) + across(t.grad_bytes * t.root_share)
+    share = overlap_share(g, *links)
     f_l, b_l = forward / L, backward / L
     again = ag_b if t.reshard else 0.0  # backward's all-gather of a block freed after forward
-    fwd = ag_r + ag_b + (L - 1) * max(0.0, ag_b - f_l)
-    bwd = again + (L - 1) * max(0.0, again - b_l)
-    bwd_sync = again + (L - 1) * max(0.0, again + rs_b - b_l) + rs_b + rs_r
+    fwd = ag_r + ag_b + (L - 1) * (ag_b - hidden(ag_b, f_l, share))
+    bwd = again + (L - 1) * (again - hidden(again, b_l, share))
+    bwd_sync = again + (L - 1) * (again + rs_b - hidden(again + rs_b, b_l, share)) + rs_b + rs_r
     gathering = 1 if t.gathered_once else t.passes  # passes whose forward gathers
     exposed = gathering * fwd + (t.passes - t.syncs) * bwd + t.syncs * bwd_sync
     total = gathering * (ag_r + L * ag_b) + t.passes * L * again + t.syncs * (L * rs_b + rs_r)

@@ -23,7 +23,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
 from launcher.perf.compute_term import tokens_per_optimizer_step
-from launcher.perf.links import LINKS, Link
+from launcher.perf.links import LINKS, Link, ring_latency_s
 from launcher.train.profile_plan import OPS, READABLE_VERSIONS, SCHEMA, SCOPES
 
 REFERENCE_BYTES = 25 * 2**20
@@ -65,6 +65,9 @@ class SiteProfile:
     """µs the host spends per dispatched op beyond its arithmetic (schema 2; None in a schema 1 file)."""
     attention: Mapping[str, tuple[tuple[int, int, float], ...]] = dataclasses.field(default_factory=dict)
     """dtype → (sequence, head dim, counted TFLOP/s) of the causal attention kernel (schema 2)."""
+    overlap: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Scope → the share of an all-reduce's time that the ranks computing at once hide, in [−1, 1] (schema 3;
+    none before: the overlap model's 1)."""
 
     def matmul_points(self, dtype: str) -> list[tuple[int, int, int, float]]:
         """(m, n, k, TFLOP/s) of `dtype`'s matmuls; ProfileError when the profile holds none."""
@@ -246,10 +249,12 @@ def _link(profile: SiteProfile, scope: str, preset: Link) -> Link:
         return preset
     points = profile.collectives[("all_reduce", scope)]
     n = profile.scope_ranks[scope]
+    busbw = profile.busbw("all_reduce", scope, min(REFERENCE_BYTES, points[-1].bytes))
     return Link(
         name=f"profile {scope}",
-        bandwidth_gbps=profile.busbw("all_reduce", scope, min(REFERENCE_BYTES, points[-1].bytes)),
-        latency_s=points[0].latency_us * 1e-6 / (2 * (n - 1)),
+        bandwidth_gbps=busbw,
+        latency_s=ring_latency_s([(p.bytes, p.latency_us * 1e-6) for p in points], n, busbw),
+        overlap=profile.overlap.get(scope, 1.0),
         source=f"measured all-reduce over {n} ranks, {profile.path}",
     )
 
@@ -284,6 +289,12 @@ def load(path: str | Path) -> SiteProfile:
 def _positive(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
         raise ProfileError(f"{what} is {value!r}, not a positive number")
+    return float(value)
+
+
+def _share(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1:
+        raise ProfileError(f"{what} is {value!r}, not a share in [-1, 1]")
     return float(value)
 
 
@@ -332,6 +343,8 @@ def _parse(path: str, doc: dict) -> SiteProfile:
         )
         for dtype, points in (doc["attention"] if doc["version"] >= 2 else {}).items()
     }
+    # Schema 3 measured the overlap; before it, the overlap model's own assumption (1) stands, as it did.
+    overlap = {sc: _share(v, f"{sc} overlap") for sc, v in (doc.get("overlap") or {}).items() if doc["version"] >= 3}
     if missing := sorted({s for _, s in collectives} - set(ranks)):
         raise ProfileError(f"no rank count for scope {missing[0]!r}")
     return SiteProfile(
@@ -340,6 +353,7 @@ def _parse(path: str, doc: dict) -> SiteProfile:
         device_type=str(doc["device"].get("type", "cpu")),
         op_us=op_us,
         attention=attention,
+        overlap=overlap,
         matmul=matmul,
         mem_bw_gbs=_positive(doc["mem_bw_gbs"], "mem_bw_gbs"),
         collectives=collectives,

@@ -103,6 +103,8 @@ def summary(profile: site_profile.SiteProfile, doc: dict) -> Table:
         n = profile.scope_ranks[scope]
         t.add_row(f"{op} {scope} ({n} ranks)", f"{pts[-1].busbw_gbs:.3g} GB/s busbw", f"{pts[-1].bytes} B")
         t.add_row("", f"{pts[0].latency_us:.3g} µs", f"{pts[0].bytes} B")
+    for scope, share in profile.overlap.items():
+        t.add_row(f"overlap {scope}", f"{share:.2f}", "share of an all-reduce compute hides")
     for line in doc.get("skipped") or []:
         t.add_row("not measured", escape(str(line)), "")
     return t

@@ -10,6 +10,7 @@ writes the profile (profile_plan's schema).
 from __future__ import annotations
 
 import datetime
+import math
 import socket
 import statistics
 import time
@@ -31,9 +32,16 @@ MIN_ITERS, ENOUGH_S = 3, 0.5
 """A rank's own figure (a matmul, the copy) is its sustained rate: total time ÷ runs, over at least MIN_ITERS runs
 lasting ENOUGH_S together, five of the kernel's 100 ms CPU-quota periods. The median of short runs read the bed's
 256³ matmul at 109 GFLOP/s, a burst inside one period, where its 0.45-CPU quota sustains half that."""
-COMM_ITERS = 5
-"""A collective's figure is the median of exactly this many: every member must call it as often (a count each
-rank chose by its own clock left one rank waiting in a collective the others never called: a hang on the bed)."""
+COMM_ITERS, COMM_MAX_ITERS = 5, 100
+"""A collective's figure is its sustained time: the mean over as many runs as last ENOUGH_S together (COMM_ITERS
+to COMM_MAX_ITERS), a count the slowest member's first run sets for all (every member must call it as often: a
+count each rank chose by its own clock left one rank waiting in a collective the others never called, a hang on
+the bed). The median of five short runs read bursts inside one CPU-quota period: the bed's in-node 1 MiB
+all-reduce between 0.3 and 9 ms, run to run."""
+OVERLAP_ROUNDS = 5
+"""Rounds of (all-reduce alone, compute alone, both at once) the overlap share sums, at least; as many as last
+ENOUGH_S of all-reduce in all (a count the slowest member's first run sets for every rank): five rounds of the
+bed's 5 ms in-node all-reduce read its overlap at −1, −1 and +0.18 on three runs."""
 
 
 class Steps:
@@ -80,15 +88,35 @@ def _median_over_ranks(seconds: float, device: torch.device) -> float:
     return statistics.median(everyone)
 
 
+def copies(nbytes: int, device: torch.device) -> int:
+    """Sets of operands to cycle through so that together they hold COLD_BYTES: each run then reads operands
+    the last one did not leave in cache, as a step's ops read activations the op before wrote elsewhere."""
+    return max(1, -(-plan.COLD_BYTES[device.type] // max(1, nbytes)))
+
+
 def _matmul(dtype: str, m: int, n: int, k: int, device: torch.device) -> Callable[[], Any]:
     if dtype == "fp8":  # torch._scaled_mm: per-tensor scales, b column-major (what float8 training calls)
-        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+        fp8 = [torch.randn(r, k, device=device).to(torch.float8_e4m3fn) for r in (m, n)]
+        sets = [(fp8[0].clone(), fp8[1].clone().t()) for _ in range(copies(m * k + k * n, device))]
         one = torch.ones((), device=device)
-        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    a = torch.randn(m, k, device=device, dtype=_TORCH_DTYPES[dtype])
-    b = torch.randn(k, n, device=device, dtype=_TORCH_DTYPES[dtype])
-    return lambda: a @ b
+        return _cycling(sets, lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    like = dict(device=device, dtype=_TORCH_DTYPES[dtype])
+    width = torch.tensor([], dtype=like["dtype"]).element_size()
+    sets = [
+        (torch.randn(m, k, **like), torch.randn(k, n, **like)) for _ in range(copies((m * k + k * n) * width, device))
+    ]
+    return _cycling(sets, lambda a, b: a @ b)
+
+
+def _cycling(sets: list, fn: Callable[..., Any]) -> Callable[[], Any]:
+    """`fn` on the next set of operands at each call, round the list."""
+    turn = [0]
+
+    def run() -> Any:
+        turn[0] = (turn[0] + 1) % len(sets)
+        return fn(*sets[turn[0]])
+
+    return run
 
 
 def fp8_missing(device: torch.device) -> str | None:
@@ -124,17 +152,19 @@ def measure_attention(device: torch.device, steps: Steps) -> dict[str, list[dict
     for dtype in (d for d in plan.dtypes(device.type) if d != "fp8"):
         for seq, head_dim in plan.attention_shapes(device.type):
             rows = max(1, plan.ATTENTION_TOKENS[device.type] // seq)
-            q, k, v = (
-                torch.randn(rows, 1, seq, head_dim, device=device, dtype=_TORCH_DTYPES[dtype], requires_grad=True)
-                for _ in range(3)
-            )
-            grad = torch.ones(rows, 1, seq, head_dim, device=device, dtype=_TORCH_DTYPES[dtype])
+            like = dict(device=device, dtype=_TORCH_DTYPES[dtype])
+            nbytes = 4 * rows * seq * head_dim * torch.tensor([], dtype=like["dtype"]).element_size()
+            sets = [
+                [torch.randn(rows, 1, seq, head_dim, **like, requires_grad=True) for _ in range(3)]
+                + [torch.ones(rows, 1, seq, head_dim, **like)]
+                for _ in range(copies(nbytes, device))
+            ]
 
-            def step(q=q, k=k, v=v, grad=grad) -> None:
+            def step(q, k, v, grad) -> None:
                 out_ = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
                 torch.autograd.grad(out_, (q, k, v), grad)
 
-            t = _median_over_ranks(timed(step, device), device)
+            t = _median_over_ranks(timed(_cycling(sets, step), device), device)
             out.setdefault(dtype, []).append(
                 {"seq": seq, "head_dim": head_dim, "tflops": 12.0 * rows * seq * seq * head_dim / t / 1e12}
             )
@@ -212,9 +242,91 @@ def groups(world: int) -> tuple[dict[str, list[int]], list[str]]:
     return {"intra": [r for r, h in enumerate(hosts) if h == hosts[0]], "inter": sorted(first.values())}, hosts
 
 
+def _slowest(seconds: float, device: torch.device, group) -> float:
+    """The group's largest figure (every member calls this)."""
+    t = torch.tensor([seconds], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())
+
+
+def sustained(fn: Callable[[], Any], device: torch.device, before: Callable[[], Any], group, clock=time.perf_counter):
+    """Mean seconds of a collective `fn` over a count of runs every member of `group` agrees on (COMM_ITERS);
+    `clock`: as `timed`'s."""
+    first = timed(fn, device, before, iters=1, clock=clock)
+    runs = min(COMM_MAX_ITERS, max(COMM_ITERS, math.ceil(ENOUGH_S / max(_slowest(first, device, group), 1e-9))))
+    total = 0.0
+    for _ in range(runs):
+        before()
+        sync(device)
+        start = clock()
+        fn()
+        sync(device)
+        total += clock() - start
+    return total / runs
+
+
+def measure_overlap(
+    rank: int, device: torch.device, steps: Steps, ranks: dict[str, list[int]], made: dict[str, Any]
+) -> dict[str, float]:
+    """Per scope, the share of an all-reduce of OVERLAP_BYTES among the scope's ranks that compute hides while
+    every rank computes (matmuls lasting about twice the all-reduce), the members' median. Every rank takes
+    part in every round, as every rank of a data-parallel step computes while its buckets go."""
+    dtype = plan.dtypes(device.type)[0]
+    mm = _matmul(dtype, *plan.matmul_shapes(device.type)[2], device)
+    per_mm = _slowest(timed(mm, device), device, None)
+    out: dict[str, float] = {}
+    for scope in plan.SCOPES:
+        if made[scope] is not None:
+            share = _overlap_share(made[scope], rank in ranks[scope], device, mm, per_mm)
+            everyone: list[float | None] = [None] * dist.get_world_size()
+            dist.all_gather_object(everyone, share)
+            out[scope] = statistics.median(x for x in everyone if x is not None)
+        steps.tick()
+    return out
+
+
+def _overlap_share(group, member: bool, device: torch.device, mm: Callable[[], Any], per_mm: float) -> float | None:
+    """(t_comm + t_compute − t_both) ÷ t_comm in [−1, 1] on a member (None elsewhere), each time summed over
+    the rounds (OVERLAP_ROUNDS) of: the all-reduce alone, the compute alone (every rank), both at once (every rank
+    computes, the members all-reduce beside it)."""
+    buf = torch.ones(plan.OVERLAP_BYTES[device.type] // 4, device=device)
+
+    def comm() -> None:
+        dist.all_reduce(buf, group=group)
+
+    first = _slowest(timed(comm, device, iters=1) if member else 0.0, device, None)
+    reps = max(1, math.ceil(2 * first / per_mm))
+    rounds = min(COMM_MAX_ITERS, max(OVERLAP_ROUNDS, math.ceil(ENOUGH_S / max(first, 1e-9))))
+
+    def compute() -> None:
+        for _ in range(reps):
+            mm()
+
+    def both() -> None:
+        work = dist.all_reduce(buf, group=group, async_op=True)
+        compute()
+        work.wait()
+
+    sums = [0.0, 0.0, 0.0]
+    for _ in range(rounds):
+        for i, fn in enumerate((comm, compute, both) if member else (lambda: None, compute, compute)):
+            dist.barrier()
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            sums[i] += time.perf_counter() - start
+    return overlap_share(*sums) if member else None
+
+
+def overlap_share(t_comm: float, t_compute: float, t_both: float) -> float:
+    """The share of `t_comm` that compute running at once hid: (t_comm + t_compute − t_both) ÷ t_comm, in [−1, 1]."""
+    return min(1.0, max(-1.0, (t_comm + t_compute - t_both) / t_comm))
+
+
 def measure_collectives(
     rank: int, world: int, device: torch.device, steps: Steps, skipped: list[str]
-) -> tuple[dict[str, dict[str, list[dict]]], dict[str, dict], list[str]]:
+) -> tuple[dict[str, dict[str, list[dict]]], dict[str, dict], list[str], dict[str, float]]:
     sizes = plan.message_bytes(device.type)
     ranks, hosts = groups(world)
     made = {s: dist.new_group(r) if world > 1 and len(r) > 1 else None for s, r in ranks.items()}  # every rank
@@ -228,10 +340,7 @@ def measure_collectives(
             for nbytes in sizes:
                 if group is not None and rank in ranks[scope]:
                     fn, wait = _op(op, nbytes, n, group, device), lambda g=group: dist.barrier(group=g)
-                    t = timed(fn, device, wait, iters=COMM_ITERS)
-                    slowest = torch.tensor([t], device=device)
-                    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # ends when its last rank does
-                    t = float(slowest.item())
+                    t = _slowest(sustained(fn, device, wait, group), device, group)  # ends when its last rank does
                     algbw = (max(1, nbytes // 4 // n) * n * 4) / t / 1e9
                     point = {"bytes": nbytes, "busbw_gbs": algbw * plan.busbw_factor(op, n), "latency_us": t * 1e6}
                     out[op].setdefault(scope, []).append(point)
@@ -239,7 +348,8 @@ def measure_collectives(
                     dist.barrier()  # the others wait: one measurement at a time on the links
                 steps.tick()
     scopes = {s: {"ranks": len(r)} for s, r in ranks.items() if made[s] is not None}
-    return {op: d for op, d in out.items() if d}, scopes, hosts
+    overlap = measure_overlap(rank, device, steps, ranks, made) if world > 1 else {}
+    return {op: d for op, d in out.items() if d}, scopes, hosts, overlap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,8 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         "mem_bw_gbs": measure_memory(device, steps),
         "op_us": measure_op_cost(device, steps),
     }
-    collectives, scopes, hosts = measure_collectives(renv.rank, renv.world_size, device, steps, skipped)
+    collectives, scopes, hosts, overlap = measure_collectives(renv.rank, renv.world_size, device, steps, skipped)
     if renv.rank == 0:
+        compute["overlap"] = overlap
         atomic_write_json(out, _document(cfg, device, renv.world_size, hosts, compute, collectives, scopes, skipped))
     if renv.world_size > 1:
         dist.barrier()  # the profile is on disk before any rank leaves

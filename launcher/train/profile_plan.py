@@ -8,7 +8,7 @@ The file (docs/profile.md), schema version 2:
      "ranks": 16, "nodes": 2, "ranks_per_node": 8, "hosts": [...],
      "matmul": {"bf16": [{"m": 4096, "n": 4096, "k": 4096, "tflops": 712.3}, ...], "fp8": [...]},
      "attention": {"bf16": [{"seq": 2048, "head_dim": 128, "tflops": 410.0}, ...]},
-     "mem_bw_gbs": 4100.0, "op_us": 6.2,
+     "mem_bw_gbs": 4100.0, "op_us": 6.2, "overlap": {"intra": 0.97, "inter": 0.99},
      "scopes": {"intra": {"ranks": 8}, "inter": {"ranks": 2}},
      "collectives": {"all_reduce": {"intra": [{"bytes": 65536, "busbw_gbs": 1.2, "latency_us": 30.1}, ...],
                                     "inter": [...]}, "all_gather": {...}, ...},
@@ -22,15 +22,18 @@ all-gather's output (n × a rank's part), the reduce-scatter's input, the all-to
 buffer; `latency_us` the median time of one operation of that size; busbw as nccl-tests defines it
 (`busbw_factor`). Scope `intra`: the ranks of the first node; `inter`: one rank per node (the first
 of each), so the figure is one rank's path across the network, as a data-parallel ring between nodes
-sees it.
+sees it. `overlap` per scope: the share of an all-reduce of OVERLAP_BYTES over that scope's ranks that every rank
+computing at once hides (as DDP's backward does its buckets'): (t_comm + t_compute − t_both) ÷ t_comm, the
+compute lasting longer than the all-reduce, in [−1, 1] (negative: both at once cost more than in turn).
 """
 
 from __future__ import annotations
 
 SCHEMA = "launcher.site_profile"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-"""Version 2 adds `op_us`; a version 1 file is read with no per-op cost (site_profile.py)."""
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+"""Version 2 adds `op_us`, 3 `overlap`; a version 1 file is read with no per-op cost, a version 1 or 2 with the
+overlap model's assumption that compute leaves a collective's speed alone (site_profile.py)."""
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 SCOPES = ("intra", "inter")
 PROFILE_FILE = "profile.json"
@@ -65,6 +68,13 @@ _GPU_DTYPES = ("bf16", "fp8")
 # Message sizes, ×4 apart: a CPU bed's link may be 25 MB/s, so its grid stops at 4 MiB.
 _CPU_BYTES = tuple(4**i * 4096 for i in range(6))  # 4 KiB .. 4 MiB
 _GPU_BYTES = tuple(4**i * 65536 for i in range(8))  # 64 KiB .. 1 GiB
+OVERLAP_BYTES = {"cpu": 2**20, "cuda": 64 * 2**20}
+"""The all-reduce timed under compute for `overlap`: a DDP bucket's order (a CPU bed's 1 MiB first bucket, whose
+link may carry 25 MB/s; a GPU's 25 MiB buckets)."""
+COLD_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
+"""Operands a matmul or attention shape cycles through while timed, far larger than any cache: a step's ops
+read activations fresh from memory, not the last run's operands from L2 (the bed's 128³ fp32 matmul read
+48 GFLOP/s re-running one pair, 40 cycling through 64 MiB; 512³ 52 and 50)."""
 MEM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
 """Bytes of the tensor copied for the memory bandwidth: far larger than any cache."""
 
@@ -98,7 +108,7 @@ def busbw_factor(op: str, n: int) -> float:
 
 def steps(device_type: str) -> int:
     """Measurements in a profile (each a `step i/N` line): matmuls, attention (its dtypes but fp8), one
-    copy, the per-op cost, every op × scope × size."""
+    copy, the per-op cost, every op × scope × size, the overlap per scope."""
     grid = len(dtypes(device_type)) * len(matmul_shapes(device_type))
     attention = len([d for d in dtypes(device_type) if d != "fp8"]) * len(attention_shapes(device_type))
-    return grid + attention + 2 + len(OPS) * len(SCOPES) * len(message_bytes(device_type))
+    return grid + attention + 2 + len(OPS) * len(SCOPES) * len(message_bytes(device_type)) + len(SCOPES)

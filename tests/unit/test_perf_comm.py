@@ -94,9 +94,9 @@ def test_ddp_exposes_what_backward_cannot_hide_and_at_least_the_last_bucket():
     topo = Topology(ranks_per_node=8)
     total = allreduce_s(grad, one(8), topo, NV, IB, messages=5)
     last = allreduce_s(24 * MIB, one(8), topo, NV, IB)
-    # Two passes of 1.5 ms: DDP syncs on the last only, under its 1 ms backward; with a long
-    # backward only the last bucket shows.
-    for compute, exposed in ((0.003, total - 0.001), (1.0, last)):
+    # Two passes of 1.5 ms: DDP syncs on the last only, under its 1 ms backward, of which what is left once
+    # the first bucket (1 MiB of 100) is ready hides the buckets; with a long backward only the last shows.
+    for compute, exposed in ((0.003, total - 0.001 * 99 / 100), (1.0, last)):
         terms = comm_terms(t, groups, topo, NV, IB, compute_s=compute, backward_share=2 / 3)
         assert (terms.total_s, terms.dp_exposed_s) == pytest.approx((total, exposed), rel=1e-12)
     assert total - 0.001 > last  # the first case is the window's, not the bucket's

@@ -128,7 +128,9 @@ def test_links_come_from_the_measured_all_reduce(tmp_path):
 
     intra, inter = site_profile.links(p, LINKS["nvlink"], LINKS["ib400"])
     assert (intra.bandwidth_gbps, inter.bandwidth_gbps) == (pytest.approx(8.0), pytest.approx(2.0))
-    assert inter.latency_s == pytest.approx(100e-6 / 2)  # smallest message's time over 2(n−1) = 2 hops
+    # α: each size's time beyond its bytes at the 4 MiB busbw (4 KiB: 100 µs − 2.048 µs; 4 MiB: 0), the
+    # median over sizes, over 2(n−1) = 2 hops (links.ring_latency_s)
+    assert inter.latency_s == pytest.approx((100e-6 - 4096 / 2e9) / 2 / 2)
     doc = profile_doc()
     del doc["collectives"]["all_reduce"]["intra"]
     only_inter = site_profile.load(write(tmp_path, "inter.json", doc))
@@ -149,11 +151,12 @@ def test_plan_with_half_the_link_bandwidth_has_a_longer_comm_term(tmp_path):
     assert shape.multi_node and shape.ranks_per_node == 1  # devcluster: one rank per node, the ring crosses nodes
     assert b.comm_total_s > a.comm_total_s
     assert b.compute_s == pytest.approx(a.compute_s)  # the same matmuls: only the link changed
-    # the ring all-reduce of the gradient in DDP's buckets: 2(n−1)/n · S / B + buckets · 2(n−1) · α, α = 50 µs
+    # the ring all-reduce of the gradient in DDP's buckets: 2(n−1)/n · S / B + buckets · 2(n−1) · α, α the
+    # 4 KiB all-reduce's 100 µs beyond its bytes, halved by the median with the 4 MiB one's 0, over 2 hops
     grad = shape.traffic.grad_bytes
-    hops = ddp_buckets(grad) * 2 * 50e-6
-    assert a.comm_total_s == pytest.approx(grad / 2.0e9 + hops)
-    assert b.comm_total_s == pytest.approx(grad / 1.0e9 + hops)
+    for model, busbw in ((a, 2.0), (b, 1.0)):
+        alpha = (100e-6 - 4096 / (busbw * 1e9)) / 2 / 2
+        assert model.comm_total_s == pytest.approx(grad / (busbw * 1e9) + ddp_buckets(grad) * 2 * alpha)
 
 
 def one_point(tflops: float, **over) -> dict:

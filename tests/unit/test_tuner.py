@@ -27,8 +27,9 @@ def test_gpu_ranges():
 def test_plan_on_presets_is_the_model_on_the_recipe():
     """mlp recipe on an 8-GPU-per-node A100 site: compute = FLOPs/sample ÷ (peak × MFU); DDP's
     all-reduce of 4-byte gradients (NVLink inside a node, 400 Gb/s IB across) exposed only where it
-    does not fit under the last micro-step's backward (2/3 of that micro-step's compute), and never
-    less than the last bucket; the compute waits for the slowest of the n GPUs (stragglers.straggle)."""
+    does not fit under the last micro-step's backward (2/3 of that micro-step's compute) left once its
+    first bucket is ready, and never less than the last bucket; the compute waits for the slowest of
+    the n GPUs (stragglers.straggle)."""
     from launcher.compute.flops import flops_per_token, param_counts
 
     cfg = compose_config(
@@ -51,9 +52,10 @@ def test_plan_on_presets_is_the_model_on_the_recipe():
 
     def exposed(n: int) -> float:
         window = 2 / 3 * compute(n) / 2  # accum 2: DDP syncs in the second micro-step's backward only
+        left = window * (1 - 2**20 / grad)  # the buckets go from when the first (1 MiB) is ready
         g, topo = group(n, 1, 8), Topology(ranks_per_node=8, tree=True)
         full = allreduce_s(grad, g, topo, LINKS["nvlink"], LINKS["ib400"], messages=ddp_buckets(grad))
-        return max(allreduce_s(ddp_last_bucket(grad), g, topo, LINKS["nvlink"], LINKS["ib400"]), full - window)
+        return max(allreduce_s(ddp_last_bucket(grad), g, topo, LINKS["nvlink"], LINKS["ib400"]), full - left)
 
     step8, step16 = compute(8) + exposed(8), compute(16) + exposed(16)
     t = fc.table.set_index("world_size")
