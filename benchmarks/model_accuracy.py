@@ -3,9 +3,10 @@ how often the nominal 90% interval holds trials the fit never saw.
 
 Brings up the dev cluster as a bed with dedicated compute and a known interconnect
 (`launcher cluster up --cpus-per-node 0.45 --link-rate 200mbit`: 25 MB/s between nodes, loopback
-inside one), then runs its own sweeps into a temporary folder: DDP tiny_gpt over nodes 1–4 ×
-accumulation 1, 2, with 1 and with 2 ranks per node (cluster.tasks_per_node), repeated in
-interleaved rounds (every size once per round, so slow stretches of the machine hit all sizes).
+inside one; lifted again once its sweeps end, as a plain `cluster up` keeps a running cluster's limits),
+then runs its own sweeps into a temporary folder: DDP tiny_gpt over nodes 1–4 × accumulation 1, 2,
+with 1 and with 2 ranks per node (cluster.tasks_per_node), repeated in interleaved rounds (every size once
+per round, so slow stretches of the machine hit all sizes).
 For each ranks-per-node and split, the model (launcher.perf.calibrate) is fitted on the training
 trials only and predicts the held-out ones:
   sizes         fit nodes {1,2,4} → predict nodes 3
@@ -78,6 +79,12 @@ def bring_up_bed(cpus: str, rate: str) -> str:
     """The bed this benchmark needs, applied in place whatever the cluster ran before; its status."""
     launcher("cluster", "up", "--cpus-per-node", cpus, "--link-rate", rate)
     return launcher("cluster", "status", capture=True)
+
+
+def lift_bed() -> None:
+    """The dev cluster back to no CPU quota and an unshaped link: a plain `launcher cluster up` keeps a
+    running cluster's limits, so a test session after this benchmark would otherwise run on its bed."""
+    launcher("cluster", "up", "--cpus-per-node", "0", "--link-rate", "0")
 
 
 def run_rounds(base: Path, rounds: int, steps: int, warmup: int, start: float) -> list[Path]:
@@ -404,9 +411,12 @@ def main() -> None:
         }
         base = Path(tempfile.mkdtemp(prefix="model-accuracy-"))
         run["sweeps_dir"] = str(base)
-        run["profiles"] = {str(rpn): str(bed_profile.profile_bed(base, rpn)) for rpn in (1, 2)}  # before any sweep
-        atomic_write_json(base / "bed.json", run)
-        sweeps = run_rounds(base, args.rounds, args.steps, args.warmup_steps, start)
+        try:
+            run["profiles"] = {str(rpn): str(bed_profile.profile_bed(base, rpn)) for rpn in (1, 2)}  # before sweeps
+            atomic_write_json(base / "bed.json", run)
+            sweeps = run_rounds(base, args.rounds, args.steps, args.warmup_steps, start)
+        finally:
+            lift_bed()
         run["sweep_wall_s"] = time.time() - start
         run["rounds_run"] = len(sweeps) // 2
         atomic_write_json(base / "bed.json", run)
