@@ -21,7 +21,9 @@ from launcher.config.compose import compose_config
 from launcher.config.errors import ConfigError
 from launcher.config.schema import ModelConfig
 from launcher.config.validate import validate
-from launcher.perf.compute_term import expert_degree
+from launcher.perf import preset_fit
+from launcher.perf.compute_term import expert_degree, shaped_mfu
+from launcher.perf.plan_table import work_of
 from launcher.perf.shapes import shape_for
 from launcher.perf.terms import moe_line
 
@@ -147,3 +149,20 @@ def test_the_plan_footer_says_how_many_copies_of_a_token_its_all_to_alls_move():
     base = [*MOE, "parallel=fsdp_ep", "parallel.ep=8", "cluster=example_gpu_site"]
     assert "(tokens × 8 × d_model" in moe_line(compose_config(base, None))
     assert "(tokens × 1 × d_model" in moe_line(compose_config([*base, "trainer.ep_dispatch_copies=1"], None))
+
+
+def test_launcher_plans_price_a_routed_experts_gemm_at_its_expert_parallel_width():
+    """`launcher plan`'s compute term passes parallel.ep to the step's ops: at ep 8 an expert's GEMM takes
+    8× the rows it takes at ep 1 (micro 1 × 4096 tokens × 8 of 128 experts: 256 rows, under the curve's
+    s_half; 2048 at ep 8), so the same recipe's MFU is higher. Fails with shaped_mfu's `ep=` left out."""
+    moe = [f"model.{k}={v}" for k, v in (("n_experts", 128), ("experts_per_token", 8), ("expert_ffn_hidden", 768))]
+    base = ["model=llama3_8b", "model.seq_len=4096", *moe, "cluster=example_gpu_site", "batch.micro=1"]
+    base += ["cluster.device_name=H100-SXM", "cluster.peak_flops_per_device=null", "parallel=fsdp_ep"]
+    fit = preset_fit.load(preset_fit.PACKAGED)
+
+    def mfu(ep: int) -> float:
+        cfg = compose_config([*base, f"parallel.ep={ep}"], None)
+        w = work_of(cfg)
+        return shaped_mfu(cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=fit)[0]
+
+    assert mfu(8) > 1.05 * mfu(1)
