@@ -138,6 +138,41 @@ FP8_WEIGHT_BYTES = {"torchao": sum(map(sum, TORCHAO_CAST_PASSES["weight"])), "te
 in one cast-transpose kernel."""
 FP8_STACKS = tuple(FP8_CAST_BYTES)
 """The fp8 stacks the model knows: `torchao` (the launcher's own) and `te` (Transformer Engine)."""
+# Under tensor parallel, torchtitan (torchtitan/parallelisms/parallelize_llama.py @9dec370, enable_float8)
+# applies torchao's float8 TP styles (torchao/float8/float8_tensor_parallel.py @46b87964): the attention's
+# and the feed-forward's inputs are cast once on their sequence shard (PrepareFloat8ModuleInput) and
+# all-gathered in fp8 for all their column-parallel layers; a row-parallel layer's output gradient is cast
+# on its shard (NoopFwToFloat8BwDynamic after the reduce-scatter) and all-gathered in fp8. The gathered
+# fp8 tensor's other layout for the weight gradient is a copy (preprocess_addmm: read 1 B, write 1 B).
+TP_GATHERED_CAST_BYTES = (2 + 2 + 1, 1 + 1)
+"""(bytes per element of the shard's cast: amax 2 + cast 2 read, 1 written; bytes per gathered element of
+the transposed copy) of an operand torchao's float8 TP styles all-gather in fp8 (comment above)."""
+TP_GATHERED = {"wq": "attn", "wk": "attn", "wv": "attn", "qkv": "attn", "w1": "ffn", "w3": "ffn", "fc1": "ffn"}
+"""Column-parallel layers whose input is one gathered fp8 tensor per group, cast once for the group."""
+TP_GATHERED_GRAD = ("wo", "proj", "w2", "fc2")
+"""Row-parallel layers whose output gradient is cast on its shard and gathered in fp8."""
+
+
+def fp8_cast_bytes(linear: Sequence[Op], *, tp: int, tokens: int, stack: str) -> float:
+    """Bytes per token of the whole model's work (tp's ranks each cast their split) that `stack`'s casts of the
+    float8 linear layers `linear` move: inputs and output gradients once per forward-and-backward, each
+    weight once per micro-step of `tokens`; under tensor parallel with torchao, the gathered operands as its
+    float8 TP styles cast them (TP_GATHERED_CAST_BYTES)."""
+    weights = sum(op.flops / 6.0 for op in linear)
+    total = FP8_WEIGHT_BYTES[stack] * weights / tokens
+    shard, copy = TP_GATHERED_CAST_BYTES
+    groups: dict[str, float] = {}
+    for op in linear:
+        runs = op.flops / (6.0 * op.n * op.k)  # tp × the layer's count × its runs ÷ 3, as one op's elements
+        k, n = op.k * runs, op.n * runs
+        if tp > 1 and stack == "torchao" and op.name in TP_GATHERED:
+            groups[TP_GATHERED[op.name]] = (shard + copy * tp) * k / tp  # one cast a group: the largest input
+            k = 0.0
+        if tp > 1 and stack == "torchao" and op.name in TP_GATHERED_GRAD:
+            total += (shard + copy * tp) * n / tp
+            n = 0.0
+        total += FP8_CAST_BYTES[stack] * (k + n)
+    return total + sum(groups.values())
 
 
 @dataclass(frozen=True)
@@ -353,11 +388,7 @@ def step_parts(
         extra += OPTIMIZER_BYTES.get(optimizer, 28) * param_counts(model)[0] / tokens_per_step
     if dtype == "fp8":
         linear = [op for op in ops if op.priced == "matmul" and op.fp8]
-        # Per token of the whole model's work (tp's ranks each cast their split): inputs and output
-        # gradients once per forward-and-backward, each weight once per micro-step of `tokens`.
-        elements = sum((op.k + op.n) * op.flops / (2.0 * op.n * op.k) for op in linear) / 3.0
-        weights = sum(op.flops / 6.0 for op in linear)
-        extra += FP8_CAST_BYTES[fp8_stack] * elements + FP8_WEIGHT_BYTES[fp8_stack] * weights / tokens
+        extra += fp8_cast_bytes(linear, tp=tp, tokens=tokens, stack=fp8_stack)
     return op_parts(ops, device, dtype, extra_bytes=extra, measured=measured, attention_kernel=attention_kernel)
 
 

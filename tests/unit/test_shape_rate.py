@@ -317,3 +317,24 @@ def test_an_fp32_step_moves_its_activations_at_4_bytes_on_a_profile_and_on_prese
     }
     assert elementwise > 0
     assert at["fp32"].memory_s - at["bf16"].memory_s == pytest.approx(elementwise / bw, rel=1e-9)
+
+
+def test_under_tensor_parallel_torchaos_float8_styles_cast_the_gathered_operands_on_their_shard():
+    """torchtitan's float8 TP styles (shape_rate's comment cites them) cast the attention's and the feed-forward's
+    inputs once on their sequence shard and all-gather them in fp8, and so the row-parallel layers' output
+    gradients; the gathered tensor's other layout is a 1 B + 1 B copy. Counted by hand for llama3_8b's shape
+    (4 layers, 2 × 4096 tokens a micro-batch) at tp 2, per token over the tp group and per layer."""
+    d, kv, f, tp = 4096, 1024, 14336, 2
+    gathered = 4 * (5 + 2 * tp) * d  # attention input, feed-forward input, wo's and w2's output gradients
+    local = 6 * ((d + 2 * kv) + d + 2 * f + f)  # q, k, v gradients; wo's input; w1, w3 gradients; w2's input
+    weights = 8 * (d * (d + 2 * kv) + d * d + 3 * d * f) / (2 * 4096)
+    assert (gathered, local) == (147_456, 319_488)
+    bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
+    _, bf16 = _parts(4096, dtype="bf16", compiled=True, tp=tp)
+    _, fp8 = _parts(4096, dtype="fp8", compiled=True, tp=tp)
+    assert (fp8.memory_s - bf16.memory_s) * bw == pytest.approx(4 * (gathered + local + weights), rel=1e-9)
+    # Without tensor parallel each layer casts its own whole input, as before: 6 B an element.
+    _, one = _parts(4096, dtype="fp8", compiled=True, tp=1)
+    _, one_bf16 = _parts(4096, dtype="bf16", compiled=True, tp=1)
+    whole = 6 * ((3 * d + d + 2 * d + f) + ((d + 2 * kv) + d + 2 * f + d))
+    assert (one.memory_s - one_bf16.memory_s) * bw == pytest.approx(4 * (whole + weights), rel=1e-9)
