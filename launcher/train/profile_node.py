@@ -38,10 +38,11 @@ to COMM_MAX_ITERS), a count the slowest member's first run sets for all (every m
 count each rank chose by its own clock left one rank waiting in a collective the others never called, a hang on
 the bed). The median of five short runs read bursts inside one CPU-quota period: the bed's in-node 1 MiB
 all-reduce between 0.3 and 9 ms, run to run."""
-OVERLAP_ROUNDS = 5
-"""Rounds of (all-reduce alone, compute alone, both at once) the overlap share sums, at least; as many as last
-ENOUGH_S of all-reduce in all (a count the slowest member's first run sets for every rank): five rounds of the
-bed's 5 ms in-node all-reduce read its overlap at −1, −1 and +0.18 on three runs."""
+OVERLAP_ROUNDS, OVERLAP_S, OVERLAP_MAX_ROUNDS = 5, 2.0, 400
+"""Rounds of (all-reduce alone, compute alone, both at once) the overlap share sums: as many as last OVERLAP_S of
+all-reduce (OVERLAP_ROUNDS to OVERLAP_MAX_ROUNDS; the slowest member's first run sets the count). The share is a
+difference of sums, needing longer ones than a collective's figure: at 0.5 s and 100 rounds four bed profiles at 2 ranks
+a node read the in-node share −0.41, −0.95, −0.26, −0.76; at 2 s and 400, −0.63, −0.70, −0.65, −0.80 (+20 s each)."""
 
 
 class Steps:
@@ -296,7 +297,7 @@ def _overlap_share(group, member: bool, device: torch.device, mm: Callable[[], A
 
     first = _slowest(timed(comm, device, iters=1) if member else 0.0, device, None)
     reps = max(1, math.ceil(2 * first / per_mm))
-    rounds = min(COMM_MAX_ITERS, max(OVERLAP_ROUNDS, math.ceil(ENOUGH_S / max(first, 1e-9))))
+    rounds = min(OVERLAP_MAX_ROUNDS, max(OVERLAP_ROUNDS, math.ceil(OVERLAP_S / max(first, 1e-9))))
 
     def compute() -> None:
         for _ in range(reps):

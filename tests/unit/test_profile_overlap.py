@@ -143,3 +143,15 @@ def test_a_matmul_is_timed_on_operands_cycled_through_more_than_any_cache():
     mm = profile_node._matmul("fp32", 128, 128, 128, cpu)
     outs = [mm() for _ in range(513)]
     assert not torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[512])
+
+
+def test_the_overlap_share_sums_seconds_of_all_reduce_not_a_collectives_window(one_rank_group):
+    """The share is a difference of three sums, noisier than any one: its rounds run until OVERLAP_S (2 s) of
+    all-reduce, up to OVERLAP_MAX_ROUNDS (400), where a collective's figure stops at COMM_MAX_ITERS (100). A
+    one-rank all-reduce takes microseconds, so the cap sets the count: each round computes once alone and once
+    beside the all-reduce (one matmul a time here, the matmul timed far longer than the all-reduce)."""
+    calls: list[int] = []
+    share = profile_node._overlap_share(dist.group.WORLD, True, torch.device("cpu"), lambda: calls.append(1), 1.0)
+    assert (profile_node.OVERLAP_S, profile_node.OVERLAP_MAX_ROUNDS) == (2.0, 400)
+    assert len(calls) == 2 * profile_node.OVERLAP_MAX_ROUNDS
+    assert -1.0 <= share <= 1.0
