@@ -161,16 +161,15 @@ def fp8_cast_bytes(linear: Sequence[Op], *, tp: int, tokens: int, stack: str) ->
     weights = sum(op.flops / 6.0 for op in linear)
     total = FP8_WEIGHT_BYTES[stack] * weights / tokens
     shard, copy = TP_GATHERED_CAST_BYTES
+    gathers = tp > 1 and stack == "torchao"
     groups: dict[str, float] = {}
     for op in linear:
         runs = op.flops / (6.0 * op.n * op.k)  # tp × the layer's count × its runs ÷ 3, as one op's elements
         k, n = op.k * runs, op.n * runs
-        if tp > 1 and stack == "torchao" and op.name in TP_GATHERED:
-            groups[TP_GATHERED[op.name]] = (shard + copy * tp) * k / tp  # one cast a group: the largest input
-            k = 0.0
-        if tp > 1 and stack == "torchao" and op.name in TP_GATHERED_GRAD:
-            total += (shard + copy * tp) * n / tp
-            n = 0.0
+        if gathers and op.name in TP_GATHERED:  # the group's layers share one input: counted once
+            groups[TP_GATHERED[op.name]], k = (shard + copy * tp) * k / tp, 0.0
+        if gathers and op.name in TP_GATHERED_GRAD:
+            total, n = total + (shard + copy * tp) * n / tp, 0.0
         total += FP8_CAST_BYTES[stack] * (k + n)
     return total + sum(groups.values())
 

@@ -328,7 +328,6 @@ def test_under_tensor_parallel_torchaos_float8_styles_cast_the_gathered_operands
     gathered = 4 * (5 + 2 * tp) * d  # attention input, feed-forward input, wo's and w2's output gradients
     local = 6 * ((d + 2 * kv) + d + 2 * f + f)  # q, k, v gradients; wo's input; w1, w3 gradients; w2's input
     weights = 8 * (d * (d + 2 * kv) + d * d + 3 * d * f) / (2 * 4096)
-    assert (gathered, local) == (147_456, 319_488)
     bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
     _, bf16 = _parts(4096, dtype="bf16", compiled=True, tp=tp)
     _, fp8 = _parts(4096, dtype="fp8", compiled=True, tp=tp)
