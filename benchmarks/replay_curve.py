@@ -10,7 +10,8 @@ A key fewer than MIN_SOURCES sources back takes the curve fitted on every device
 its rows stay out of that fit (POOLED_FROM_BACKED says why). s_half is fitted once per precision over every
 backed device's rows, e_max per device (SHARED_S_HALF says why).
 fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
-names each source's), where MIN_SOURCES sources of the stack back it: its e_max on the stack's rows, its
+names each source's), where MIN_SOURCES sources of the stack back it (torchao's own microbenchmark of its
+float8 linear layer, benchmarks/fp8_linear.py, is one more of torchao's): its e_max on the stack's rows, its
 s_half the device's fp8 curve's over every stack (stack_curves says why); a row is priced by the first curve
 of preset_fit.curve_keys the fit has (its stack's, else its device's over every stack, else every
 device's), as `launcher plan` prices its own fp8 (torchao's). Each row's step is priced fused or eager as
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks import fp8_linear
 from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
 from benchmarks.replay_fp8_stack import fp8_stack, fused
@@ -78,12 +80,17 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
 
 
 def fit_curve(
-    cases: list[Case], log_at: Callable[[Case, np.ndarray], np.ndarray], fixed: dict, s_half: float | None = None
+    cases: list[Case],
+    log_at: Callable[[Case, np.ndarray], np.ndarray],
+    fixed: dict,
+    s_half: float | None = None,
+    extra: np.ndarray | None = None,
 ) -> list[float]:
     """[e_max, s_half] minimising the source-weighted Σ ln²(predicted/published) over `cases`;
-    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by; `s_half` given: e_max alone."""
+    `fixed[key]`: the bf16 curve an fp8 row prices its other ops by; `s_half` given: e_max alone;
+    `extra`: one more source's loss over the grid (a microbenchmark's, fp8_linear)."""
     per_source = Counter(c.source for c in cases)
-    loss = np.zeros((len(E_GRID), len(H_GRID)))
+    loss = np.zeros((len(E_GRID), len(H_GRID))) if extra is None else extra.copy()
     for c in cases:
         parts, exec_per_peak = c.parts
         seconds = grid_seconds(parts, fixed.get(c.key))
@@ -143,15 +150,19 @@ def stack_curves(cases: list[Case], log_at: Callable, fixed: dict, curves: dict,
     over every stack. Both stacks run cuBLASLt's fp8 GEMMs, so how a matmul's rate rises with its smallest
     dimension is the chip's; what a stack changes is a factor on every fp8 matmul (its scaling's work,
     beside the casts step_parts prices). One stack's sources (torchtitan's: Llama 3 8B to 405B) span too
-    few widths to place s_half themselves."""
+    few widths to place s_half themselves. torchao's stack also fits on torchao's own microbenchmark of its
+    float8 linear layer (fp8_linear), one more source, the one that prices the curve in isolation."""
     groups: dict[str, list[Case]] = {}
     for c in cases:
         groups.setdefault(curve_keys(c.key, fp8_stack(c.row))[0], []).append(c)
     out = {}
     for key, members in sorted(groups.items()):
         device = curves.get(key.split("-")[0]) or curves.get("*/fp8")
-        if len({c.source for c in members}) >= min_sources and device is not None:
-            out[key] = fit_curve(members, log_at, fixed, s_half=device[1])
+        micro, bf16 = key == fp8_linear.KEY, bf16_curve(curves, key)
+        extra = fp8_linear.loss_grid(grid_seconds, bf16) if micro and bf16 is not None else None
+        sources = {c.source for c in members} | ({fp8_linear.SOURCE} if extra is not None else set())
+        if len(sources) >= min_sources and device is not None:
+            out[key] = fit_curve(members, log_at, fixed, s_half=device[1], extra=extra)
     return out
 
 
