@@ -61,8 +61,16 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         compiled=fused(case.row)[0],
         fp8_stack=fp8_stack(case.row) or "torchao",
         attention_kernel=attention_kernel(case.row),
+        fused_optimizer=True,  # FUSED_OPTIMIZER
     )
     return parts, work.executed_flops / work.peak.flops
+
+
+FUSED_OPTIMIZER = """Published rows are priced with a fused optimizer step (launcher/compute/optimizer.FUSED_BYTES):
+Megatron-LM and NeMo run Apex's or Transformer Engine's FusedAdam in their distributed optimizer, and it is the
+count the curves were fitted with before the launcher's own unfused step was priced. Not checked source by
+source: torchtitan's Dec 2024 runs used foreach (pytorch/torchtitan PR #881 made fused its default in Feb 2025),
+and trainers on plain torch take torch's default unless they say otherwise."""
 
 
 def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.compute.flops import ACT_BYTES, CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
+from launcher.compute.optimizer import step_bytes
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
 
@@ -91,9 +92,6 @@ weigh more in a short causal square; 2K: 155/189 and 265/328, the rule's 0.82)."
 MEMORY_SHARE = 0.8
 """Share of the datasheet bandwidth elementwise kernels sustain on large tensors (STREAM-like copies
 reach 80–90% of HBM peak on A100/H100; torch's eager kernels less on small ones)."""
-OPTIMIZER_BYTES = {"adamw": 28, "sgd": 16}
-"""Bytes per parameter an optimizer step moves: AdamW reads fp32 weight, grad, m, v and writes weight,
-m, v (7 × 4); SGD with momentum reads weight, grad, buffer and writes weight, buffer... (4 × 4)."""
 # torchao's tensorwise float8 linear layer, the launcher's (launcher/train/float8.py), as torchao 0.17.0
 # (pytorch/ao @02105d46, the H200 runs' version) runs it under torch.compile, bf16 tensors in:
 # - six casts per layer, each operand once per GEMM (float8/float8_linear.py matmul_with_hp_or_float8_args):
@@ -357,12 +355,14 @@ def step_parts(
     fp8_stack: str = "torchao",
     attention_kernel: str = "sdpa",
     measured: Measured | None = None,
+    fused_optimizer: bool = False,
 ) -> Parts:
     """The Parts of a recipe's step on one device (`measured`: a site profile's rates, op_parts): its ops at
     one micro-batch's shapes (`compiled`: the blocks' memory-bound ops fused, flops.model_ops; an fp32 or
     tf32 step's activations at 4 bytes, twice the ops' bf16), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
-    sharded as FSDP does, each rank's share of both is 1/world), fp8's casts where `dtype` is fp8, as
+    sharded as FSDP does, each rank's share of both is 1/world; `fused_optimizer`: one kernel, else torch's
+    default passes as the launcher's trainer runs them, compute/optimizer.py), fp8's casts where `dtype` is fp8, as
     `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
     `ep`, the expert-parallel degree (parallel.ep; 1 without expert parallel), sets a routed expert's GEMM rows
     (flops.block_matmuls): expert parallel gathers each local expert's tokens from every rank of its group and
@@ -384,7 +384,7 @@ def step_parts(
     ]
     extra = 0.0
     if tokens_per_step:
-        extra += OPTIMIZER_BYTES.get(optimizer, 28) * param_counts(model)[0] / tokens_per_step
+        extra += step_bytes(optimizer, fused=fused_optimizer) * param_counts(model)[0] / tokens_per_step
     if dtype == "fp8":
         linear = [op for op in ops if op.priced == "matmul" and op.fp8]
         extra += fp8_cast_bytes(linear, tp=tp, tokens=tokens, stack=fp8_stack)

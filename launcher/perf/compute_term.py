@@ -35,12 +35,14 @@ def shaped_mfu(
     dtype: str,
     fit: PresetFit,
     compiled: bool | None = None,
+    fused_optimizer: bool = False,
 ):
     """(MFU the recipe's ops come to, where from), or None where no curve applies: a device without a
     bandwidth in the peak table, a precision the fits have no curve for, a `_target_` model (no op list).
     The step is priced compiled or eager as train.compile says (`compiled` overrides it: a published run's
     trainer fused its ops where the launcher's layout cannot compile), fp8 as the launcher's own stack
-    (preset_fit.FP8_STACK) casts."""
+    (preset_fit.FP8_STACK) casts, the optimizer step as the launcher's trainer runs it (torch's default kernels)
+    unless `fused_optimizer` (a published trainer's, compute/optimizer.py)."""
     c = cfg.cluster
     found = fit.curve_for(c.device_name, "bf16" if dtype == "fp8" else dtype)
     if cfg.model._target_ is not None or mem_bw_gbs(c.device_name) is None or found is None:
@@ -63,6 +65,7 @@ def shaped_mfu(
         tokens_per_step=tokens_per_optimizer_step(cfg),
         compiled=cfg.train.compile if compiled is None else compiled,
         fp8_stack=FP8_STACK,
+        fused_optimizer=fused_optimizer,
     )
     mfu = executed_flops / (peak_flops * t.total_s)
     # s_half is fitted over every device's rows of a precision, e_max per key (benchmarks/replay_curve.py)

@@ -334,8 +334,14 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
         # As its trainer ran it: fused (llm-foundry's and Megatron's, replay_fp8_stack.FUSED_WHY), where the
         # launcher's own plan of the recipe prices train.compile (false: eager).
         ran = fused(published)[0]
-        planned = shaped_mfu(
-            cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=fit, compiled=ran
+        planned = shaped_mfu(  # and its optimizer step fused (replay_curve.FUSED_OPTIMIZER)
+            cfg,
+            executed_flops=w.executed_flops,
+            peak_flops=w.peak.flops,
+            dtype=w.dtype,
+            fit=fit,
+            compiled=ran,
+            fused_optimizer=True,
         )
         if published is MPT_30B:
             assert float(row["mfu_assumed_in"]) == pytest.approx(planned[0], rel=1e-9)
@@ -349,7 +355,13 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     w = pr.work_of(cfg)
     held_out = dataclasses.replace(fit, curves=fold["curves"])
     planned = shaped_mfu(
-        cfg, executed_flops=w.executed_flops, peak_flops=w.peak.flops, dtype=w.dtype, fit=held_out, compiled=True
+        cfg,
+        executed_flops=w.executed_flops,
+        peak_flops=w.peak.flops,
+        dtype=w.dtype,
+        fit=held_out,
+        compiled=True,
+        fused_optimizer=True,
     )
     assert "fitted on every device's bf16" in planned[1]
     assert float(base["mfu_assumed_loso"]) == pytest.approx(planned[0], rel=1e-9)
