@@ -284,6 +284,21 @@ def test_a_series_is_one_table_except_where_one_experiment_spans_tables():
     assert rm.series_key(titan) != rm.series_key(titan | {"notes": "technique 'FSDP + torch.compile'"})
 
 
+def _as_replayed(cfg, fit, *, compiled: bool):
+    """The planner's shaped MFU of a published row's recipe as the replay prices it: compiled as its trainer ran,
+    its optimizer step fused (replay_curve.FUSED_OPTIMIZER)."""
+    w = pr.work_of(cfg)
+    return shaped_mfu(
+        cfg,
+        executed_flops=w.executed_flops,
+        peak_flops=w.peak.flops,
+        dtype=w.dtype,
+        fit=fit,
+        compiled=compiled,
+        fused_optimizer=True,
+    )
+
+
 def test_the_replay_writes_predicted_beside_published(tmp_path):
     corpus = tmp_path / "corpus.csv"
     with open(corpus, "w", newline="") as f:
@@ -330,19 +345,10 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     # Each row is planned at the MFU its ops come to under the fitted curves, as `launcher plan` prices it.
     for row, published in ((base, MPT_30B), (megatron, MEGATRON_39B)):
         cfg = pr.compose_config(rm.map_row(published).overrides)
-        w = pr.work_of(cfg)
         # As its trainer ran it: fused (llm-foundry's and Megatron's, replay_fp8_stack.FUSED_WHY), where the
         # launcher's own plan of the recipe prices train.compile (false: eager).
         ran = fused(published)[0]
-        planned = shaped_mfu(  # and its optimizer step fused (replay_curve.FUSED_OPTIMIZER)
-            cfg,
-            executed_flops=w.executed_flops,
-            peak_flops=w.peak.flops,
-            dtype=w.dtype,
-            fit=fit,
-            compiled=ran,
-            fused_optimizer=True,
-        )
+        planned = _as_replayed(cfg, fit, compiled=ran)
         if published is MPT_30B:
             assert float(row["mfu_assumed_in"]) == pytest.approx(planned[0], rel=1e-9)
         else:  # Megatron 2021's unfused attention (replay_attention) moves its score square: below sdpa's pricing
@@ -352,17 +358,8 @@ def test_the_replay_writes_predicted_beside_published(tmp_path):
     fold = json.loads((tmp_path / "published_replay.json").read_text())["folds"]["llmfoundry_mpt"]
     assert "H100/bf16" not in fold["curves"] and "*/bf16" in fold["curves"]
     cfg = pr.compose_config(rm.map_row(MPT_30B).overrides)
-    w = pr.work_of(cfg)
     held_out = dataclasses.replace(fit, curves=fold["curves"])
-    planned = shaped_mfu(
-        cfg,
-        executed_flops=w.executed_flops,
-        peak_flops=w.peak.flops,
-        dtype=w.dtype,
-        fit=held_out,
-        compiled=True,
-        fused_optimizer=True,
-    )
+    planned = _as_replayed(cfg, held_out, compiled=True)
     assert "fitted on every device's bf16" in planned[1]
     assert float(base["mfu_assumed_loso"]) == pytest.approx(planned[0], rel=1e-9)
     md = (tmp_path / "published_replay.md").read_text()
