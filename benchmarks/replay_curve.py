@@ -29,7 +29,7 @@ import numpy as np
 from benchmarks import fp8_linear
 from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
-from benchmarks.replay_fp8_stack import fp8_stack, fused
+from benchmarks.replay_fp8_stack import fp8_stack, fused, fused_optimizer
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
 from launcher.perf.compute_term import expert_degree, tokens_per_optimizer_step
 from launcher.perf.plan_table import work_of
@@ -61,16 +61,10 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         compiled=fused(case.row)[0],
         fp8_stack=fp8_stack(case.row) or "torchao",
         attention_kernel=attention_kernel(case.row),
-        fused_optimizer=True,  # FUSED_OPTIMIZER
+        fused_optimizer=fused_optimizer(case.row)[0],
+        weight_decay=True,  # every source's: only an unfused step pays a pass for it (torchtitan's 0.1)
     )
     return parts, work.executed_flops / work.peak.flops
-
-
-FUSED_OPTIMIZER = """Published rows are priced with a fused optimizer step (launcher/compute/optimizer.FUSED_BYTES):
-Megatron-LM and NeMo run Apex's or Transformer Engine's FusedAdam in their distributed optimizer, and it is the
-count the curves were fitted with before the launcher's own unfused step was priced. Not checked source by
-source: torchtitan's Dec 2024 runs used foreach (pytorch/torchtitan PR #881 made fused its default in Feb 2025),
-and trainers on plain torch take torch's default unless they say otherwise."""
 
 
 def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:

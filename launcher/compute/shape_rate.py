@@ -356,13 +356,15 @@ def step_parts(
     attention_kernel: str = "sdpa",
     measured: Measured | None = None,
     fused_optimizer: bool = False,
+    weight_decay: bool = False,
 ) -> Parts:
     """The Parts of a recipe's step on one device (`measured`: a site profile's rates, op_parts): its ops at
     one micro-batch's shapes (`compiled`: the blocks' memory-bound ops fused, flops.model_ops; an fp32 or
     tf32 step's activations at 4 bytes, twice the ops' bf16), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
-    sharded as FSDP does, each rank's share of both is 1/world; `fused_optimizer`: one kernel, else torch's
-    default passes as the launcher's trainer runs them, compute/optimizer.py), fp8's casts where `dtype` is fp8, as
+    sharded as FSDP does, each rank's share of both is 1/world; `fused_optimizer`: one kernel, else torch's default
+    passes as the launcher's trainer runs them, `weight_decay` one more: compute/optimizer.py), fp8's casts where
+    `dtype` is fp8, as
     `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
     `ep`, the expert-parallel degree (parallel.ep; 1 without expert parallel), sets a routed expert's GEMM rows
     (flops.block_matmuls): expert parallel gathers each local expert's tokens from every rank of its group and
@@ -384,7 +386,9 @@ def step_parts(
     ]
     extra = 0.0
     if tokens_per_step:
-        extra += step_bytes(optimizer, fused=fused_optimizer) * param_counts(model)[0] / tokens_per_step
+        extra += (
+            step_bytes(optimizer, fused=fused_optimizer, decay=weight_decay) * param_counts(model)[0] / tokens_per_step
+        )
     if dtype == "fp8":
         linear = [op for op in ops if op.priced == "matmul" and op.fp8]
         extra += fp8_cast_bytes(linear, tp=tp, tokens=tokens, stack=fp8_stack)

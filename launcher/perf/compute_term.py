@@ -66,6 +66,7 @@ def shaped_mfu(
         compiled=cfg.train.compile if compiled is None else compiled,
         fp8_stack=FP8_STACK,
         fused_optimizer=fused_optimizer,
+        weight_decay=cfg.optim.weight_decay > 0,
     )
     mfu = executed_flops / (peak_flops * t.total_s)
     # s_half is fitted over every device's rows of a precision, e_max per key (benchmarks/replay_curve.py)

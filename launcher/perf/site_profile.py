@@ -222,6 +222,7 @@ def step_seconds(cfg: LauncherConfig, profile: SiteProfile, dtype: str) -> StepS
         tp=tp,
         cp=cp,
         optimizer=str(cfg.optim.name),
+        weight_decay=cfg.optim.weight_decay > 0,
         tokens_per_step=tokens_per_optimizer_step(cfg),  # None: FSDP's state sharded over a size not known here
         compiled=cfg.train.compile,
         measured=measured(profile),
