@@ -1,8 +1,7 @@
 """What each published source's trainer did that the shape model prices (issue 32 item 1): which fp8 stack
-cast its float8 linear layers, whether its memory-bound ops ran fused (compiled, or fused kernels) or
-each as its own kernel, and whether its optimizer step was one fused kernel. The replay
-(benchmarks/replay_curve.py) prices every row's step with them (launcher/compute/shape_rate.step_parts:
-`fp8_stack`, `compiled`, `fused_optimizer`) and fits fp8's matmul curve per stack.
+cast its float8 linear layers, and whether its memory-bound ops ran fused (compiled, or fused kernels) or
+each as its own kernel. The replay (benchmarks/replay_curve.py) prices every row's step with them
+(launcher/compute/shape_rate.step_parts: `fp8_stack`, `compiled`) and fits fp8's matmul curve per stack.
 
 fp8 stacks (launcher/compute/shape_rate.FP8_CAST_BYTES says what each costs):
 - `te`: NVIDIA Transformer Engine, delayed scaling, casts fused into the kernel that made the tensor;
@@ -78,24 +77,3 @@ def fused(row: dict) -> tuple[bool, str]:
     if row["source"] in EAGER_UNLESS_NAMED:
         return "torch.compile" in str(row.get("notes", "")), EAGER_UNLESS_NAMED[row["source"]]
     return True, FUSED_WHY
-
-
-FOREACH_OPTIMIZER = {
-    src: "torchtitan's build_optimizers passed AdamW weight_decay 0.1 and foreach=not job_config.optimizer.fused, "
-    "fused off by default until pytorch/torchtitan PR #881 (Feb 2025: 'Currently Titan does not use Fused AdamW as "
-    "default'), after these runs"
-    for src in ("torchtitan_a100_2024", "torchtitan_h100_2024")
-}
-"""Sources whose AdamW step ran as torch's foreach kernels, with a weight decay (launcher/compute/optimizer.py)."""
-FUSED_OPTIMIZER_WHY = (
-    "assumed fused: Megatron-LM and NeMo run Apex's or Transformer Engine's FusedAdam in their distributed "
-    "optimizer, torchtitan fused from Feb 2025; the other sources do not say"
-)
-
-
-def fused_optimizer(row: dict) -> tuple[bool, str]:
-    """(the row's optimizer step ran as one fused kernel, why): foreach where FOREACH_OPTIMIZER says the source's
-    trainer ran it so, else the stated assumption FUSED_OPTIMIZER_WHY."""
-    if row["source"] in FOREACH_OPTIMIZER:
-        return False, FOREACH_OPTIMIZER[row["source"]]
-    return True, FUSED_OPTIMIZER_WHY

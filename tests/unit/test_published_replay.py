@@ -286,7 +286,7 @@ def test_a_series_is_one_table_except_where_one_experiment_spans_tables():
 
 def _as_replayed(cfg, fit, *, compiled: bool):
     """The planner's shaped MFU of a published row's recipe as the replay prices it: compiled as its trainer ran,
-    its optimizer step fused (llm-foundry's and Megatron's: replay_fp8_stack.FUSED_OPTIMIZER_WHY)."""
+    its optimizer step fused (replay_curve.FUSED_OPTIMIZER)."""
     w = pr.work_of(cfg)
     return shaped_mfu(
         cfg,

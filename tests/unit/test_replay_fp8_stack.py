@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks import replay_curve as rc
 from benchmarks.replay_case import Case
-from benchmarks.replay_fp8_stack import fp8_stack, fused, fused_optimizer
+from benchmarks.replay_fp8_stack import fp8_stack, fused
 from benchmarks.replay_mapping import Unexpressible
 from launcher.compute.shape_rate import Parts
 
@@ -48,16 +48,6 @@ def test_the_fsdp_blogs_rows_ran_eager_as_its_torch_compile_follow_up_says():
     rows = [r for r in csv.DictReader(open(CORPUS, newline="")) if r["source"] == "pytorch_fsdp_blog_2024"]
     assert len(rows) == 8 and not any(fused(r)[0] for r in rows)
     assert "torch.compile" in fused(rows[0])[1] and "57% MFU" in fused(rows[0])[1]
-
-
-def test_torchtitans_2024_runs_stepped_adamw_foreach_and_every_other_source_is_priced_fused():
-    """pytorch/torchtitan PR #881 (Feb 2025) made fused its default: the A100 and H100 tables of 2024 ran foreach,
-    the June 2025 async-TP table fused. Fails with either 2024 source out of FOREACH_OPTIMIZER."""
-    rows = list(csv.DictReader(open(CORPUS, newline="")))
-    foreach = sorted({r["source"] for r in rows if not fused_optimizer(r)[0]})
-    assert foreach == ["torchtitan_a100_2024", "torchtitan_h100_2024"]
-    assert "PR #881" in fused_optimizer(rows[0] | {"source": "torchtitan_h100_2024"})[1]
-    assert "assumed fused" in fused_optimizer({"source": "torchtitan_asynctp_2025"})[1]
 
 
 def _case(i: int, source: str, precision: str, s: int, truth: float) -> Case:
