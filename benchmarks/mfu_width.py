@@ -83,8 +83,7 @@ def linear_lines(fit: preset_fit.PresetFit) -> tuple[list[str], int]:
         f"Truth: {fp8_linear.CITATION}. Prediction: the same linear layer priced by the curves above on an H100 "
         "(SXM datasheet rates), the casts at shape_rate's torchao passes. The training rows the fp8 curve is also "
         "fitted on carry every other term of their steps; this isolates what the curve stands for. In-sample: the "
-        "replay fits the curve on it as one more source (benchmarks/fp8_linear.py); scored before that, at "
-        "177d55c's curves, it read +11.6% and +11.4%.",
+        f"replay fits the curve on it as one more source (benchmarks/fp8_linear.py); {fp8_linear.PRE_FIT}.",
         "",
         "| M, K, N | published speedup | predicted | error | goal ±10% |",
         "|---|---|---|---|---|",

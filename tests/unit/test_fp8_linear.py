@@ -23,7 +23,6 @@ def test_a_linear_layers_speedup_is_its_three_gemms_over_the_fp8_gemms_and_torch
     fp8_s = flops / (FP8 * 0.66 * 4096 / (4096 + 2048)) + (6 * m * k + 6 * m * n + 8 * k * n) / BW
     got = fp8_linear.speedup(m, k, n, Curve(0.66, 768), Curve(0.66, 2048))
     assert got == pytest.approx(bf16_s / fp8_s, rel=1e-9)
-    assert got == pytest.approx(1.359, abs=1e-3)
 
 
 def test_the_readmes_examples_alone_place_torchaos_fp8_curve_near_the_bf16_curves_share():

@@ -51,8 +51,10 @@ def _tensors(tree) -> list[torch.Tensor]:
 def _bytes_per_param(name: str, decay: float = 0.0, **kw) -> float:
     """Bytes a second step moves per parameter (the first creates the state)."""
     p = torch.nn.Parameter(torch.randn(N))
-    opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=decay, **kw) if name == "adamw" else None
-    opt = opt or torch.optim.SGD([p], lr=1e-3, momentum=0.9, weight_decay=decay, **kw)
+    if name == "adamw":
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=decay, **kw)
+    else:
+        opt = torch.optim.SGD([p], lr=1e-3, momentum=0.9, weight_decay=decay, **kw)
     for _ in range(2):
         p.grad = torch.randn(N)
         with Traffic() as seen:
