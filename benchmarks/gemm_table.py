@@ -1,0 +1,147 @@
+"""XLA's measured matmul table for the H100 (sm_90), as evidence on the bf16 curve's shape (issue 32 item 1).
+
+The matmul curve (launcher/compute/shape_rate.py: efficiency e_max · s / (s + s_half), s the smallest dimension)
+says how a GEMM's share of peak rises with width; its s_half is fitted over every device's published rows (the
+H100's span too few widths: replay_curve.SHARED_S_HALF), where MPT's A100 runs from 125M to 70B set it. A lone
+GEMM's rate over shapes is independent evidence on that shape. OpenXLA ships one for the H100 (CITATION):
+measured bf16 throughput of (b × m × k) · (b × k × n) dot products over b 1, 2, 4 and m, n, k 256 to 4096,
+written by XLA's own table generator for its GPU cost model, so not the project's, not fitted on any training
+run, and not the H200 runs benchmarks.mfu_width judges. A batched dot's rows are b · m here (one kernel over
+b · m rows of tiles).
+
+Two readings (benchmarks.mfu_width prints both; nothing here is fitted into launcher/perf/preset_fit.json):
+- the curve's own form fitted on the table (curve_fit): one s_half cannot describe it, since a GEMM's rate falls
+  both with a short reduction and with an output too small to fill the chip's SMs, and which of the two dominates
+  depends on which rows are kept;
+- a form with both (TableForm, fitted on every row): the reduction's k / (k + k_half), the output's
+  mn / (mn + mn_half), a launch time per call. Its rates at the GEMMs of the H200 runs' steps
+  (forward, input gradient and weight gradient each at its own shape: op_efficiency) say how much of the
+  curve's fall with width a lone GEMM shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from launcher.compute.flops import Op
+from launcher.compute.peaks import find_device
+from launcher.compute.shape_rate import op_parts
+
+HERE = Path(__file__).resolve().parent
+TABLE = HERE / "data" / "xla_matmul_sm90.csv"
+"""The table's sm_90 entries, one row each in the file's order: b, m, n, k and the measured FLOP/s."""
+CITATION = (
+    "openxla/xla xla/service/gpu/model/matmul_interpolator_data.h, as vendored in tensorflow/tensorflow "
+    "third_party/xla @372d578b: kDefaultMatmulPTable, key sm_90, flops 'bf16xbf16->bf16'"
+)
+KEY = "H100/bf16"
+"""The fit key the table is evidence on (sm_90: the H100's compute capability)."""
+H100 = "NVIDIA H100 80GB HBM3"
+"""The device the table is priced on: the file names only sm_90; its 4096³ at 783 TFLOP/s is above the
+PCIe card's dense peak (756), so the SXM part's peak and bandwidth."""
+ROW_SETS = {
+    "a dimension of at least 4096 (a step's tokens; chosen before the fit)": lambda m, n, k: max(m, n, k) >= 4096,
+    "shaped like the H200 runs' forward GEMMs (b·m ≥ 8192; n, k ≥ 512; chosen after the first)": lambda m, n, k: (
+        m >= 8192 and min(n, k) >= 512
+    ),
+}
+"""The table rows the curve's own form is fitted on, two ways (module doc: its s_half depends on the choice)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableForm:
+    """A lone GEMM's rate as the table shows it: peak · e · k/(k + k_half) · mn/(mn + mn_half), plus a launch."""
+
+    e: float
+    """Share of the datasheet peak at a long reduction and a chip-filling output."""
+    k_half: float
+    """Reduction length at which the rate is half of that: the tile's fill and drain over its k-loop."""
+    mn_half: float
+    """Output elements (rows × columns) at which the rate is half: too few tiles to fill the SMs."""
+    launch_s: float
+    """Seconds each call adds whatever its size (the table times single calls)."""
+    rms: float
+    """Root mean square of ln(predicted/measured) over the rows it was fitted on."""
+
+    def share(self, m: int, n: int, k: int) -> float:
+        """Share of peak of an (m × k) · (k × n) GEMM inside a step (no launch: a step's kernels queue)."""
+        return self.e * k / (k + self.k_half) * (m * n) / (m * n + self.mn_half)
+
+
+FORM_GRID = {
+    "e": np.round(np.arange(0.70, 1.0001, 0.01), 2),
+    "k_half": np.array([0, 64, 128, 192, 256, 384, 512, 768]),
+    "mn_half": np.array([0, 2.5e5, 5e5, 7.5e5, 1e6, 1.5e6, 2e6, 3e6]),
+    "launch_s": np.array([0, 1e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6, 7e-6, 8e-6, 10e-6, 12e-6]),
+}
+"""Candidate TableForm parameters (a grid search, as the replay's curves are fitted)."""
+
+
+def rows(path: Path = TABLE) -> list[tuple[int, int, int, float]]:
+    """(rows b·m, n, k, measured bf16 FLOP/s) of every table entry with a bf16 figure."""
+    with path.open() as f:
+        return [
+            (int(r["b"]) * int(r["m"]), int(r["n"]), int(r["k"]), float(r["bf16_flops"]))
+            for r in csv.DictReader(f)
+            if r["bf16_flops"]
+        ]
+
+
+def fit_form(table: list[tuple[int, int, int, float]]) -> TableForm:
+    """TableForm minimising the mean ln²(predicted/measured) over `table` (FORM_GRID)."""
+    m, n, k, measured = (np.array(c, dtype=float) for c in zip(*table))
+    flops, peak = 2.0 * m * n * k, peak_flops()
+    best = (math.inf, {})
+    for launch in FORM_GRID["launch_s"]:
+        for k_half in FORM_GRID["k_half"]:
+            for mn_half in FORM_GRID["mn_half"]:
+                shape = k / (k + k_half) * (m * n) / (m * n + mn_half)
+                e = FORM_GRID["e"][:, None]
+                loss = np.mean(np.log(flops / (launch + flops / (peak * e * shape)) / measured) ** 2, axis=1)
+                i = int(np.argmin(loss))
+                if loss[i] < best[0]:
+                    best = (
+                        float(loss[i]),
+                        {
+                            "e": float(e[i, 0]),
+                            "k_half": float(k_half),
+                            "mn_half": float(mn_half),
+                            "launch_s": float(launch),
+                        },
+                    )
+    return TableForm(**best[1], rms=math.sqrt(best[0]))
+
+
+def op_efficiency(share, ops) -> float:
+    """Share of peak the matmul `ops` (flops.Op, per token, forward and both backward GEMMs) come to, each op's
+    three GEMMs at their own shapes under `share(m, n, k)`: forward (m × k)·(k × n), input gradient
+    (m × n)·(n × k), weight gradient (n × m)·(m × k), a third of the op's FLOPs each."""
+    flops = sum(op.flops for op in ops)
+    seconds = sum(
+        op.flops / 3 * sum(1 / share(*g) for g in ((op.m, op.n, op.k), (op.m, op.k, op.n), (op.n, op.k, op.m)))
+        for op in ops
+    )
+    return flops / seconds
+
+
+def curve_fit(grid_seconds, e_grid, h_grid, table) -> tuple[float, float, float]:
+    """(e_max, s_half, rms) of the curve's own form fitted on `table`'s rows, each priced as a step's matmul is
+    (`grid_seconds`: replay_curve's, on the row's Parts from shape_rate.op_parts: the H100's peak ×
+    e_max · s / (s + s_half), s = min(m, n, k), under its roofline)."""
+    loss = 0.0
+    for m, n, k, measured in table:
+        flops = 2.0 * m * n * k
+        parts = op_parts([Op(name="gemm", priced="matmul", m=m, n=n, k=k, flops=flops)], H100, "bf16")
+        loss = loss + (np.log(flops / grid_seconds(parts, None)) - math.log(measured)) ** 2 / len(table)
+    i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
+    return float(e_grid[i]), float(h_grid[j]), math.sqrt(float(loss[i, j]))
+
+
+def peak_flops() -> float:
+    """The H100's dense bf16 peak, FLOP/s (the peak table's)."""
+    return find_device(H100).flops("bf16")
