@@ -30,6 +30,7 @@ from benchmarks import fp8_linear
 from benchmarks.replay_attention import attention_kernel
 from benchmarks.replay_case import Case
 from benchmarks.replay_fp8_stack import fp8_stack, fused
+from launcher.compute.loss_bytes import loss_kind
 from launcher.compute.shape_rate import Curve, Parts, mem_bw_gbs, step_parts
 from launcher.perf.compute_term import expert_degree, tokens_per_optimizer_step
 from launcher.perf.plan_table import work_of
@@ -62,6 +63,7 @@ def case_parts(case: Case) -> tuple[Parts, float] | None:
         fp8_stack=fp8_stack(case.row) or "torchao",
         attention_kernel=attention_kernel(case.row),
         fused_optimizer=True,  # FUSED_OPTIMIZER
+        loss=loss_kind(cfg.trainer),
     )
     return parts, work.executed_flops / work.peak.flops
 

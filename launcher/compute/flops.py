@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.compute.loss_bytes import LOSS_BYTES
 from launcher.config.derived import head_dim
 from launcher.config.schema import ModelConfig
 
@@ -246,9 +247,6 @@ class Op:
 
 ACT_BYTES = 2
 """Bytes of one activation element (bf16 autocast; fp32 runs move twice: ignored, priced at bf16)."""
-LOSS_BYTES_PER_LOGIT = 16
-"""Cross-entropy over the logits, forward and backward: bf16 logits read, fp32 log-softmax written
-and read, the bf16 gradient written (autocast upcasts the loss to fp32)."""
 
 
 def _reruns(cfg: ModelConfig, name: str) -> int:
@@ -356,11 +354,12 @@ def ring_bytes(cfg: ModelConfig, cp: int) -> float:
 
 
 def model_ops(
-    cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, ep: int = 1, compiled: bool = False
+    cfg: ModelConfig, *, tokens: int, tp: int = 1, cp: int = 1, ep: int = 1, compiled: bool = False, loss: str = "torch"
 ) -> list[Op]:
     """A training step's operations: `tokens` rows per matmul (a micro-batch's tokens on one rank), tp, cp and
     ep (block_matmuls) as the layout splits them; `compiled`: the blocks run under torch.compile (train.compile),
-    their memory-bound ops fused (BLOCK_PASS_BYTES). Matmul and attention FLOPs count every run (forward,
+    their memory-bound ops fused (BLOCK_PASS_BYTES); `loss`: the cross-entropy's kind (loss_bytes.LOSS_BYTES).
+    Matmul and attention FLOPs count every run (forward,
     backward's two, recompute); norms and biases carry their 6 FLOPs per parameter (the 6N
     convention's) on the memory op they run in, so the ops' FLOPs sum to hardware_flops_per_token."""
     d, L, parts = cfg.d_model, cfg.n_layers, model_parts(cfg)
@@ -395,6 +394,6 @@ def model_ops(
     elementwise = L * _elementwise_bytes(cfg, compiled=compiled) * full
     ops.append(Op(name="elementwise", priced="memory", flops=6.0 * small + rerun_small, nbytes=elementwise))
     ops.append(Op(name="head", priced="matmul", m=tokens, n=cfg.vocab_size // tp, k=d, flops=6.0 * parts.head))
-    loss = LOSS_BYTES_PER_LOGIT * cfg.vocab_size + ACT_BYTES * 5 * d
-    ops.append(Op(name="loss", priced="memory", flops=6.0 * parts.final_norm, nbytes=loss))
+    nbytes = LOSS_BYTES[loss] * cfg.vocab_size + ACT_BYTES * 5 * d
+    ops.append(Op(name="loss", priced="memory", flops=6.0 * parts.final_norm, nbytes=nbytes))
     return ops

@@ -357,21 +357,21 @@ def step_parts(
     measured: Measured | None = None,
     fused_optimizer: bool = False,
     weight_decay: bool = False,
+    loss: str = "torch",
 ) -> Parts:
     """The Parts of a recipe's step on one device (`measured`: a site profile's rates, op_parts): its ops at
     one micro-batch's shapes (`compiled`: the blocks' memory-bound ops fused, flops.model_ops; an fp32 or
     tf32 step's activations at 4 bytes, twice the ops' bf16), the optimizer step spread over
     `tokens_per_step` (the tokens of one optimizer step over the whole job: with the optimizer's state
     sharded as FSDP does, each rank's share of both is 1/world; `fused_optimizer`: one kernel, else torch's default
-    passes as the launcher's trainer runs them, `weight_decay` one more: compute/optimizer.py), fp8's casts where
-    `dtype` is fp8, as
-    `fp8_stack` does them (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
+    passes as the launcher's trainer runs them, `weight_decay` one more: compute/optimizer.py), the loss as its
+    kind (`loss`: compute/loss_bytes.py), fp8's casts where `dtype` is fp8, as `fp8_stack` does them
+    (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
     `ep`, the expert-parallel degree (parallel.ep; 1 without expert parallel), sets a routed expert's GEMM rows
     (flops.block_matmuls): expert parallel gathers each local expert's tokens from every rank of its group and
     runs them as one group (torchtitan torchtitan/distributed/expert_parallel.py @e1f7f318 _token_dispatch: the
     all-to-all delivers '#tokens for local expert 0 from EP rank 0, ... from EP rank 1', which _permute lays out
-    expert by expert), so an expert multiplies micro-batch tokens × ep × top-k ÷ n_experts rows, not ÷ ep of them;
-    its FLOPs per token are unchanged."""
+    expert by expert), so an expert multiplies micro-batch tokens × ep × top-k ÷ n_experts rows (FLOPs unchanged)."""
     if fp8_stack not in FP8_STACKS:
         raise ValueError(f"shape_rate: fp8 stack {fp8_stack!r} is not one of {', '.join(FP8_STACKS)}")
     if attention_kernel not in ATTENTION_KERNELS:
@@ -382,7 +382,7 @@ def step_parts(
     width = 4 / ACT_BYTES if dtype in ("fp32", "tf32") else 1.0
     ops = [
         dataclasses.replace(op, nbytes=op.nbytes * width) if op.name == "elementwise" else op
-        for op in model_ops(model, tokens=tokens, tp=tp, cp=cp, ep=ep, compiled=compiled)
+        for op in model_ops(model, tokens=tokens, tp=tp, cp=cp, ep=ep, compiled=compiled, loss=loss)
     ]
     extra = 0.0
     if tokens_per_step:

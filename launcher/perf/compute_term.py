@@ -4,6 +4,7 @@ keeps its one compute parameter c; only where c comes from changes. Pure: no tor
 
 from __future__ import annotations
 
+from launcher.compute.loss_bytes import loss_kind
 from launcher.compute.shape_rate import Curve, mem_bw_gbs, step_time
 from launcher.config.schema import LauncherConfig
 from launcher.layouts import DataParallel, traits
@@ -42,7 +43,8 @@ def shaped_mfu(
     The step is priced compiled or eager as train.compile says (`compiled` overrides it: a published run's
     trainer fused its ops where the launcher's layout cannot compile), fp8 as the launcher's own stack
     (preset_fit.FP8_STACK) casts, the optimizer step as the launcher's trainer runs it (torch's default kernels)
-    unless `fused_optimizer` (a published trainer's, compute/optimizer.py)."""
+    unless `fused_optimizer` (a published trainer's, compute/optimizer.py), the loss as cfg.trainer's kind
+    (compute/loss_bytes.py)."""
     c = cfg.cluster
     found = fit.curve_for(c.device_name, "bf16" if dtype == "fp8" else dtype)
     if cfg.model._target_ is not None or mem_bw_gbs(c.device_name) is None or found is None:
@@ -67,6 +69,7 @@ def shaped_mfu(
         fp8_stack=FP8_STACK,
         fused_optimizer=fused_optimizer,
         weight_decay=cfg.optim.weight_decay > 0,
+        loss=loss_kind(cfg.trainer),
     )
     mfu = executed_flops / (peak_flops * t.total_s)
     # s_half is fitted over every device's rows of a precision, e_max per key (benchmarks/replay_curve.py)

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.compute import flops, shape_rate
 from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, model_ops
+from launcher.compute.loss_bytes import LOSS_BYTES
 from launcher.compute.shape_rate import (
     FLASH_SHARE,
     HEAD_DIM_HALF,
@@ -68,7 +69,7 @@ def test_the_op_list_of_a_small_gpt_split_by_tensor_parallel():
     assert (ops["head"].n, ops["head"].k) == (v // 2, d)
     assert ops["attention"].k == d // m.n_heads and ops["attention"].n == m.seq_len
     assert ops["qkv"].flops == 6 * 3 * d * d * m.n_layers  # forward and backward's two, every layer, all of tp's
-    assert ops["loss"].nbytes == flops.LOSS_BYTES_PER_LOGIT * v + flops.ACT_BYTES * 5 * d
+    assert ops["loss"].nbytes == LOSS_BYTES["torch"] * v + flops.ACT_BYTES * 5 * d  # the built-in trainer's loss
 
 
 def test_the_curve_rises_with_width_and_saturates_below_the_peak():
