@@ -72,10 +72,10 @@ FUSED_OPTIMIZER = """Published rows are priced with a fused optimizer step (laun
 Megatron-LM and NeMo run Apex's or Transformer Engine's FusedAdam in their distributed optimizer; the other
 sources do not say, but torchtitan's 2024 tables (A100, H100) stepped AdamW with torch's foreach kernels and
 weight decay 0.1 (its build_optimizers: foreach=not job_config.optimizer.fused, fused off by default until
-pytorch/torchtitan PR #881, Feb 2025). Priced as they ran (80 B a parameter), they moved the leave-one-source-out
-rows within 25% from 160 to 159 of 172 and the held-out interval's source-weighted coverage from 92.1% to 89.7%
-(one row fewer inside): left fused, a known error of the replay's mapping, as the HBM bandwidth of torchtitan's
-H100s is (benchmarks/data/README.md)."""
+pytorch/torchtitan PR #881, Feb 2025). Priced as they ran (80 B a parameter), at e569a06 they moved the
+leave-one-source-out rows within 25% from 160 to 159 of 172 and the held-out interval's source-weighted coverage
+from 92.1% to 89.7% (one row fewer inside): left fused, a known error of the replay's mapping, as the HBM
+bandwidth of torchtitan's H100s is (benchmarks/data/README.md)."""
 
 
 def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
