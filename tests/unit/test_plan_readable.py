@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -208,7 +210,9 @@ def test_at_80_columns_a_search_keeps_tokens_per_s_and_memory(monkeypatch):
     assert max(len(line) for line in lines) <= 80
     head = next(line for line in lines if line.startswith("┃"))
     assert [c.strip() for c in head.split("┃")[1:-1]] == ["GPUs", "status", "tokens/s", "mem GiB", "eff"]
-    assert "│  256 │ predicted       │ 213,905 [159,976–286,015] │ 74.5 tight │ 1.00 │" in lines
+    # tokens/s and its interval come from the packaged fit (they move with each refit); the columns are the point
+    row = re.compile(r"│  256 │ predicted +│ [\d,]+ \[[\d,]+–[\d,]+\] │ 74\.5 tight │ 1\.00 │")
+    assert any(row.fullmatch(line) for line in lines)
     assert "│    8 │ oom (predicted) │                         — │      138.1 │    — │" in lines
     assert "not shown at 80 columns: candidate, nodes, tok/s/dev, comm, step s, mfu," in lines
     assert any(line.startswith("Recommended: 256 GPUs with fsdp_tp: parallel=fsdp_tp parallel.tp=4") for line in lines)
