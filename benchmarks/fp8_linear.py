@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from launcher.compute.flops import Op
-from launcher.compute.shape_rate import Curve, Parts, fp8_cast_bytes, op_parts
+from launcher.compute.fp8_casts import fp8_cast_bytes
+from launcher.compute.shape_rate import Curve, Parts, op_parts
 from launcher.perf.preset_fit import FP8_STACK, curve_keys
 
 SOURCE = "torchao_float8_readme"
@@ -37,7 +38,7 @@ PRE_FIT = "at 177d55c's curves, before they were fitted on it, the model read +1
 
 def linear_parts(m: int, k: int, n: int) -> tuple[Parts, Parts]:
     """(bf16, fp8) Parts of one linear layer of forward shape (m, k) × (k, n), forward and both backward
-    GEMMs; fp8's with torchao's cast passes (shape_rate.fp8_cast_bytes: input and output gradient once, the
+    GEMMs; fp8's with torchao's cast passes (fp8_casts.fp8_cast_bytes: input and output gradient once, the
     weight once per call)."""
     op = Op(name="w1", priced="matmul", m=m, n=n, k=k, flops=6.0 * n * k, fp8=True)
     casts = fp8_cast_bytes([op], tp=1, tokens=m, stack=FP8_STACK)

@@ -1,22 +1,19 @@
-"""XLA's measured matmul table for the H100 (sm_90), as evidence on the bf16 curve's shape (issue 32 item 1).
+"""XLA's measured matmul table for the H100 (sm_90): where the plan's bf16 matmul shape comes from (issue 32 item 1).
 
-The matmul curve (launcher/compute/shape_rate.py: efficiency e_max · s / (s + s_half), s the smallest dimension)
-says how a GEMM's share of peak rises with width; its s_half is fitted over every device's published rows (the
-H100's span too few widths: replay_curve.SHARED_S_HALF), where MPT's A100 runs from 125M to 70B set it. A lone
-GEMM's rate over shapes is independent evidence on that shape. OpenXLA ships one for the H100 (CITATION):
-measured bf16 throughput of (b × m × k) · (b × k × n) dot products over b 1, 2, 4 and m, n, k 256 to 4096,
-written by XLA's own table generator for its GPU cost model, so not the project's, not fitted on any training
-run, and not the H200 runs benchmarks.mfu_width judges. A batched dot's rows are b · m here (one kernel over
-b · m rows of tiles).
+How a GEMM's share of peak rises with its shape cannot be placed by the published training rows (one device's
+span too few widths: replay_curve.SHARED_SHAPE). A lone GEMM's rate over shapes can. OpenXLA ships one for the
+H100 (CITATION): measured bf16 throughput of (b × m × k) · (b × k × n) dot products over b 1, 2, 4 and m, n, k 256
+to 4096, written by XLA's own table generator for its GPU cost model, so not the project's, not fitted on any
+training run, and not the H200 runs benchmarks.mfu_width judges. A batched dot's rows are b · m here (one kernel
+over b · m rows of tiles).
 
-Two readings (benchmarks.mfu_width prints both; nothing here is fitted into launcher/perf/preset_fit.json):
-- the curve's own form fitted on the table (curve_fit): one s_half cannot describe it, since a GEMM's rate falls
-  both with a short reduction and with an output too small to fill the chip's SMs, and which of the two dominates
-  depends on which rows are kept;
-- a form with both (TableForm, fitted on every row): the reduction's k / (k + k_half), the output's
-  mn / (mn + mn_half), a launch time per call. Its rates at the GEMMs of the H200 runs' steps
-  (forward, input gradient and weight gradient each at its own shape: op_efficiency) say how much of the
-  curve's fall with width a lone GEMM shows.
+Two readings (benchmarks.mfu_width prints both):
+- a form with both of a GEMM's losses (TableForm, fitted on every row): the reduction's k / (k + k_half), the
+  output's mn / (mn + mn_half) (too few tiles to fill the SMs), a launch time per call. Its k_half and mn_half are
+  launcher/compute/gemm_shape.py's (tests/unit/test_gemm_table.py holds them equal), the shape every device's bf16
+  matmuls are priced at, forward, input gradient and weight gradient each at its own (op_efficiency here);
+- the curve e_max · s / (s + s_half) on the smallest dimension (curve_fit), which prices fp8 matmuls and priced
+  bf16's before: one s_half cannot describe the table, and which loss it follows depends on the rows kept.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.compute.flops import Op
 from launcher.compute.peaks import find_device
-from launcher.compute.shape_rate import op_parts
+from launcher.compute.shape_rate import roofline
 
 HERE = Path(__file__).resolve().parent
 TABLE = HERE / "data" / "xla_matmul_sm90.csv"
@@ -129,15 +125,15 @@ def op_efficiency(share, ops) -> float:
     return flops / seconds
 
 
-def curve_fit(grid_seconds, e_grid, h_grid, table) -> tuple[float, float, float]:
-    """(e_max, s_half, rms) of the curve's own form fitted on `table`'s rows, each priced as a step's matmul is
-    (`grid_seconds`: replay_curve's, on the row's Parts from shape_rate.op_parts: the H100's peak ×
-    e_max · s / (s + s_half), s = min(m, n, k), under its roofline)."""
-    loss = 0.0
+def curve_fit(e_grid, h_grid, table) -> tuple[float, float, float]:
+    """(e_max, s_half, rms) of the curve's own form fitted on `table`'s rows: the H100's peak ×
+    e_max · s / (s + s_half), s = min(m, n, k), under its roofline (as an fp8 matmul is priced on its curve)."""
+    peak, loss = peak_flops(), 0.0
+    e, h = np.asarray(e_grid)[:, None], np.asarray(h_grid)[None, :]
     for m, n, k, measured in table:
-        flops = 2.0 * m * n * k
-        parts = op_parts([Op(name="gemm", priced="matmul", m=m, n=n, k=k, flops=flops)], H100, "bf16")
-        loss = loss + (np.log(flops / grid_seconds(parts, None)) - math.log(measured)) ** 2 / len(table)
+        s = min(m, n, k)
+        rate = np.minimum(peak * e * s / (s + h), roofline(H100, m, n, k, "bf16"))
+        loss = loss + (np.log(rate) - math.log(measured)) ** 2 / len(table)
     i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
     return float(e_grid[i]), float(h_grid[j]), math.sqrt(float(loss[i, j]))
 

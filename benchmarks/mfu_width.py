@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import fp8_linear, gemm_table, replay_curve
+from launcher.compute import gemm_shape
 from launcher.compute.flops import model_ops
 from launcher.compute.shape_rate import Curve
 from launcher.config.compose import compose_config
@@ -94,7 +95,7 @@ def linear_lines(fit: preset_fit.PresetFit) -> tuple[list[str], int]:
         "## The fp8 curve against torchao's own microbenchmark",
         "",
         f"Truth: {fp8_linear.CITATION}. Prediction: the same linear layer priced by the curves above on an H100 "
-        "(SXM datasheet rates), the casts at shape_rate's torchao passes. The training rows the fp8 curve is also "
+        "(SXM datasheet rates), the casts at fp8_casts' torchao passes. The training rows the fp8 curve is also "
         "fitted on carry every other term of their steps; this isolates what the curve stands for. In-sample: the "
         f"replay fits the curve on it as one more source (benchmarks/fp8_linear.py); {fp8_linear.PRE_FIT}.",
         "",
@@ -107,49 +108,57 @@ def linear_lines(fit: preset_fit.PresetFit) -> tuple[list[str], int]:
     return lines, met
 
 
-def gemm_lines(fit: preset_fit.PresetFit) -> list[str]:
-    """The report's section on XLA's H100 GEMM table: how fast a lone GEMM's share of peak falls with width,
-    against the curve's, at the GEMMs of the H200 runs' steps (benchmarks/gemm_table.py)."""
-    table, curve = gemm_table.rows(), Curve(*fit.curve_for(gemm_table.H100, "bf16")[0])
+def gemm_lines() -> list[str]:
+    """The report's section on XLA's H100 GEMM table, where the plan's bf16 matmul shape comes from
+    (launcher/compute/gemm_shape.py): the form fitted on it, and a lone GEMM's share by width at the GEMMs of the
+    H200 runs' steps beside their measured MFU (benchmarks/gemm_table.py)."""
+    table = gemm_table.rows()
     form = gemm_table.fit_form(table)
+    same = (form.k_half, form.mn_half) == (gemm_shape.K_HALF, gemm_shape.MN_HALF)
     shares = {}
     for shape, (_, overrides) in SHAPES.items():
         cfg = compose_config([*overrides, *DEVICE, "precision=bf16"], None)
         ops = [op for op in model_ops(cfg.model, tokens=cfg.batch.micro * cfg.model.seq_len) if op.priced == "matmul"]
-        shares[shape] = gemm_table.op_efficiency(form.share, ops), gemm_table.op_efficiency(curve.efficiency, ops)
-    widest = shares["llama3_8b_4_layers"]
+        shares[shape] = gemm_table.op_efficiency(form.share, ops)
     bf16 = {s: m for s, p, run, m in measured(HERE / "results") if p == "bf16" and run == "compiled"}
     fits = []
     for name, keep in gemm_table.ROW_SETS.items():
         kept = [r for r in table if keep(*r[:3])]
-        e, h, rms = gemm_table.curve_fit(replay_curve.grid_seconds, replay_curve.E_GRID, replay_curve.H_GRID, kept)
+        e, h, rms = gemm_table.curve_fit(replay_curve.E_GRID, replay_curve.H_GRID, kept)
         fits.append(f"{name}: {len(kept)} rows, s_half {h:.0f} (e_max {e:.2f}), rms {rms:.0%}")
+    widest = "llama3_8b_4_layers"
     rows = [
-        f"| {shape} | {SHAPES[shape][0]} | {lone:.3f} | {lone / widest[0]:.3f} | {cur:.3f} | {cur / widest[1]:.3f} "
-        f"| {bf16[shape] / bf16['llama3_8b_4_layers']:.3f} |"
-        for shape, (lone, cur) in shares.items()
+        f"| {shape} | {SHAPES[shape][0]} | {lone:.3f} | {lone / shares[widest]:.3f} "
+        f"| {bf16[shape] / bf16[widest]:.3f} |"
+        for shape, lone in shares.items()
     ]
     return [
-        "## The bf16 curve's fall with width against XLA's H100 GEMM table",
+        "## Where the bf16 matmul shape comes from: XLA's H100 GEMM table",
         "",
         f"Truth: {gemm_table.CITATION} ({len(table)} measured bf16 dot products, b 1–4, m, n, k 256–4096; "
         "benchmarks/data/xla_matmul_sm90.csv). A lone GEMM's share of peak, fitted on every row as "
         f"e · k/(k + k_half) · mn/(mn + mn_half) plus a launch per call: e {form.e:.2f}, k_half {form.k_half:.0f}, "
-        f"mn_half {form.mn_half:,.0f}, launch {form.launch_s * 1e6:.0f} µs, rms {form.rms:.1%} over the rows. Below, "
-        "each step's matmuls at that share (forward, input and weight gradients each at its own shape) beside "
-        "the bf16 curve's, and each relative to d 4096; the last column is the H200's measured bf16 MFU (compiled) "
-        "relative to d 4096's.",
+        f"mn_half {form.mn_half:,.0f}, launch {form.launch_s * 1e6:.0f} µs, rms {form.rms:.1%} over the rows. "
+        + (
+            "launcher/compute/gemm_shape.py prices every device's bf16 matmuls with these k_half and mn_half "
+            "(e_max, the large-GEMM share, fitted per device on published runs)."
+            if same
+            else f"**launcher/compute/gemm_shape.py holds k_half {gemm_shape.K_HALF:.0f}, mn_half "
+            f"{gemm_shape.MN_HALF:,.0f}: NOT the table's fit.**"
+        ),
         "",
-        "| shape | d_model | lone GEMM share (table) | ÷ d 4096 | curve share | ÷ d 4096 | measured MFU ÷ d 4096 |",
-        "|---|---|---|---|---|---|---|",
+        "A lone GEMM's share at the H200 runs' matmuls (forward, input and weight gradients each at its own shape), "
+        "and relative to d 4096, beside the measured bf16 MFU (compiled) relative to d 4096's:",
+        "",
+        "| shape | d_model | lone GEMM share (table) | ÷ d 4096 | measured MFU ÷ d 4096 |",
+        "|---|---|---|---|---|",
         *rows,
         "",
-        "The curve's own form, e_max · s/(s + s_half) on s = min(m, n, k), fitted on the table: "
+        "Why not one smallest dimension: the curve e_max · s/(s + s_half), s = min(m, n, k) (what prices fp8 "
+        "matmuls), fitted on the same table: "
         + "; ".join(fits)
-        + ". One s_half does not describe the table: a GEMM's rate falls with a short reduction and, apart, with an "
-        "output of too few tiles to fill the SMs, and the rows kept decide which the fit follows. Nothing here is "
-        "fitted into the plan's curves (the H100's s_half stays the pooled one); the table says a lone GEMM loses "
-        "less with width than the curve prices, which is where the bf16 rows at d 768 and 2048 read low.",
+        + ". A GEMM's rate falls with a short reduction and, apart, with an output of too few tiles to fill the SMs, "
+        "and the rows kept decide which of the two one s_half follows.",
     ]
 
 
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *(linear := linear_lines(fit))[0],
         "",
-        *gemm_lines(fit),
+        *gemm_lines(),
         "",
         "Reproduce: `.venv/bin/python -m benchmarks.mfu_width` (no GPU: the measured figures are recorded).",
     ]

@@ -1,14 +1,16 @@
 """The shape model's curves fitted on the published replay (issue 32 item 1).
 
 Each replayed row's step is reduced once to its Parts (launcher/compute/shape_rate.py: its matmuls'
-FLOPs, smallest dimensions, peaks and roofline caps; its attention and memory-bound seconds), so its
-predicted throughput under any matmul curve (e_max, s_half) is read off the row's throughput-vs-MFU
-curve (published_replay.predicted_log) at the MFU those Parts come to. Two parameters per device
-family and precision, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
+FLOPs, shapes, peaks and roofline caps; its attention and memory-bound seconds), so its predicted
+throughput under any curve is read off the row's throughput-vs-MFU curve (published_replay.predicted_log)
+at the MFU those Parts come to, fitted by grid search on Σ w·ln²(predicted/published), each source weighted
 alike; bf16 keys first, then fp8 keys with their family's bf16 curve for the ops fp8 leaves at bf16.
+bf16: one parameter per device family, e_max; a matmul's shape is XLA's measured table's
+(launcher/compute/gemm_shape.py, every device: SHARED_SHAPE says why), and s_half is stored 0, unused.
+fp8: e_max per device, s_half fitted once over every backed device's fp8 rows (its curve prices a matmul
+by its smallest dimension; the table has no fp8 figures).
 A key fewer than MIN_SOURCES sources back takes the curve fitted on every device of its precision, and
-its rows stay out of that fit (POOLED_FROM_BACKED says why). s_half is fitted once per precision over every
-backed device's rows, e_max per device (SHARED_S_HALF says why).
+its rows stay out of that fit (POOLED_FROM_BACKED says why).
 fp8 is fitted per fp8 stack as well (`H100/fp8-torchao`, `H100/fp8-te`: benchmarks/replay_fp8_stack.py
 names each source's), where MIN_SOURCES sources of the stack back it (torchao's own microbenchmark of its
 float8 linear layer, benchmarks/fp8_linear.py, is one more of torchao's): its e_max on the stack's rows, its
@@ -84,11 +86,12 @@ def grid_seconds(parts: Parts, fixed: Curve | None) -> np.ndarray:
     e, h = E_GRID[:, None], H_GRID[None, :]
     total = np.full((len(E_GRID), len(H_GRID)), parts.memory_s + parts.kernel_s)  # curve-free
     total += parts.attention_s / (e if fixed is None else fixed.e_max)
-    for flops, s, peak, cap, fp8 in parts.matmuls:
+    for flops, s, peak, cap, fp8, shape in parts.matmuls:  # shape None: on the curve by s (fp8's)
         if fixed is not None and not fp8:
-            total += flops / min(peak * fixed.e_max * s / (s + fixed.s_half), cap)
+            share = s / (s + fixed.s_half) if shape is None else shape
+            total += flops / min(peak * fixed.e_max * share, cap)
         else:
-            total += flops / np.minimum(peak * e * s / (s + h), cap)
+            total += flops / np.minimum(peak * e * (s / (s + h) if shape is None else shape), cap)
     return total
 
 
@@ -116,22 +119,26 @@ def fit_curve(
     return [float(E_GRID[i]), float(H_GRID[j])]
 
 
-SHARED_S_HALF = """How a matmul's rate rises with its smallest dimension comes from how tiled GEMM kernels fill a GPU
-(tiles, waves), common to the devices here; one device's published rows span too few widths to place it:
-on the 64 H100/bf16 rows the source-weighted loss moves 6% between s_half 0 and 256 (0.152 and 0.161),
-and with Qwen3's heads counted at their width the free fit fell to s_half 0, a curve flat in width. The
-pooled rows (MPT 125M to 70B on A100s among them) place s_half; each device's e_max is its own."""
+SHARED_SHAPE = """How a matmul's rate rises with its shape comes from how tiled GEMM kernels fill a GPU (tiles, waves,
+the k-loop's fill and drain), common to the devices here; one device's published rows span too few widths to
+place it: on the 64 H100/bf16 rows the source-weighted loss moved 6% between s_half 0 and 256, and with
+Qwen3's heads counted at their width the free fit fell to s_half 0, a curve flat in width. For bf16 it is
+measured instead: XLA's table of 375 lone H100 GEMMs (benchmarks/gemm_table.py), whose rates one smallest
+dimension cannot describe (the curve fitted on it: s_half 256 or 768 by the rows kept, rms 15-38%) and
+compute/gemm_shape's two terms can (rms 5.2%); the pooled s_half the bf16 rows placed before (768, then 512)
+was set by MPT's small models on H100s and borrowed by every other device. fp8 keeps its curve, its s_half
+fitted over every device's fp8 rows, e_max per device."""
 
 
 POOLED_FROM_BACKED = """The curve over every device (`*/bf16`) is fitted on the keys backed by MIN_SOURCES sources,
 not on a key with fewer. Such a key has no e_max of its own, so in the pooled fit its rows can only move what
-every device shares, s_half and the pooled e_max: one stack on one device would set every device's curve, as
-MIN_SOURCES keeps it from setting its own device's constant. It did: B200's one source (NousResearch's Qwen3
-MoE on torchtitan, 18% of the B200's peak) and NeMo AutoModel's on H100 are the only rows whose widest matmuls
-are narrow experts (768), and the B200 rows, fitted through s_half, pulled it from 192 (the fold without them)
-to 512 in-sample and to 1024 in the fold that held AutoModel out, which priced AutoModel's expert GEMMs at
-768 / (768 + 1024) = 43% of e_max, where s_half 192 gives 80% (its rows read -34%). A key with fewer sources
-is still priced by the pooled curve, fitted without it."""
+every device shares (the pooled e_max; fp8's s_half): one stack on one device would set every device's curve, as
+MIN_SOURCES keeps it from setting its own device's constant. It did, when bf16 had a fitted s_half: B200's one
+source (NousResearch's Qwen3 MoE on torchtitan, 18% of the B200's peak) and NeMo AutoModel's on H100 are the only
+rows whose widest matmuls are narrow experts (768), and the B200 rows, fitted through s_half, pulled it from 192
+(the fold without them) to 512 in-sample and to 1024 in the fold that held AutoModel out, which priced
+AutoModel's expert GEMMs at 768 / (768 + 1024) = 43% of e_max, where s_half 192 gives 80% (its rows read -34%).
+A key with fewer sources is still priced by the pooled curve, fitted without it."""
 
 
 def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[str, list[float]]:
@@ -149,8 +156,9 @@ def fit_curves(cases: list[Case], log_at: Callable, min_sources: int) -> dict[st
         for c in mine:
             groups.setdefault(c.key, []).append(c)
         backed = [c for c in mine if len({d.source for d in groups[c.key]}) >= min_sources] or mine
-        curves[f"*/{precision}"] = pooled = fit_curve(backed, log_at, fixed)
-        for key in sorted(groups):  # each device's e_max on its own rows, at the pooled s_half (shared_s_half)
+        shape_free = 0.0 if precision == "bf16" else None  # bf16's shape is the table's (SHARED_SHAPE)
+        curves[f"*/{precision}"] = pooled = fit_curve(backed, log_at, fixed, s_half=shape_free)
+        for key in sorted(groups):  # each device's e_max on its own rows, at the pooled s_half (SHARED_SHAPE)
             if len({c.source for c in groups[key]}) >= min_sources:
                 curves[key] = fit_curve(groups[key], log_at, fixed, s_half=pooled[1])
         if precision == "fp8":

@@ -3,7 +3,7 @@ cast its float8 linear layers, and whether its memory-bound ops ran fused (compi
 each as its own kernel. The replay (benchmarks/replay_curve.py) prices every row's step with them
 (launcher/compute/shape_rate.step_parts: `fp8_stack`, `compiled`) and fits fp8's matmul curve per stack.
 
-fp8 stacks (launcher/compute/shape_rate.FP8_CAST_BYTES says what each costs):
+fp8 stacks (launcher/compute/fp8_casts.FP8_CAST_BYTES says what each costs):
 - `te`: NVIDIA Transformer Engine, delayed scaling, casts fused into the kernel that made the tensor;
 - `torchao`: torchao's float8 training, tensorwise dynamic scaling: an amax and a cast per operand per call.
 The launcher's own fp8 is torchao's (launcher/train/float8.py; launcher/perf/preset_fit.FP8_STACK).

@@ -1,13 +1,11 @@
 """Compute time from a step's operations, each at the rate its shape gets on the device (pure: no torch).
 
-A matmul's share of the device's dense peak rises with its smallest dimension s = min(m, n, k) and
-saturates (tiles fill the chip, the epilogue's share shrinks; cuBLAS and hipBLASLt alike):
-
-    efficiency(s) = e_max · s / (s + s_half)
-
-capped by the roofline, arithmetic intensity × memory bandwidth (2mnk FLOPs over the bytes of its
-three operands). Two parameters per device and precision (`Curve`), fitted on published runs
-(benchmarks/published_replay.py, leave-one-source-out). A site profile (perf/site_profile.py) stands
+A bf16 matmul runs at e_max of the device's dense peak times its shape's share (compute/gemm_shape.py: a short
+reduction and an output too small to fill the SMs each cost, as a measured H100 table shows), each of a linear
+layer's three GEMMs at its own shape, capped by the roofline (2mnk FLOPs over its operands' bytes × bandwidth).
+An fp8 matmul runs on its stack's curve, e_max · s / (s + s_half) on its smallest dimension s (`Curve`). e_max
+is per device and precision, fitted on published runs (benchmarks/published_replay.py, leave-one-source-out).
+A site profile (perf/site_profile.py) stands
 in for the peak table through `Measured`: each matmul at its measured rate, the rest at its bandwidth.
 The attention core runs in a fused flash kernel. On a chip with a cited kernel figure (KERNEL_SHARE:
 A100, H100, H200) it runs at that figure's share of the chip's dense bf16 peak, whatever its matmuls
@@ -21,10 +19,10 @@ of peak times the same shape terms. Causal masking skips half the tiles (flops.C
 Memory-bound operations (norms, activations, residual adds, the loss, the optimizer step, fp8
 casts) move their bytes at MEMORY_SHARE of the device's HBM bandwidth (peaks.py): each its own pass
 in an eager step, fused into one pass per chain between matmuls in a compiled one (flops.model_ops),
-and fp8's casts as its stack does them (FP8_CAST_BYTES: torchao's passes of their own, Transformer
+and fp8's casts as its stack does them (fp8_casts.FP8_CAST_BYTES: torchao's passes of their own, Transformer
 Engine's fused into the kernel before).
 
-So MFU is an output: narrow layers (small s, more elementwise bytes per FLOP) run at a lower
+So MFU is an output: narrow layers (short reductions, more elementwise bytes per FLOP) run at a lower
 share of peak than wide ones, and fp8, whose casts are memory-bound, gains more as layers widen.
 """
 
@@ -36,6 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.compute.flops import ACT_BYTES, CAUSAL_EXECUTED_SHARE, Op, model_ops, param_counts
+from launcher.compute.fp8_casts import FP8_STACKS, fp8_cast_bytes
+from launcher.compute.gemm_shape import gemm_share, op_share
 from launcher.compute.optimizer import step_bytes
 from launcher.compute.peaks import a100_40gb, find_device
 from launcher.config.schema import ModelConfig
@@ -92,94 +92,16 @@ weigh more in a short causal square; 2K: 155/189 and 265/328, the rule's 0.82)."
 MEMORY_SHARE = 0.8
 """Share of the datasheet bandwidth elementwise kernels sustain on large tensors (STREAM-like copies
 reach 80–90% of HBM peak on A100/H100; torch's eager kernels less on small ones)."""
-# torchao's tensorwise float8 linear layer, the launcher's (launcher/train/float8.py), as torchao 0.17.0
-# (pytorch/ao @02105d46, the H200 runs' version) runs it under torch.compile, bf16 tensors in:
-# - six casts per layer, each operand once per GEMM (float8/float8_linear.py matmul_with_hp_or_float8_args):
-#   forward input (l. 56) and weight (l. 73); backward grad_output (l. 113) and weight (l. 131) for
-#   grad_input, grad_output (l. 167) and input (l. 185) for grad_weight: all three GEMMs in fp8.
-# - each cast is hp_tensor_to_float8_dynamic (float8/float8_scaling_utils.py): tensor_to_scale's amax,
-#   max(abs(x)) over the whole tensor (float8_utils.tensor_to_amax), then the scaled cast. The cast needs
-#   the amax's result, so inductor runs two kernels: the amax reads the tensor (2 B) and the cast reads it
-#   again (2 B) and writes fp8 (1 B).
-# - torch._scaled_mm takes row-major × column-major (float8/float8_ops.py preprocess_addmm l. 342-345:
-#   `a_data.contiguous()`, `b_data.t().contiguous().t()`): grad_weight's grad_output.t() and input, and
-#   grad_input's weight, need the other layout. The joint graph's CSE makes a tensor's second cast of
-#   the same config the first one, and inductor writes both layouts from one read (the cast kernel's
-#   transposed fp8 store: float8/_inductor_patch.py), so input and grad_output each cost an amax read
-#   2 B + a cast reading 2 B and writing 1 B twice = 6 B; the weight, cast in forward and again
-#   (transposed) in backward with the forward's scale, 2 + 3 + 3 = 8 B. torchao's own roofline counts
-#   the same (torchao/testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, "tensorwise",
-#   fuse_with_prev=False: input and grad_output [2, 0, 2 + 2·1], weight [2, 0, 2 + 1, 2 + 1]).
-# - no pass after the GEMM: tensorwise scales go in as _scaled_mm's scale_a and scale_b (its epilogue,
-#   float8_ops.addmm_float8_unwrapped), and its bf16 output is written as a bf16 GEMM's is.
-# Eager runs the same casts as more kernels (abs, max, an fp32 upcast, clamp, the cast, each transpose a
-# copy): not counted, the published torchao rows and the launcher's fp8 runs are compiled. A DDP run's
-# fp32 master weights are read at 4 B in the weight's amax and casts (14 B): not counted, the layout is
-# not known here.
-TORCHAO_CAST_PASSES = {
-    "input": ((2, 0), (2, 2)),
-    "grad_output": ((2, 0), (2, 2)),
-    "weight": ((2, 0), (2, 1), (2, 1)),
-}
-"""(bytes read, bytes written) per element of each kernel torchao's casts run on one operand of a float8
-linear layer, forward and backward, compiled (the comment above cites each)."""
-FP8_CAST_BYTES = {"torchao": sum(map(sum, TORCHAO_CAST_PASSES["input"])), "te": 0}
-"""Bytes per element of a float8 linear layer's input and output gradient, per token, by fp8 stack.
-torchao's tensorwise dynamic scaling computes each operand's scale from its own amax at every call,
-passes of their own (TORCHAO_CAST_PASSES: 6). Transformer Engine's delayed scaling takes the scale
-from earlier steps' amax history and writes the fp8 copy from the kernel that produced the tensor
-(LayerNormLinear's norm, the activation; Micikevicius et al. 2022, arXiv:2209.05433 §4.3 and TE's
-fp8_autocast docs): no pass of its own."""
-FP8_WEIGHT_BYTES = {"torchao": sum(map(sum, TORCHAO_CAST_PASSES["weight"])), "te": 6}
-"""Bytes per weight per micro-step for the same: torchao's amax and two casts of each weight
-(TORCHAO_CAST_PASSES: 8); TE casts its weights once per micro-step too, amax, cast and its transpose
-in one cast-transpose kernel."""
-FP8_STACKS = tuple(FP8_CAST_BYTES)
-"""The fp8 stacks the model knows: `torchao` (the launcher's own) and `te` (Transformer Engine)."""
-# Under tensor parallel, torchtitan (torchtitan/parallelisms/parallelize_llama.py @9dec370, enable_float8)
-# applies torchao's float8 TP styles (torchao/float8/float8_tensor_parallel.py @46b87964): the attention's
-# and the feed-forward's inputs are cast once on their sequence shard (PrepareFloat8ModuleInput) and
-# all-gathered in fp8 for all their column-parallel layers; a row-parallel layer's output gradient is cast
-# on its shard (NoopFwToFloat8BwDynamic after the reduce-scatter) and all-gathered in fp8. The gathered
-# fp8 tensor's other layout for the weight gradient is a copy (preprocess_addmm: read 1 B, write 1 B).
-TP_GATHERED_CAST_BYTES = (2 + 2 + 1, 1 + 1)
-"""(bytes per element of the shard's cast: amax 2 + cast 2 read, 1 written; bytes per gathered element of
-the transposed copy) of an operand torchao's float8 TP styles all-gather in fp8 (comment above)."""
-TP_GATHERED = {"wq": "attn", "wk": "attn", "wv": "attn", "qkv": "attn", "w1": "ffn", "w3": "ffn", "fc1": "ffn"}
-"""Column-parallel layers whose input is one gathered fp8 tensor per group, cast once for the group."""
-TP_GATHERED_GRAD = ("wo", "proj", "w2", "fc2")
-"""Row-parallel layers whose output gradient is cast on its shard and gathered in fp8."""
-
-
-def fp8_cast_bytes(linear: Sequence[Op], *, tp: int, tokens: int, stack: str) -> float:
-    """Bytes per token of the whole model's work (tp's ranks each cast their split) that `stack`'s casts of the
-    float8 linear layers `linear` move: inputs and output gradients once per forward-and-backward, each
-    weight once per micro-step of `tokens`; under tensor parallel with torchao, the gathered operands as its
-    float8 TP styles cast them (TP_GATHERED_CAST_BYTES)."""
-    weights = sum(op.flops / 6.0 for op in linear)
-    total = FP8_WEIGHT_BYTES[stack] * weights / tokens
-    shard, copy = TP_GATHERED_CAST_BYTES
-    gathers = tp > 1 and stack == "torchao"
-    groups: dict[str, float] = {}
-    for op in linear:
-        runs = op.flops / (6.0 * op.n * op.k)  # tp × the layer's count × its runs ÷ 3, as one op's elements
-        k, n = op.k * runs, op.n * runs
-        if gathers and op.name in TP_GATHERED:  # the group's layers share one input: counted once
-            groups[TP_GATHERED[op.name]], k = (shard + copy * tp) * k / tp, 0.0
-        if gathers and op.name in TP_GATHERED_GRAD:
-            total, n = total + (shard + copy * tp) * n / tp, 0.0
-        total += FP8_CAST_BYTES[stack] * (k + n)
-    return total + sum(groups.values())
 
 
 @dataclass(frozen=True)
 class Curve:
-    """A device's matmul efficiency against its smallest dimension (module docstring)."""
+    """A device's matmul efficiency for one precision (module docstring)."""
 
     e_max: float
     """Share of the dense peak a large matmul reaches."""
     s_half: float
-    """Smallest dimension at which a matmul reaches half of e_max."""
+    """fp8's curve: the smallest dimension at which a matmul reaches half of e_max (bf16's shape is gemm_shape's)."""
 
     def __post_init__(self) -> None:
         if not (0 < self.e_max <= 1 and self.s_half >= 0):
@@ -203,9 +125,13 @@ def mem_bw_gbs(device: str | None) -> float | None:
 
 
 def matmul_tflops(device: str | None, m: int, n: int, k: int, dtype: str, *, curve: Curve) -> float:
-    """TFLOP/s of an (m × k) · (k × n) matmul in `dtype` on `device`: the device's peak × `curve`, under the
-    roofline, as a step's Parts price it. ValueError for a device or precision the peak table does not know."""
-    return curve.rate(_peak(device, dtype), min(m, n, k), _roofline(device, m, n, k, dtype)) / 1e12
+    """TFLOP/s of one (m × k) · (k × n) GEMM in `dtype` on `device`, under the roofline: bf16 at e_max × its
+    shape's share (gemm_shape), fp8 on `curve` by its smallest dimension. ValueError for a device or precision the
+    peak table does not know."""
+    peak, cap = _peak(device, dtype), roofline(device, m, n, k, dtype)
+    if dtype == "fp8":
+        return curve.rate(peak, min(m, n, k), cap) / 1e12
+    return min(peak * curve.e_max * gemm_share(m, n, k), cap) / 1e12
 
 
 @dataclass(frozen=True)
@@ -225,9 +151,9 @@ class StepTime:
 class Parts:
     """A step's ops reduced to what the curves act on, so a fit can price them under many curves."""
 
-    matmuls: tuple[tuple[float, int, float, float, bool], ...]
+    matmuls: tuple[tuple[float, int, float, float, bool, float | None], ...]
     """Per matmul: (FLOPs per token, smallest dimension s, peak FLOP/s at its precision, roofline
-    FLOP/s cap, runs at fp8)."""
+    FLOP/s cap, runs at fp8, its shape's share (gemm_shape.op_share) or None: priced on the curve by s)."""
     attention_s: float
     """Seconds per token of the attention core at e_max = 1 (its time is this ÷ the curve's e_max),
     on a chip of no cited kernel figure."""
@@ -238,9 +164,9 @@ class Parts:
 
     def seconds(self, curve: Curve, fp8_curve: Curve | None = None) -> StepTime:
         mm = 0.0
-        for flops, s, peak, cap, fp8 in self.matmuls:
+        for flops, s, peak, cap, fp8, shape in self.matmuls:
             c = fp8_curve if fp8 and fp8_curve is not None else curve
-            mm += flops / c.rate(peak, s, cap)
+            mm += flops / (c.rate(peak, s, cap) if shape is None else min(peak * c.e_max * shape, cap))
         attention = self.attention_s / curve.e_max + self.kernel_s
         return StepTime(matmul_s=mm, attention_s=attention, memory_s=self.memory_s)
 
@@ -285,7 +211,7 @@ def _peak(device: str | None, dtype: str) -> float:
     return peak
 
 
-def _roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
+def roofline(device: str | None, m: int, n: int, k: int, dtype: str) -> float:
     """Arithmetic intensity × bandwidth, FLOP/s (inf for a device of no known bandwidth)."""
     bw = mem_bw_gbs(device)
     if bw is None:
@@ -316,12 +242,14 @@ def op_parts(
         if op.priced == "matmul":
             d = "fp8" if dtype == "fp8" and op.fp8 else base
             rate = measured.matmul_flops(op.m, op.n, op.k, d) if measured else _peak(device, d)
-            cap = math.inf if measured else _roofline(device, op.m, op.n, op.k, d)
-            matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8"))
+            cap = math.inf if measured else roofline(device, op.m, op.n, op.k, d)
+            shape = None if measured or d == "fp8" else op_share(op.m, op.n, op.k)  # fp8: its stack's curve
+            matmuls.append((op.flops, min(op.m, op.n, op.k), rate, cap, d == "fp8", shape))
         elif op.priced == "attention" and attention_kernel == "unfused" and not measured:
             # Q·Kᵀ (seq × seq × head dim) and P·V (seq × head dim × seq): the same FLOPs and intensity each.
-            # Their short head-dim side makes them memory-bound: the roofline prices it, the curve the tiles.
-            matmuls.append((op.flops, op.m, _peak(device, base), _roofline(device, op.m, op.n, op.k, base), False))
+            # Their short head-dim side makes them memory-bound: the roofline prices it, the shape the tiles.
+            cap = roofline(device, op.m, op.n, op.k, base)
+            matmuls.append((op.flops, op.m, _peak(device, base), cap, False, op_share(op.m, op.n, op.k)))
             nbytes += op.flops / (4.0 * op.k) * UNFUSED_BYTES  # 4·head dim FLOPs per score element a run
         elif op.priced == "attention" and measured and (kernel := measured.attention_flops(op.n, op.k, base)):
             att += op.flops / kernel  # measured on the causal kernel at counted FLOPs: its skipping is in the rate
@@ -366,7 +294,7 @@ def step_parts(
     sharded as FSDP does, each rank's share of both is 1/world; `fused_optimizer`: one kernel, else torch's default
     passes as the launcher's trainer runs them, `weight_decay` one more: compute/optimizer.py), the loss as its
     kind (`loss`: compute/loss_bytes.py), fp8's casts where `dtype` is fp8, as `fp8_stack` does them
-    (FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
+    (fp8_casts.FP8_CAST_BYTES), the attention core on `attention_kernel` (ATTENTION_KERNELS).
     `ep`, the expert-parallel degree (parallel.ep; 1 without expert parallel), sets a routed expert's GEMM rows
     (flops.block_matmuls): expert parallel gathers each local expert's tokens from every rank of its group and
     runs them as one group (torchtitan torchtitan/distributed/expert_parallel.py @e1f7f318 _token_dispatch: the

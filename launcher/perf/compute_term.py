@@ -72,9 +72,9 @@ def shaped_mfu(
         loss=loss_kind(cfg.trainer),
     )
     mfu = executed_flops / (peak_flops * t.total_s)
-    # s_half is fitted over every device's rows of a precision, e_max per key (benchmarks/replay_curve.py)
-    why = f"from the recipe's operations, matmul curve e_max {e_max:.2f} fitted on {said}, s_half {s_half:.0f}"
-    why += " on every device's"
+    # e_max per key; bf16's shape is XLA's measured table's, fp8's s_half fitted over every device's fp8 rows
+    why = f"from the recipe's operations, matmuls at e_max {e_max:.2f} fitted on {said}, each at its shape's share"
+    why += " (compute/gemm_shape: a measured H100 GEMM table)"
     if fp8:
-        why += f"; fp8 matmuls e_max {fp8[0][0]:.2f} fitted on {fp8[1]}, s_half {fp8[0][1]:.0f}"
+        why += f"; fp8 matmuls e_max {fp8[0][0]:.2f} fitted on {fp8[1]}, s_half {fp8[0][1]:.0f} on every device's"
     return min(1.0, mfu), why

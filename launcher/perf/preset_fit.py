@@ -46,7 +46,8 @@ class PresetFit:
     """Straggler jitter s on GPUs (perf/stragglers.py), fitted on the published efficiency pairs; None in a
     file written before it (stragglers.STEP_JITTER then serves)."""
     curves: dict[str, list[float]] = field(default_factory=dict)
-    """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]) per `fit_key`, fp8's also
+    """Matmul efficiency curves (compute/shape_rate.Curve: [e_max, s_half]; bf16's s_half 0, unused: its
+    shape is compute/gemm_shape's) per `fit_key`, fp8's also
     per fp8 stack (`H100/fp8-torchao`, `H100/fp8-te`; curve_keys), and per precision over every device
     (`*/bf16`, `*/fp8`): with them the presets' compute comes from the
     recipe's operations (perf/compute_term.py) and MFU is an output; without (a file written before

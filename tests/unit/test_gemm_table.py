@@ -7,8 +7,9 @@ import math
 
 from benchmarks import gemm_table as g
 from benchmarks import replay_curve as rc
+from launcher.compute import gemm_shape
 from launcher.compute.flops import Op
-from launcher.compute.shape_rate import Curve, op_parts
+from launcher.compute.shape_rate import roofline
 
 
 def test_the_table_is_the_whole_sm90_grid_and_every_figure_is_a_whole_number_of_nanoseconds():
@@ -53,12 +54,19 @@ def test_an_ops_three_gemms_are_priced_each_at_its_own_shape():
 
 
 def test_the_curves_own_form_fitted_on_rates_it_generated_gives_its_curve_back():
-    """The table's shapes at e_max 0.8, s_half 384 as a step's matmul is priced (roofline included): curve_fit
-    finds them with no residual. Fails if it prices a row other than as replay_curve prices a matmul."""
-    truth = Curve(0.8, 384)
-    made = []
-    for m, n, k, _ in g.rows():
-        parts = op_parts([Op(name="gemm", priced="matmul", m=m, n=n, k=k, flops=2.0 * m * n * k)], g.H100, "bf16")
-        made.append((m, n, k, 2.0 * m * n * k / parts.seconds(truth).matmul_s))
-    e, h, rms = g.curve_fit(rc.grid_seconds, rc.E_GRID, rc.H_GRID, made)
+    """The table's shapes at e_max 0.8, s_half 384 on the curve, under the H100's roofline: curve_fit finds them
+    with no residual. Fails if it prices a row other than by the smallest dimension under the roofline."""
+    made = [
+        (m, n, k, min(g.peak_flops() * 0.8 * min(m, n, k) / (min(m, n, k) + 384), roofline(g.H100, m, n, k, "bf16")))
+        for m, n, k, _ in g.rows()
+    ]
+    e, h, rms = g.curve_fit(rc.E_GRID, rc.H_GRID, made)
     assert (e, h) == (0.8, 384.0) and rms < 1e-9
+
+
+def test_the_plans_bf16_shape_terms_are_the_tables_fit():
+    """launcher/compute/gemm_shape.py's K_HALF and MN_HALF are what fit_form finds on the transcribed table.
+    Fails if either constant is edited, or the table or the fit changes without them."""
+    form = g.fit_form(g.rows())
+    assert (form.k_half, form.mn_half) == (gemm_shape.K_HALF, gemm_shape.MN_HALF)
+    assert form.rms < 0.06

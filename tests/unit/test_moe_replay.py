@@ -87,29 +87,34 @@ def test_the_planner_and_the_replay_price_a_recipes_experts_at_its_expert_parall
     assert expert_degree(compose_config(["model=llama3_8b", *moe, "parallel=fsdp"], None)) == 1
 
 
-def _case(i: int, source: str, device: str, s: int, truth: float) -> Case:
-    parts = Parts(matmuls=((1.0, s, 1.0, math.inf, False),), attention_s=0.0, memory_s=0.0)
+def _case(i: int, source: str, device: str, shape: float, truth: float) -> Case:
+    """A bf16 row whose one matmul runs at `shape` of its large-GEMM rate (gemm_shape's share) and published
+    `truth` × its peak."""
+    parts = Parts(matmuls=((1.0, 4096, 1.0, math.inf, False, shape),), attention_s=0.0, memory_s=0.0)
     return Case(
         index=i, row={"source": source, "precision": "bf16"}, key=f"{device}/bf16", published=truth, parts=(parts, 1.0)
     )
 
 
 def test_a_device_of_one_source_is_priced_by_the_pooled_curve_and_does_not_bend_it():
-    """A100 and H100 rows of two sources each follow e_max 0.60, s_half 512 at widths 256..4096; one B200
-    source publishes 0.15 of peak at width 768 (its stack's, not its chip's). The B200 key has no curve of its
-    own, and the pooled curve it is priced by is the backed devices' 0.60, 512: fitted with the B200 rows in, it
-    bent to fit them (only s_half and the pooled e_max could move)."""
+    """A100 and H100 rows of two sources each run at e_max 0.60 over shapes of share 0.4..0.95; one B200 source
+    publishes 0.15 of peak at share 0.8 (its stack's, not its chip's). The B200 key has no curve of its own, and
+    the pooled curve it is priced by is the backed devices' e_max 0.60: fitted with the B200 rows in, it bent to
+    fit them (the pooled e_max is what they could move)."""
+    shares = [0.4, 0.5, 0.6, 0.8, 0.95, 0.4, 0.6, 0.95]
     backed = [
-        _case(i, f"{dev.lower()}_{i % 2}", dev, s, round(0.60 * s / (s + 512), 4))
+        _case(i, f"{dev.lower()}_{i % 2}", dev, share, round(0.60 * share, 4))
         for dev in ("A100", "H100")
-        for i, s in enumerate([256, 512, 1024, 2048, 4096, 256, 1024, 4096])
+        for i, share in enumerate(shares)
     ]
     backed = [dataclasses.replace(c, index=i) for i, c in enumerate(backed)]
-    b200 = [_case(100 + i, "b200_only", "B200", 768, 0.15) for i in range(5)]
+    b200 = [_case(100 + i, "b200_only", "B200", 0.8, 0.15) for i in range(5)]
     curves = rc.fit_curves(backed + b200, lambda c, mfu: np.log(mfu), 2)
     assert "B200/bf16" not in curves
-    assert curves["*/bf16"] == curves["A100/bf16"] == curves["H100/bf16"] == [0.60, 512.0]
-    assert rc.fit_curves(backed, lambda c, mfu: np.log(mfu), 2)["*/bf16"] == [0.60, 512.0]
+    assert curves["*/bf16"] == curves["A100/bf16"] == curves["H100/bf16"] == [0.60, 0.0]
+    assert rc.fit_curves(backed, lambda c, mfu: np.log(mfu), 2)["*/bf16"] == [0.60, 0.0]
+    # The B200 rows in the pooled fit would pull its e_max down (the guard POOLED_FROM_BACKED describes).
+    assert rc.fit_curve(backed + b200, lambda c, mfu: np.log(mfu), {}, s_half=0.0)[0] < 0.60
 
 
 MOE = ["model=llama3_8b", "model.n_experts=128", "model.experts_per_token=8", "model.expert_ffn_hidden=768"]

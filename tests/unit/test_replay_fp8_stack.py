@@ -51,8 +51,10 @@ def test_the_fsdp_blogs_rows_ran_eager_as_its_torch_compile_follow_up_says():
 
 
 def _case(i: int, source: str, precision: str, s: int, truth: float) -> Case:
-    """A row whose one matmul of smallest dimension `s` published `truth` × its peak: the shape model's MFU."""
-    parts = Parts(matmuls=((1.0, s, 1.0, math.inf, precision == "fp8"),), attention_s=0.0, memory_s=0.0)
+    """A row whose one matmul of smallest dimension `s` published `truth` × its peak: the shape model's MFU (a
+    bf16 matmul at a chip-filling shape, share 1; an fp8 one on its curve by `s`)."""
+    fp8 = precision == "fp8"
+    parts = Parts(matmuls=((1.0, s, 1.0, math.inf, fp8, None if fp8 else 1.0),), attention_s=0.0, memory_s=0.0)
     return Case(
         index=i,
         row={"source": source, "precision": precision},
@@ -84,7 +86,9 @@ def test_fp8_curves_are_fitted_per_stack_and_fall_back_to_every_stacks():
     ]
     curves = rc.fit_curves(bf16 + fp8, _log_at, 2)
     assert sorted(curves) == ["*/bf16", "*/fp8", "H100/bf16", "H100/fp8", "H100/fp8-te", "H100/fp8-torchao"]
-    assert [round(rc.shaped_mfu(c, curves), 2) for c in fp8] == [0.4, 0.4, 0.8, 0.8]
+    got = [rc.shaped_mfu(c, curves) for c in fp8]
+    # torchao's microbenchmark, a third source of its stack, moves its e_max a little (0.38 here)
+    assert got[:2] == pytest.approx([0.4, 0.4], abs=0.03) and [round(g, 2) for g in got[2:]] == [0.8, 0.8]
     # How a matmul's rate rises with its smallest dimension is the chip's fp8 GEMMs': each stack's s_half is
     # the device's over every stack, its e_max its own.
     assert curves["H100/fp8-torchao"][1] == curves["H100/fp8-te"][1] == curves["H100/fp8"][1]

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from launcher.compute import flops, shape_rate
+from launcher.compute import flops, fp8_casts, shape_rate
 from launcher.compute.flops import CAUSAL_EXECUTED_SHARE, model_ops
+from launcher.compute.gemm_shape import gemm_share
 from launcher.compute.loss_bytes import LOSS_BYTES
 from launcher.compute.shape_rate import (
     FLASH_SHARE,
@@ -72,11 +73,17 @@ def test_the_op_list_of_a_small_gpt_split_by_tensor_parallel():
     assert ops["loss"].nbytes == LOSS_BYTES["torch"] * v + flops.ACT_BYTES * 5 * d  # the built-in trainer's loss
 
 
-def test_the_curve_rises_with_width_and_saturates_below_the_peak():
+def test_the_rate_rises_with_width_and_saturates_below_the_peak():
+    """bf16 at e_max times the GEMM's shape share (gemm_shape: the reduction's and the output's terms), fp8 on the
+    curve by its smallest dimension. Fails if bf16 is priced on the curve (8192 × 16384 × 16384: 0.985 of e_max
+    by gemm_share, 0.965 by the curve at s_half 300)."""
     rates = [matmul_tflops(H200, 8192, d, d, "bf16", curve=CURVE) for d in (256, 768, 2048, 4096, 16384)]
     assert rates == sorted(rates) and len(set(rates)) == 5
     assert rates[-1] < 989.5 * CURVE.e_max
-    assert rates[-1] == pytest.approx(989.5 * CURVE.efficiency(8192, 16384, 16384))
+    assert rates[-1] == pytest.approx(989.5 * CURVE.e_max * gemm_share(8192, 16384, 16384))
+    assert matmul_tflops(H200, 8192, 16384, 16384, "fp8", curve=CURVE) == pytest.approx(
+        1979 * CURVE.efficiency(8192, 16384, 16384)
+    )
     # A skinny matmul is under the roofline: 2mnk FLOPs over its operands' bytes at 4.8 TB/s.
     assert matmul_tflops(H200, 8192, 8192, 8, "bf16", curve=Curve(1.0, 0)) == pytest.approx(
         2 * 8192 * 8192 * 8 / (2 * (8192 * 8 + 8 * 8192 + 8192 * 8192)) * 4800e9 / 1e12
@@ -135,8 +142,8 @@ def test_plan_on_presets_prices_the_recipes_ops_when_the_fit_has_curves(monkeypa
         forecast = from_presets_forecast(cfg, [1], assume_mfu=None)
         got[width] = forecast.table.iloc[0]["mfu"]
         assert (
-            "from the recipe's operations, matmul curve e_max 0.60 fitted on H100/bf16 runs, s_half 300 on every "
-            "device's" in forecast.source
+            "from the recipe's operations, matmuls at e_max 0.60 fitted on H100/bf16 runs, each at its shape's share"
+            in forecast.source
         )
     assert got[4096] > 1.2 * got[768]
     # --assume-mfu still sets one constant: the plan's MFU then does not depend on width.
@@ -198,12 +205,12 @@ def test_a_transformer_engine_fp8_step_has_no_cast_passes_of_its_own(compiled):
     weights = sum(op.flops / 6 for op in ops if op.priced == "matmul" and op.fp8)
     elements = sum((op.k + op.n) * op.flops / (2 * op.n * op.k) for op in ops if op.priced == "matmul" and op.fp8) / 3
     bw = mem_bw_gbs(H200) * 1e9 * shape_rate.MEMORY_SHARE
-    assert te.memory_s - bf16.memory_s == pytest.approx(shape_rate.FP8_WEIGHT_BYTES["te"] * weights / (2 * 4096) / bw)
-    weight_casts = (shape_rate.FP8_WEIGHT_BYTES["torchao"] - shape_rate.FP8_WEIGHT_BYTES["te"]) * weights / (2 * 4096)
+    assert te.memory_s - bf16.memory_s == pytest.approx(fp8_casts.FP8_WEIGHT_BYTES["te"] * weights / (2 * 4096) / bw)
+    weight_casts = (fp8_casts.FP8_WEIGHT_BYTES["torchao"] - fp8_casts.FP8_WEIGHT_BYTES["te"]) * weights / (2 * 4096)
     assert torchao.memory_s - te.memory_s == pytest.approx(
-        (shape_rate.FP8_CAST_BYTES["torchao"] * elements + weight_casts) / bw
+        (fp8_casts.FP8_CAST_BYTES["torchao"] * elements + weight_casts) / bw
     )
-    assert shape_rate.FP8_CAST_BYTES == {"torchao": 6, "te": 0}
+    assert fp8_casts.FP8_CAST_BYTES == {"torchao": 6, "te": 0}
     with pytest.raises(ValueError, match="fp8 stack 'mxfp8' is not one of torchao, te"):
         _parts(4096, dtype="fp8", fp8_stack="mxfp8")
 
@@ -216,12 +223,12 @@ def test_a_torchao_step_moves_the_bytes_of_torchaos_compiled_cast_kernels():
     and 6 per weight, counted a separate transposed copy and one weight cast fewer."""
     activation = 2 + (2 + 1 + 1)  # amax; cast read, row-major and column-major fp8 writes
     weight = 2 + (2 + 1) + (2 + 1)  # amax; forward cast; backward cast, transposed
-    assert {r: sum(map(sum, k)) for r, k in shape_rate.TORCHAO_CAST_PASSES.items()} == {
+    assert {r: sum(map(sum, k)) for r, k in fp8_casts.TORCHAO_CAST_PASSES.items()} == {
         "input": activation,
         "grad_output": activation,
         "weight": weight,
     }
-    assert (shape_rate.FP8_CAST_BYTES["torchao"], shape_rate.FP8_WEIGHT_BYTES["torchao"]) == (6, 8)
+    assert (fp8_casts.FP8_CAST_BYTES["torchao"], fp8_casts.FP8_WEIGHT_BYTES["torchao"]) == (6, 8)
     # gpt_125m (d 768, 12 layers, micro 8 × 2048 tokens) on one H200: per layer and token the four linears'
     # inputs and output gradients are (768 + 2304) + (768 + 768) + (768 + 3072) + (3072 + 768) = 12,288
     # elements, their weights 7,077,888 cast once per micro-step of 16,384 tokens.
@@ -298,10 +305,10 @@ def test_an_fp8_gemm_reads_fp8_operands_and_writes_a_bf16_output_at_the_roofline
     """torch._scaled_mm reads its two fp8 operands (1 B) and writes bf16 (2 B): the roofline's bytes are
     mk + kn + 2mn. Fails with the output counted at 1 B, as the inputs."""
     m, n, k, bw = 64, 8192, 8192, mem_bw_gbs(H200)
-    assert shape_rate._roofline(H200, m, n, k, "fp8") == pytest.approx(
+    assert shape_rate.roofline(H200, m, n, k, "fp8") == pytest.approx(
         2.0 * m * n * k / (m * k + k * n + 2 * m * n) * bw * 1e9
     )
-    assert shape_rate._roofline(H200, m, n, k, "bf16") == pytest.approx(
+    assert shape_rate.roofline(H200, m, n, k, "bf16") == pytest.approx(
         2.0 * m * n * k / (2 * (m * k + k * n + m * n)) * bw * 1e9
     )
 
