@@ -74,11 +74,11 @@ SEARCH_70B = [
 
 
 def test_an_efficiency_above_1_says_the_smallest_size_is_slower_per_gpu_and_why(capsys):
-    """16 H100s fit llama3_70b only with full recompute (and cp); 256 need none, so eff reads 1.23.
-    Fails without notes.efficiency_lines in plan_search's footer: 1.23 stands unexplained."""
+    """16 H100s fit llama3_70b only with full recompute (and cp); 256 need none, so eff reads about 1.2.
+    Fails without notes.efficiency_lines in plan_search's footer: the 1.2 stands unexplained."""
     assert main([*SEARCH_70B, "--gpus", "16,256"]) == 0
     out = _said(capsys)
-    assert "│ 256 │ fsdp_tp tp4 mb1×16 no-ckpt reshard sync-each │" in out and "│ 1.23 │" in out
+    assert "│ 256 │ fsdp_tp tp4 mb1×16 no-ckpt reshard sync-each │" in out and re.search(r"│ 1\.2\d │", out)
     assert (
         "eff above 1 at 256 GPUs: efficiency is against the smallest size, 16 GPUs (the best candidate that fits in "
         "its memory), which is slower per GPU: recompute is 18% of its step against 0% at 256 GPUs"
@@ -165,8 +165,10 @@ def test_a_tie_reads_as_a_tie_and_is_explained(capsys):
     argv = ["plan", "--search", "model=gpt_1_3b", "cluster=example_gpu_site", "cluster.device_name=H100-SXM"]
     assert main([*argv, "--gpus", "8"]) == 0
     out = _said(capsys)
-    assert (
-        "8 GPUs #2: ddp mb4×2 no-ckpt: 395,408 tokens/s (+0%), 52.7 GiB, comm 0%; ties the best within rounding" in out
+    # tokens/s moves with the packaged fit at each refit; the sentence is the point
+    assert re.search(
+        r"8 GPUs #2: ddp mb4×2 no-ckpt: [\d,]+ tokens/s \(\+0%\), 52\.7 GiB, comm 0%; ties the best within rounding",
+        out,
     )
     assert "loses by ties" not in out
     assert (
@@ -181,10 +183,11 @@ def test_a_context_parallel_runner_up_loses_by_its_ring_not_a_tie(capsys):
     weigh cp_comm_s and called it a tie. Fails without ("cp_comm_s", …) in search_table.TERMS."""
     assert main([*SEARCH_70B, "--gpus", "256"]) == 0
     out = _said(capsys)
-    assert (
-        "256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: 213,787 tokens/s (-0%), 74.5 GiB, comm 7%; "
-        "loses by more exposed context-parallel ring time (+0.1% of the best's step)"
-    ) in out
+    assert re.search(
+        r"256 GPUs #2: fsdp_tp_cp tp4 cp2 mb2×16 no-ckpt reshard sync-each: [\d,]+ tokens/s \(-0%\), 74\.5 GiB, "
+        r"comm 7%; loses by more exposed context-parallel ring time \(\+0\.\d% of the best's step\)",
+        out,
+    )
 
 
 def _at(width: int, monkeypatch, argv: list[str]) -> list[str]:
