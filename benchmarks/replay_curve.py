@@ -211,10 +211,11 @@ def shaped_mfu(case: Case, curves: dict[str, list[float]]) -> float | None:
 
 def curve_lines(constants: dict, folds: dict) -> list[str]:
     """The report's table of the fitted curves, in-sample and their range over the LOSO folds."""
-    out = ["", "Matmul efficiency curves (e_max, s_half), the shape model's two parameters per key:", ""]
-    out += ["| key | in-sample | e_max over folds | s_half over folds |", "|---|---|---|---|"]
+    out = ["", "Matmul curves per key: e_max, and fp8's s_half (bf16's shape is compute/gemm_shape's, measured):", ""]
+    out += ["| key | in-sample e_max | e_max over folds | s_half, in-sample and over folds |", "|---|---|---|---|"]
     for key, (e, h) in sorted(constants.get("curves", {}).items()):
         loso = [f["curves"][key] for f in folds.values() if key in f.get("curves", {})]
         es, hs = [v[0] for v in loso] or [e], [v[1] for v in loso] or [h]
-        out.append(f"| {key} | {e:.2f}, {h:.0f} | {min(es):.2f}–{max(es):.2f} | {min(hs):.0f}–{max(hs):.0f} |")
+        shape = "— (measured shape)" if key.endswith("/bf16") else f"{h:.0f}; {min(hs):.0f}–{max(hs):.0f}"
+        out.append(f"| {key} | {e:.2f} | {min(es):.2f}–{max(es):.2f} | {shape} |")
     return out
