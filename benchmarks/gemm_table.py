@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.compute.gemm_shape import gemm_share, op_share
 from launcher.compute.peaks import find_device
 from launcher.compute.shape_rate import roofline
 
@@ -35,8 +36,6 @@ CITATION = (
     "openxla/xla xla/service/gpu/model/matmul_interpolator_data.h, as vendored in tensorflow/tensorflow "
     "third_party/xla @372d578b: kDefaultMatmulPTable, key sm_90, flops 'bf16xbf16->bf16'"
 )
-KEY = "H100/bf16"
-"""The fit key the table is evidence on (sm_90: the H100's compute capability)."""
 H100 = "NVIDIA H100 80GB HBM3"
 """The device the table is priced on: the file names only sm_90; its 4096³ at 783 TFLOP/s is above the
 PCIe card's dense peak (756), so the SXM part's peak and bandwidth."""
@@ -66,7 +65,7 @@ class TableForm:
 
     def share(self, m: int, n: int, k: int) -> float:
         """Share of peak of an (m × k) · (k × n) GEMM inside a step (no launch: a step's kernels queue)."""
-        return self.e * k / (k + self.k_half) * (m * n) / (m * n + self.mn_half)
+        return self.e * gemm_share(m, n, k, k_half=self.k_half, mn_half=self.mn_half)
 
 
 FORM_GRID = {
@@ -96,7 +95,7 @@ def fit_form(table: list[tuple[int, int, int, float]]) -> TableForm:
     for launch in FORM_GRID["launch_s"]:
         for k_half in FORM_GRID["k_half"]:
             for mn_half in FORM_GRID["mn_half"]:
-                shape = k / (k + k_half) * (m * n) / (m * n + mn_half)
+                shape = gemm_share(m, n, k, k_half=k_half, mn_half=mn_half)
                 e = FORM_GRID["e"][:, None]
                 loss = np.mean(np.log(flops / (launch + flops / (peak * e * shape)) / measured) ** 2, axis=1)
                 i = int(np.argmin(loss))
@@ -115,14 +114,8 @@ def fit_form(table: list[tuple[int, int, int, float]]) -> TableForm:
 
 def op_efficiency(share, ops) -> float:
     """Share of peak the matmul `ops` (flops.Op, per token, forward and both backward GEMMs) come to, each op's
-    three GEMMs at their own shapes under `share(m, n, k)`: forward (m × k)·(k × n), input gradient
-    (m × n)·(n × k), weight gradient (n × m)·(m × k), a third of the op's FLOPs each."""
-    flops = sum(op.flops for op in ops)
-    seconds = sum(
-        op.flops / 3 * sum(1 / share(*g) for g in ((op.m, op.n, op.k), (op.m, op.k, op.n), (op.n, op.k, op.m)))
-        for op in ops
-    )
-    return flops / seconds
+    three GEMMs at their own shapes under `share(m, n, k)` (gemm_shape.op_share, as the plan prices them)."""
+    return sum(op.flops for op in ops) / sum(op.flops / op_share(op.m, op.n, op.k, share) for op in ops)
 
 
 def curve_fit(e_grid, h_grid, table) -> tuple[float, float, float]:

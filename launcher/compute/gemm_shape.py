@@ -17,19 +17,22 @@ large-GEMM rate, e_max of its peak, fitted on its published runs (benchmarks/rep
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 K_HALF = 192.0
 """Reduction length at which a GEMM runs at half its large-GEMM rate (a chip-filling output)."""
 MN_HALF = 500_000.0
 """Output elements (rows × columns) at which a GEMM runs at half that rate (a long reduction)."""
 
 
-def gemm_share(m: float, n: float, k: float) -> float:
-    """Share of the large-GEMM rate of one (m × k) · (k × n) GEMM."""
-    return k / (k + K_HALF) * (m * n) / (m * n + MN_HALF)
+def gemm_share(m, n, k, *, k_half: float = K_HALF, mn_half: float = MN_HALF):
+    """Share of the large-GEMM rate of one (m × k) · (k × n) GEMM (numbers or numpy arrays; `k_half` and `mn_half`
+    given: the form at other terms, as benchmarks/gemm_table.py fits it)."""
+    return k / (k + k_half) * (m * n) / (m * n + mn_half)
 
 
-def op_share(m: float, n: float, k: float) -> float:
+def op_share(m: float, n: float, k: float, share: Callable[[float, float, float], float] = gemm_share) -> float:
     """Share of the large-GEMM rate a linear layer of forward shape (m × k)·(k × n) runs at, forward and both
-    gradients each a third of its FLOPs: their harmonic mean."""
-    shares = [gemm_share(a, b, r) for a, b, r in ((m, n, k), (m, k, n), (n, k, m))]
+    gradients each a third of its FLOPs, each at its own shape under `share`: their harmonic mean."""
+    shares = [share(a, b, r) for a, b, r in ((m, n, k), (m, k, n), (n, k, m))]
     return 3.0 / sum(1.0 / s for s in shares)

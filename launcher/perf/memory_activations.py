@@ -21,6 +21,7 @@ its own backward, after the loss's backward freed the logits: the two peaks are 
 from __future__ import annotations
 
 from launcher.compute.flops import active_ffn_width, kv_heads
+from launcher.compute.loss_bytes import loss_kind
 from launcher.config.derived import head_dim
 from launcher.config.schema import LauncherConfig, ModelConfig
 from launcher.layouts import DataParallel, traits
@@ -171,10 +172,11 @@ def activation_bytes(cfg: LauncherConfig, trial: Trial, pp_rank: int, device: st
     if pp_rank != trial.pp - 1:
         return blocks + recomputed
     # A fused cross-entropy keeps the logits at the compute precision and writes their gradient beside them.
-    per_logit = 2 * (2 if mixed else FP32) if cfg.trainer.fused_loss else LOGIT_BYTES[precision_kind(mixed, pure)]
-    if cfg.trainer.vocab_parallel_loss and not cfg.trainer.fused_loss:
-        # Megatron's: the 16-bit logits and one float32 copy worked in place (the copy is the logits in fp32).
-        per_logit = FP32 + (2 if mixed else 0)
+    # Megatron's vocab-parallel one: the 16-bit logits and one float32 copy worked in place (the copy is the logits
+    # in fp32).
+    per_logit = {"fused": 2 * (2 if mixed else FP32), "vocab_parallel": FP32 + (2 if mixed else 0)}.get(
+        loss_kind(cfg.trainer), LOGIT_BYTES[precision_kind(mixed, pure)]
+    )
     around_loss = logits * tokens * per_logit * m.vocab_size / trial.tp
     # A checkpointed block is recomputed in its own backward, after the loss's backward has freed the logits
     # and their gradients: the two peaks come one after the other, not together.
