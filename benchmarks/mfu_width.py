@@ -7,9 +7,12 @@ fp8, MFU against each precision's own peak, fp8's the fp8/bf16 blend) and benchm
 term (launcher/perf/compute_term.py: the recipe's ops under the matmul curves in the fit file, compiled
 or eager as the run was, fp8 with the torchao curve: the launcher's and this run's fp8), which
 for an H200 are the H100's (preset_fit.SAME_CHIP), fitted on published H100 runs: nothing measured on
-the H200 is fitted. Goal: every predicted MFU within 10% (relative) of the measured.
+the H200 is fitted. Goal: every predicted MFU within 10% (relative) of the measured. Where the GPU's own site
+profile was measured (`--profile`, default benchmarks/results/gpu_profile.json: docs/gpus.md), the same rows are
+also priced from it, as `launcher plan` with that cluster.profile prices them, in a section of their own.
 
     .venv/bin/python -m benchmarks.mfu_width [--fit launcher/perf/preset_fit.json] [--out benchmarks/results]
+        [--profile benchmarks/results/gpu_profile.json]
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from launcher.compute import gemm_shape
 from launcher.compute.flops import model_ops
 from launcher.compute.shape_rate import Curve
 from launcher.config.compose import compose_config
-from launcher.perf import preset_fit
+from launcher.config.schema import LauncherConfig
+from launcher.perf import preset_fit, site_profile
 from launcher.perf.compute_term import shaped_mfu
 from launcher.perf.plan_table import work_of
 
@@ -38,6 +42,9 @@ SHAPES = {
     "llama3_8b_4_layers": (4096, ["model=llama3_8b", "model.n_layers=4", "model.seq_len=4096", "batch.micro=2"]),
 }
 """fp8_speedup.SHAPES, and the width (d_model) of each."""
+PROFILE = HERE / "results" / "gpu_profile.json"
+"""The lent GPU's own site profile, where one was measured: `launcher profile --ranks 1 cluster.device=cuda --output
+benchmarks/results/gpu_profile.json` on it (docs/gpus.md)."""
 FUSED_SHOWN = (("llama3_8b_4_layers", "bf16"), ("llama3_8b_4_layers", "fp8"), ("gpt_1_3b", "bf16"))
 """Runs the report also prices with a fused optimizer step (where the optimizer's share of the step is largest)."""
 
@@ -51,14 +58,19 @@ def measured(results: Path) -> list[tuple[str, str, str, float]]:
     return out + [("gpt_125m", smoke["precision"], "eager (gpu_smoke)", smoke["mfu"])]
 
 
+def run_config(shape: str, precision: str, run: str, *extra: str) -> LauncherConfig:
+    """The measured run's recipe on one H200: the shape at `precision`, compiled or eager as `run` was."""
+    compiled = f"train.compile={str(run == 'compiled').lower()}"
+    return compose_config([*SHAPES[shape][1], *DEVICE, f"precision={precision}", compiled, *extra], None)
+
+
 def predicted(
     shape: str, precision: str, fit: preset_fit.PresetFit, run: str = "compiled", fused: bool = False
 ) -> tuple[float, str]:
     """Model-FLOPs MFU `launcher plan` predicts on one H200 for the shape run compiled or eager (`run`, as the
     measured run was: train.compile), and where its curves came from; `fused`: the optimizer step priced as one
     fused kernel (what the runs did not do: the what-if the report prints)."""
-    compiled = f"train.compile={str(run == 'compiled').lower()}"
-    cfg = compose_config([*SHAPES[shape][1], *DEVICE, f"precision={precision}", compiled], None)
+    cfg = run_config(shape, precision, run)
     work = work_of(cfg)
     found = shaped_mfu(
         cfg,
@@ -74,6 +86,55 @@ def predicted(
         )
     executed_mfu, why = found
     return executed_mfu * work.model_flops / work.executed_flops, why
+
+
+def profile_predicted(shape: str, precision: str, profile: Path, run: str = "compiled") -> float:
+    """Model-FLOPs MFU `launcher plan cluster.profile=PROFILE` prices for the shape on one rank: the recipe's ops at
+    the profile's measured rates (perf/site_profile.step_seconds), against the H200's datasheet peak."""
+    cfg = run_config(shape, precision, run, f"cluster.profile={profile}")
+    work = work_of(cfg)
+    seconds = site_profile.step_seconds(cfg, site_profile.load(profile), work.dtype).total_s
+    return work.model_flops / (work.peak.flops * seconds)
+
+
+def _shown(path: Path) -> str:
+    """`path` as the report names it: from the repository's root where it lies inside."""
+    return str(path.resolve().relative_to(HERE.parent)) if path.resolve().is_relative_to(HERE.parent) else str(path)
+
+
+def profile_lines(profile: Path, results: Path) -> list[str]:
+    """The report's section on the same rows priced from the GPU's own measured profile, or why there is none."""
+    head = ["## From the GPU's own measured profile (`launcher plan cluster.profile=…`)", ""]
+    if not profile.exists():
+        return [
+            *head,
+            f"Not measured: no {profile.name}. No GPU has been lent since `launcher profile` existed (13b3056); on a "
+            f"lent GPU, `launcher profile --ranks 1 cluster.device=cuda --output {_shown(profile)}` "
+            "measures it (docs/gpus.md), and this section then prices every row above from it.",
+        ]
+    measured_on = site_profile.load(profile)
+    rows, met = [], 0
+    for shape, precision, run, truth in measured(results):
+        mfu = profile_predicted(shape, precision, profile, "compiled" if run == "compiled" else "eager")
+        ok = abs(mfu / truth - 1) <= GOAL
+        met += ok
+        rows.append(
+            f"| {shape} | {precision} | {run} | {truth:.3f} | {mfu:.3f} | {mfu / truth - 1:+.1%} "
+            f"| {'met' if ok else '**NOT met**'} |"
+        )
+    return [
+        *head,
+        f"Profile: {_shown(profile)}, measured on {measured_on.device_name}. Each row priced as "
+        "`launcher plan` prices it with that profile: the recipe's ops at the measured matmul, attention and copy "
+        "rates (perf/site_profile.step_seconds), MFU against the datasheet peak.",
+        "",
+        "| shape | precision | run | measured MFU | predicted from the profile | error | goal ±10% |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"From the profile, every width within 10%: {met}/{len(rows)} — "
+        + ("met." if met == len(rows) else "**NOT met**."),
+    ]
 
 
 def linear_lines(fit: preset_fit.PresetFit) -> tuple[list[str], int]:
@@ -166,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", type=Path, default=preset_fit.PACKAGED, help="the fitted curves (preset_fit.json)")
     ap.add_argument("--out", type=Path, default=HERE / "results", help="folder for mfu_width.md")
+    ap.add_argument("--profile", type=Path, default=PROFILE, help="the GPU's measured site profile, where one exists")
     args = ap.parse_args(argv)
     fit = preset_fit.load(args.fit)
     rows, met, why = [], 0, ""
@@ -223,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         *(linear := linear_lines(fit))[0],
         "",
         *gemm_lines(),
+        "",
+        *profile_lines(args.profile, HERE / "results"),
         "",
         "Reproduce: `.venv/bin/python -m benchmarks.mfu_width` (no GPU: the measured figures are recorded).",
     ]

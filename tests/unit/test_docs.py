@@ -419,6 +419,15 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
     "python -m benchmarks.gpu_smoke": ShownOnly(
         reason="it needs a CUDA GPU, and without one it overwrites the recorded H100 run with 'NOT run: no GPU'"
     ),
+    "launcher profile --ranks 1 cluster.device=cuda --output benchmarks/results/gpu_profile.json": ShownOnly(
+        reason="it needs a CUDA GPU; the same command on CPU ranks is `launcher profile --ranks 2` above"
+    ),
+    "python -m benchmarks.mfu_width": Ran(
+        tests=(
+            "test_mfu_width_profile.py::test_the_report_scores_every_measured_row_from_the_profile_or_says_none_was_measured",
+        ),
+        args=(),
+    ),
     "python -m benchmarks.<name>": ShownOnly(
         reason="a pattern for every benchmark; benchmarks are timed runs kept out of the tests by design"
     ),
