@@ -49,14 +49,15 @@ _CPU_SHAPES = (
     (512, 2048, 512),
     (512, 512, 2048),
 )
+# A GPU's at a training step's shapes: m a micro-batch's tokens (_GPU_ROWS), n and k the widths of the bundled
+# recipes (768-8192) and an MLP block's 4x sides. A GPU GEMM's rate also falls with an output too small to fill
+# the SMs (compute/gemm_shape.py: at mn_half 500,000 a 1024-square's output share is 0.70 of a 16384 x 1024
+# one's), so squares would understate the rate a step's tall GEMMs of the same smallest side run at.
+_GPU_ROWS = 16384
 _GPU_SHAPES = (
-    (1024, 1024, 1024),
-    (2048, 2048, 2048),
-    (4096, 4096, 4096),
-    (8192, 8192, 8192),
-    (8192, 16384, 4096),
-    (8192, 4096, 16384),
-    (16384, 8192, 8192),
+    *((_GPU_ROWS, d, d) for d in (768, 1024, 2048, 4096, 8192)),
+    *((_GPU_ROWS, 4 * d, d) for d in (2048, 4096)),
+    *((_GPU_ROWS, d, 4 * d) for d in (2048, 4096)),
 )
 # Attention (sequence, head dim): the fused causal kernel's forward and backward, b·h rows of it.
 _CPU_ATTENTION = ((64, 32), (256, 64), (1024, 64))

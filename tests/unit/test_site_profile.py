@@ -95,6 +95,15 @@ def test_busbw_is_nccl_tests_factor():
     assert busbw_factor("all_to_all", 8) == pytest.approx(7 / 8)
 
 
+def test_a_gpus_matmuls_are_measured_at_a_training_steps_tall_shapes():
+    """A GPU's grid: m a micro-batch's tokens, its smallest sides every bundled width from gpt_125m's 768 to
+    llama3_70b's 8192, so a step's matmuls are priced inside the grid at shapes like theirs. Fails with the
+    squares the grid had (1024³ … 8192³: a 1024³ output fills few SMs, and 768 fell off the grid's end)."""
+    shapes = matmul_shapes("cuda")
+    assert {m for m, _, _ in shapes} == {16384}
+    assert {min(s) for s in shapes} == {768, 1024, 2048, 4096, 8192}
+
+
 def test_profile_reads_back_typed_and_interpolates_in_log_bytes(tmp_path):
     p = site_profile.load(write(tmp_path, "site.json", profile_doc(inter_busbw=2.0)))
     assert p.device_name == "cpu" and p.mem_bw_gbs == 10.0 and p.scope_ranks == {"intra": 2, "inter": 2}
