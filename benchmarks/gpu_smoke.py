@@ -14,6 +14,11 @@ next to launcher/perf/memory.py's estimate. Trials:
   all-gather), and DDP fp8 and bf16 both with `train.compile=true`: fp8 ÷ bf16 tokens/s eager and
   compiled (benchmarks/fp8_speedup.py scores fp8's speed against the plan).
 
+Then it measures this GPU's site profile (`launcher profile --ranks 1 cluster.device=cuda`, one rank: matmuls, the
+attention kernel, a copy, the per-op cost) into benchmarks/results/gpu_profile.json, which `launcher plan
+cluster.profile=…` reads and benchmarks.mfu_width scores on the recorded H200 runs (issue 32: where a GPU is lent,
+its own profile).
+
 Checks (a FAIL exits 1): backend nccl, auto → bf16, CUDA-event timing, a table peak, MFU in (0, 1],
 losses finite, bf16 first loss within 2% of fp32's, GPU losses within 1e-3 (first) and 5e-3 (last,
 after 10 steps of TF32 matmuls) of the CPU reference, and the memory estimate within 0.8–1.5× of the
@@ -30,6 +35,7 @@ import argparse
 import math
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +54,8 @@ from launcher.trials.spec import make_trial
 HERE = Path(__file__).resolve().parent
 
 OUT = HERE / "results"
+PROFILE = OUT / "gpu_profile.json"
+"""Where this GPU's site profile goes (benchmarks.mfu_width reads it there)."""
 REPRODUCE = "`.venv/bin/python -m benchmarks.gpu_smoke` (on a machine with one CUDA GPU and a CUDA build of torch)"
 COMMON = ["batch.accum=1", "optim=adamw", "seed=0"]
 
@@ -104,6 +112,23 @@ def run_trial(overrides: list[str], steps: int, warmup: int) -> tuple[dict[str, 
         why = out.reason() or (record or {}).get("reason") or "no record"
         return record, f"{why}\n\nrank 0 log (tail):\n{log}", predicted
     return record, None, predicted
+
+
+def measure_profile(out: Path, device: str = "cuda") -> str | None:
+    """This machine's one-rank site profile into `out` (`launcher profile --ranks 1`, its job folder a temporary
+    one): None when written, else why not, in one line. `device`: what the rank measures (cpu in the tests)."""
+    with tempfile.TemporaryDirectory() as work:
+        argv = ["profile", f"sweep.results_dir={work}", f"cluster.device={device}", "--ranks", "1"]
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher", *argv, "--output", str(out), "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+    if done.returncode == 0 and out.exists():
+        return None
+    said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+    return f"launcher {' '.join(argv)} exited {done.returncode}: {said}"
 
 
 def rel(a: float, b: float) -> float:
@@ -314,6 +339,9 @@ def main() -> int:
             return write(result, lines, 1)
         recs[name] = record
     ok = checks(recs, predicted)
+    profile_failed = measure_profile(PROFILE)
+    print(f"site profile: {profile_failed or f'written to {PROFILE}'}", flush=True)
+    ok.append((f"this GPU's site profile measured ({profile_failed or PROFILE.name})", profile_failed is None))
     figs = {name: figures(r, predicted[name]) for name, r in recs.items()}
     passed = all(good for _, good in ok)
     versions = recs["main"].get("versions", {})

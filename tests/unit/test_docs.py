@@ -420,7 +420,7 @@ REGISTRY: dict[str, Ran | ShownOnly] = {
         reason="it needs a CUDA GPU, and without one it overwrites the recorded H100 run with 'NOT run: no GPU'"
     ),
     "launcher profile --ranks 1 cluster.device=cuda --output benchmarks/results/gpu_profile.json": ShownOnly(
-        reason="it needs a CUDA GPU; the same command on CPU ranks is `launcher profile --ranks 2` above"
+        reason="it needs a CUDA GPU; test_gpu_smoke_profile.py runs gpu_smoke's same command on a CPU rank"
     ),
     "python -m benchmarks.mfu_width": Ran(
         tests=(
