@@ -109,8 +109,9 @@ def profile_lines(profile: Path, results: Path) -> list[str]:
         return [
             *head,
             f"Not measured: no {profile.name}. No GPU has been lent since `launcher profile` existed (13b3056); on a "
-            f"lent GPU, `launcher profile --ranks 1 cluster.device=cuda --output {_shown(profile)}` "
-            "measures it (docs/gpus.md), and this section then prices every row above from it.",
+            "lent GPU, benchmarks.gpu_smoke's last step measures it, as `launcher profile --ranks 1 "
+            f"cluster.device=cuda --output {_shown(profile)}` (docs/gpus.md), and this section then prices every row "
+            "above from it.",
         ]
     measured_on = site_profile.load(profile)
     rows, met = [], 0
