@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.compute.flops import executed_flops_per_token
+from launcher.compute.loss_bytes import loss_kind
 from launcher.compute.shape_rate import Curve, Measured, step_parts
 from launcher.config.errors import ConfigError
 from launcher.config.schema import LauncherConfig, ModelConfig
@@ -204,8 +205,9 @@ def step_seconds(cfg: LauncherConfig, profile: SiteProfile, dtype: str) -> StepS
     """The recipe's step on the profiled device, per token of one rank: the op model's operations
     (compute/flops.model_ops) with every matmul at its measured rate for its shape and dtype, the
     attention kernel at its share of the fastest measured matmul, the memory-bound ops (activations at
-    the step's own width: fp32 moves twice bf16's bytes) and the optimizer step at the measured copy
-    bandwidth, and the profile's per-op cost for every op the step dispatches."""
+    the step's own width: fp32 moves twice bf16's bytes; the loss as cfg.trainer runs it, compute/loss_bytes.py)
+    and the optimizer step at the measured copy bandwidth, and the profile's per-op cost for every op the
+    step dispatches."""
     if cfg.model._target_ is not None:
         raise ProfileError(
             f"cluster.profile={profile.path}: a `_target_` model's operations are not known to the plan; "
@@ -225,6 +227,7 @@ def step_seconds(cfg: LauncherConfig, profile: SiteProfile, dtype: str) -> StepS
         weight_decay=cfg.optim.weight_decay > 0,
         tokens_per_step=tokens_per_optimizer_step(cfg),  # None: FSDP's state sharded over a size not known here
         compiled=cfg.train.compile,
+        loss=loss_kind(cfg.trainer),
         measured=measured(profile),
     ).seconds(Curve(1.0, 0.0))
     ops_per_token = _step_ops(cfg) / (tokens * b.accum)

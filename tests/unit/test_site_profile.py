@@ -15,6 +15,7 @@ import pytest
 
 from launcher import cli
 from launcher.compute.flops import model_ops, param_counts
+from launcher.compute.loss_bytes import LOSS_BYTES
 from launcher.compute.shape_rate import FLASH_SHARE, HEAD_DIM_HALF, SEQ_HALF
 from launcher.config.compose import compose_config
 from launcher.perf import preset_fit, site_profile
@@ -208,6 +209,17 @@ def test_half_the_memory_bandwidth_takes_twice_the_memory_bound_time_exactly(tmp
     ops = {op.name: op for op in model_ops(cfg.model, tokens=512)}
     nbytes = 2 * ops["elementwise"].nbytes + ops["loss"].nbytes + 72 * param_counts(cfg.model)[0] / 512
     assert slow.memory_s == pytest.approx(nbytes / 5e9)
+
+
+def test_the_loss_is_priced_as_the_trainer_runs_it(tmp_path):
+    """A fused cross-entropy (trainer.fused_loss) moves 6 B a logit where torch's moves 36 (compute/loss_bytes.py),
+    at the measured bandwidth; nothing else moves. Fails if the profile path priced every trainer's loss as
+    torch's, as it did before (the preset path already read the trainer)."""
+    cfg, torch_loss = _seconds(tmp_path, "a.json", profile_doc(mem_bw=10.0))
+    _, fused = _seconds(tmp_path, "b.json", profile_doc(mem_bw=10.0), "trainer.fused_loss=true")
+    saved = (LOSS_BYTES["torch"] - LOSS_BYTES["fused"]) * cfg.model.vocab_size / 10e9
+    assert torch_loss.memory_s - fused.memory_s == pytest.approx(saved)
+    assert (fused.matmul_s, fused.attention_s) == (torch_loss.matmul_s, torch_loss.attention_s)
 
 
 def test_a_per_op_cost_adds_ops_times_the_cost(tmp_path):
