@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 
 OUT = HERE / "results"
 PROFILE = OUT / "gpu_profile.json"
-"""Where this GPU's site profile goes (benchmarks.mfu_width reads it there)."""
+"""Where this GPU's site profile goes (`measure_profile`), and where benchmarks.mfu_width reads it."""
 REPRODUCE = "`.venv/bin/python -m benchmarks.gpu_smoke` (on a machine with one CUDA GPU and a CUDA build of torch)"
 COMMON = ["batch.accum=1", "optim=adamw", "seed=0"]
 

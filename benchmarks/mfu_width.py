@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import fp8_linear, gemm_table, replay_curve
+from benchmarks import fp8_linear, gemm_table, gpu_smoke, replay_curve
 from launcher.compute import gemm_shape
 from launcher.compute.flops import model_ops
 from launcher.compute.shape_rate import Curve
@@ -42,9 +42,6 @@ SHAPES = {
     "llama3_8b_4_layers": (4096, ["model=llama3_8b", "model.n_layers=4", "model.seq_len=4096", "batch.micro=2"]),
 }
 """fp8_speedup.SHAPES, and the width (d_model) of each."""
-PROFILE = HERE / "results" / "gpu_profile.json"
-"""The lent GPU's own site profile, where one was measured: `launcher profile --ranks 1 cluster.device=cuda --output
-benchmarks/results/gpu_profile.json` on it (docs/gpus.md)."""
 FUSED_SHOWN = (("llama3_8b_4_layers", "bf16"), ("llama3_8b_4_layers", "fp8"), ("gpt_1_3b", "bf16"))
 """Runs the report also prices with a fused optimizer step (where the optimizer's share of the step is largest)."""
 
@@ -56,6 +53,12 @@ def measured(results: Path) -> list[tuple[str, str, str, float]]:
         out += [(row["shape"], "bf16", "compiled", row["bf16_mfu"]), (row["shape"], "fp8", "compiled", row["fp8_mfu"])]
     smoke = json.loads((results / "gpu_smoke.json").read_text())["figures"]["main"]
     return out + [("gpt_125m", smoke["precision"], "eager (gpu_smoke)", smoke["mfu"])]
+
+
+def judged(predicted: float, truth: float) -> tuple[bool, str]:
+    """Whether `predicted` is within GOAL of `truth`, and the report's error and verdict cells for it."""
+    ok = abs(predicted / truth - 1) <= GOAL
+    return ok, f"{predicted / truth - 1:+.1%} | {'met' if ok else '**NOT met**'}"
 
 
 def run_config(shape: str, precision: str, run: str, *extra: str) -> LauncherConfig:
@@ -117,12 +120,9 @@ def profile_lines(profile: Path, results: Path) -> list[str]:
     rows, met = [], 0
     for shape, precision, run, truth in measured(results):
         mfu = profile_predicted(shape, precision, profile, "compiled" if run == "compiled" else "eager")
-        ok = abs(mfu / truth - 1) <= GOAL
+        ok, cells = judged(mfu, truth)
         met += ok
-        rows.append(
-            f"| {shape} | {precision} | {run} | {truth:.3f} | {mfu:.3f} | {mfu / truth - 1:+.1%} "
-            f"| {'met' if ok else '**NOT met**'} |"
-        )
+        rows.append(f"| {shape} | {precision} | {run} | {truth:.3f} | {mfu:.3f} | {cells} |")
     return [
         *head,
         f"Profile: {_shown(profile)}, measured on {measured_on.device_name}. Each row priced as "
@@ -147,12 +147,9 @@ def linear_lines(fit: preset_fit.PresetFit) -> tuple[list[str], int]:
     rows, met = [], 0
     for m, k, n, published in fp8_linear.SPEEDUPS:
         got = fp8_linear.speedup(m, k, n, bf16, fp8)
-        ok = abs(got / published - 1) <= GOAL
+        ok, cells = judged(got, published)
         met += ok
-        rows.append(
-            f"| {m}, {k}, {n} | {published:.2f} | {got:.2f} | {got / published - 1:+.1%} "
-            f"| {'met' if ok else '**NOT met**'} |"
-        )
+        rows.append(f"| {m}, {k}, {n} | {published:.2f} | {got:.2f} | {cells} |")
     lines = [
         "## The fp8 curve against torchao's own microbenchmark",
         "",
@@ -228,19 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", type=Path, default=preset_fit.PACKAGED, help="the fitted curves (preset_fit.json)")
     ap.add_argument("--out", type=Path, default=HERE / "results", help="folder for mfu_width.md")
-    ap.add_argument("--profile", type=Path, default=PROFILE, help="the GPU's measured site profile, where one exists")
+    ap.add_argument("--profile", type=Path, default=gpu_smoke.PROFILE, help="the GPU's site profile, where measured")
     args = ap.parse_args(argv)
     fit = preset_fit.load(args.fit)
     rows, met, why = [], 0, ""
     for shape, precision, run, truth in measured(HERE / "results"):
         mfu, said = predicted(shape, precision, fit, "compiled" if run == "compiled" else "eager")
         why = said if precision == "fp8" else why or said
-        ok = abs(mfu / truth - 1) <= GOAL
+        ok, cells = judged(mfu, truth)
         met += ok
-        rows.append(
-            f"| {shape} | {SHAPES[shape][0]} | {precision} | {run} | {truth:.3f} | {mfu:.3f} | {mfu / truth - 1:+.1%} "
-            f"| {'met' if ok else '**NOT met**'} |"
-        )
+        rows.append(f"| {shape} | {SHAPES[shape][0]} | {precision} | {run} | {truth:.3f} | {mfu:.3f} | {cells} |")
     gains = {s: predicted(s, "fp8", fit)[0] / predicted(s, "bf16", fit)[0] for s in SHAPES}
     fused_errors = ", ".join(
         f"{s} {p} at {predicted(s, p, fit, fused=True)[0] / m - 1:+.1%}"
